@@ -1,0 +1,238 @@
+"""The ``coda`` command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from coda.policy import POLICIES
+from coda.sim.run import DEFAULT_CLUSTER, DEFAULT_LOAD, Prepared, RunConfig, prepare, run_policy
+from coda.workload.jobs import TraceFormatError
+from coda.workload.traces import FORMATS
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _trace_options(f: Callable) -> Callable:
+    options = [
+        click.option(
+            "--trace",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="Trace file. Default: the bundled Alibaba openb 2023 pod list.",
+        ),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default=None,
+            help="Trace format. Default: detected from the file's header.",
+        ),
+        click.option(
+            "--cluster",
+            default=DEFAULT_CLUSTER,
+            show_default=True,
+            help="'openb' (bundled node list), 'openb:F' (fraction F of it), "
+            "a node-list CSV, or a spec like '48x8g96c,16x0g96c'.",
+        ),
+        click.option(
+            "--load",
+            type=float,
+            default=DEFAULT_LOAD,
+            show_default=True,
+            help="Rescale arrivals to this offered GPU load (x GPU capacity).",
+        ),
+        click.option(
+            "--native-time",
+            is_flag=True,
+            help="Keep the trace's own arrival times (ignores --load).",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--profiles",
+            default="coda",
+            show_default=True,
+            help="Performance profile set: coda, synergy, or a JSON file.",
+        ),
+        click.option(
+            "--mix",
+            default=None,
+            help="DNN model mix, e.g. 'AlexNet=2,ResNet50=1'. Default: the profile set's.",
+        ),
+        click.option(
+            "--skip-bad-rows",
+            is_flag=True,
+            help="Skip malformed trace rows (counted in the report) instead of failing.",
+        ),
+        click.option(
+            "--fractional",
+            type=click.Choice(["whole", "drop"]),
+            default="whole",
+            show_default=True,
+            help="Fractional-GPU jobs: give a whole GPU, or drop.",
+        ),
+        click.option(
+            "--censored",
+            type=click.Choice(["keep", "drop"]),
+            default="keep",
+            show_default=True,
+            help="Jobs still running at the trace end: keep or drop.",
+        ),
+        click.option(
+            "--horizon",
+            type=float,
+            default=None,
+            help="Stop at this simulated time (s); later jobs count as unfinished.",
+        ),
+        click.option(
+            "--warmup",
+            type=click.FloatRange(0, 1, max_open=True),
+            default=0.01,
+            show_default=True,
+            help="Share of the first arrivals that only warm the cluster up: "
+            "the measurement window starts after them.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _config(kw: dict) -> RunConfig:
+    return RunConfig(
+        trace=kw["trace"],
+        format=kw["fmt"],
+        cluster=kw["cluster"],
+        load=None if kw["native_time"] else kw["load"],
+        seed=kw["seed"],
+        profiles=kw["profiles"],
+        mix=kw["mix"],
+        skip_bad_rows=kw["skip_bad_rows"],
+        fractional=kw["fractional"],
+        censored=kw["censored"],
+        horizon=kw["horizon"],
+        warmup=kw["warmup"],
+    )
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Bad input ends with one clear line, not a traceback."""
+    try:
+        yield
+    except (TraceFormatError, ValueError, FileNotFoundError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _prepare(config: RunConfig) -> Prepared:
+    with err_console.status("loading trace and building workload"):
+        prepared = prepare(config)
+    rep = prepared.trace_report
+    excluded = ", ".join(f"{k} {v}" for k, v in rep.excluded.items()) or "none"
+    err_console.print(
+        f"[dim]{rep.path}: {rep.rows_read} rows, {rep.jobs_loaded} jobs; excluded: {excluded}; "
+        f"bad rows skipped: {rep.skipped_bad_rows}; cluster {prepared.cluster.label}: "
+        f"{len(prepared.cluster.nodes)} nodes, {prepared.cluster.gpus} GPUs, "
+        f"{prepared.cluster.cores} cores[/dim]"
+    )
+    return prepared
+
+
+def _run(prepared: Prepared, policy: str):
+    with Progress(
+        TextColumn(f"[bold]{policy}[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs arrived"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    ) as bar:
+        task = bar.add_task(policy, total=len(prepared.workload.jobs))
+        return run_policy(
+            prepared, policy, progress=lambda done, total: bar.update(task, completed=done)
+        )
+
+
+def _check_policies(names: list[str]) -> None:
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown policy {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}",
+            param_hint="--policy/--policies",
+        )
+
+
+@click.group()
+@click.version_option(package_name="coda")
+def main() -> None:
+    """CODA: slim DNN jobs' CPU allocations and co-locate CPU jobs on the cores freed."""
+
+
+@main.command()
+@_trace_options
+@click.option("--policy", default="static-separate", show_default=True, help="Scheduling policy.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default="out/simulate",
+    show_default=True,
+    help="Where to write summary.json, time series, per-job CSV and plots.",
+)
+def simulate(policy: str, out: str, **kw) -> None:
+    """Replay a trace through one policy; print and write the results."""
+    from coda.report import summary_table, write_run
+
+    _check_policies([policy])
+    with _user_errors():
+        prepared = _prepare(_config(kw))
+        result = _run(prepared, policy)
+        paths = write_run(result, Path(out))
+    console.print(summary_table(result.summary))
+    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
+
+
+@main.command()
+@_trace_options
+@click.option(
+    "--policies",
+    default="static-separate,static-shared",
+    show_default=True,
+    help="Comma-separated policies, run on the same workload.",
+)
+@click.option("--out", type=click.Path(file_okay=False), default="out/compare", show_default=True)
+def compare(policies: str, out: str, **kw) -> None:
+    """Run several policies on the same trace and workload; side-by-side table."""
+    from coda.report import comparison_table, write_comparison
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    _check_policies(names)
+    if len(set(names)) != len(names):
+        raise click.BadParameter("a policy is named twice", param_hint="--policies")
+    with _user_errors():
+        prepared = _prepare(_config(kw))
+        results = [_run(prepared, name) for name in names]
+        paths = write_comparison(results, Path(out))
+    console.print(comparison_table([r.summary for r in results]))
+    console.print(f"[dim]wrote {len(paths)} files under {out}[/dim]")
+
+
+@main.command("policies")
+def list_policies() -> None:
+    """List the policies that simulate/compare accept."""
+    from coda.policy import make_policy
+
+    for name in sorted(POLICIES):
+        console.print(f"[bold]{name}[/bold]: {make_policy(name).description}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The baselines CODA is measured against: Slurm-like static allocation.
+
+static-separate: DNN jobs get the cores they asked for on GPU nodes only; CPU
+jobs run on CPU nodes only; FIFO per array with backfill.
+static-shared: the same, but CPU jobs may also take free cores on GPU nodes
+(CPU nodes first), with no protection for the training jobs there.
+"""
+
+from __future__ import annotations
+
+from coda.policy.framework import Policy
+from coda.policy.state import CPU_POOL, GPU_POOL, Job
+
+
+class FifoOrder:
+    """First come, first served; trace order breaks ties."""
+
+    def key(self, job: Job) -> tuple:
+        return (job.submit, job.idx)
+
+
+class SeparatePools:
+    """DNN jobs on GPU nodes, CPU jobs on CPU nodes."""
+
+    def pools(self, job: Job) -> tuple[str, ...]:
+        return (GPU_POOL,) if job.is_dnn else (CPU_POOL,)
+
+
+class SharedPools:
+    """DNN jobs on GPU nodes; CPU jobs on CPU nodes first, then on GPU nodes."""
+
+    def pools(self, job: Job) -> tuple[str, ...]:
+        return (GPU_POOL,) if job.is_dnn else (CPU_POOL, GPU_POOL)
+
+
+class RequestedCores:
+    """Grant exactly what the job asked for (static allocation)."""
+
+    def cores_per_node(self, job: Job) -> int:
+        return job.cores_pn_req
+
+
+def static_separate() -> Policy:
+    return Policy(
+        name="static-separate",
+        queue_sort=FifoOrder(),
+        pools=SeparatePools(),
+        core_count=RequestedCores(),
+        description="Slurm-like: requested cores, GPU and CPU nodes kept apart, FIFO + backfill",
+    )
+
+
+def static_shared() -> Policy:
+    return Policy(
+        name="static-shared",
+        queue_sort=FifoOrder(),
+        pools=SharedPools(),
+        core_count=RequestedCores(),
+        description="as static-separate, but CPU jobs may use free cores on GPU nodes, unprotected",
+    )

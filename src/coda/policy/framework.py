@@ -1,0 +1,129 @@
+"""The scheduling framework: a cycle split into small named extension points.
+
+Modelled on the kube-scheduler framework. For each queued job the driver runs:
+
+  queue sort -> pools (pre-filter) -> core count -> filter -> score -> reserve -> bind
+
+and, every ``NodeControl.period_s``, a node control step per busy node that may
+return actions (throttle a job, change its cores). A policy is a bundle of
+plugins; a new policy is a few small classes, not a fork of the driver.
+
+Capacity (GPUs, cores, memory) and backfill reservations are checked by the
+driver itself: no plugin can over-commit a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from coda.policy.state import Job, Node
+
+
+class QueueSort(Protocol):
+    """Orders each queue (array). Smaller key runs first."""
+
+    def key(self, job: Job) -> tuple: ...
+
+
+class PoolSelect(Protocol):
+    """Pre-filter: which node pools a job may use, in the order to try them."""
+
+    def pools(self, job: Job) -> tuple[str, ...]: ...
+
+
+class CoreCount(Protocol):
+    """How many cores per node to grant a job when it starts."""
+
+    def cores_per_node(self, job: Job) -> int: ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """Rejects nodes a job must not use (beyond capacity, which the driver checks)."""
+
+    def filter(self, job: Job, node: Node, cores_pn: int) -> bool: ...
+
+
+@runtime_checkable
+class Score(Protocol):
+    """Ranks feasible nodes; higher is better."""
+
+    def score(self, job: Job, node: Node, cores_pn: int) -> float: ...
+
+
+@runtime_checkable
+class Reserve(Protocol):
+    """Told when a job takes resources and when it gives them back."""
+
+    def reserve(self, job: Job, nodes: Sequence[Node], now: float) -> None: ...
+
+    def unreserve(self, job: Job, now: float) -> None: ...
+
+
+# Actions a node control step may return. The driver applies them.
+@dataclass(frozen=True, slots=True)
+class SetQuota:
+    """Limit a job to ``quota`` x its granted cores (CFS quota / cpu.max)."""
+
+    job: Job
+    quota: float
+
+
+@dataclass(frozen=True, slots=True)
+class SetCores:
+    """Change a running job's granted cores per node (cpuset size)."""
+
+    job: Job
+    cores_pn: int
+
+
+Action = SetQuota | SetCores
+
+
+@runtime_checkable
+class NodeControl(Protocol):
+    """A periodic controller per node (e.g. the contention eliminator)."""
+
+    period_s: float
+
+    def control(self, node: Node, now: float) -> list[Action]: ...
+
+
+@dataclass
+class Policy:
+    """A named bundle of plugins plus the driver's knobs for backfill and scoring."""
+
+    name: str
+    queue_sort: QueueSort
+    pools: PoolSelect
+    core_count: CoreCount
+    filters: list[Filter] = field(default_factory=list)
+    scores: list[tuple[Score, float]] = field(default_factory=list)  # (plugin, weight)
+    reserve: list[Reserve] = field(default_factory=list)
+    node_control: NodeControl | None = None
+    # Backfill: the first blocked job of each array holds a reservation; later
+    # jobs may start if they do not delay it (Slurm's sched/backfill, simplified).
+    backfill: bool = True
+    backfill_depth: int = 500  # jobs examined per array per cycle (Slurm: bf_max_job_test)
+    # Feasible nodes gathered before scoring (kube: percentageOfNodesToScore).
+    # 1 = take the first feasible node in best-fit order.
+    candidates_to_score: int = 1
+    description: str = ""
+
+    def allows(self, job: Job, node: Node, cores_pn: int) -> bool:
+        for f in self.filters:
+            if not f.filter(job, node, cores_pn):
+                return False
+        return True
+
+    def pick(self, job: Job, nodes: list[Node], cores_pn: int, count: int) -> list[Node]:
+        """The best ``count`` of the feasible ``nodes`` (kept in best-fit order on ties)."""
+        if not self.scores or len(nodes) <= count:
+            return nodes[:count]
+        ranked = sorted(
+            range(len(nodes)),
+            key=lambda i: (-sum(w * s.score(job, nodes[i], cores_pn) for s, w in self.scores), i),
+        )
+        return [nodes[i] for i in ranked[:count]]

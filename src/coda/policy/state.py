@@ -1,0 +1,130 @@
+"""The state policies decide on: jobs and nodes as plain objects.
+
+Whoever drives the policies (the simulator now, the node runtime later) owns and
+mutates these; policies only read them and return decisions. Nothing here knows
+about time sources, files or processes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coda.workload.perf import JobPerf
+
+DNN = "dnn"
+CPU = "cpu"
+
+# Node pools: GPU nodes and CPU-only nodes.
+GPU_POOL = "gpu"
+CPU_POOL = "cpu"
+
+
+class Job:
+    """One job: what it asked for, and (once running) what it holds.
+
+    Per-node quantities end in ``_pn``: a gang job holds the same share on each
+    of its nodes.
+    """
+
+    __slots__ = (
+        "idx", "job_id", "kind", "submit", "gpus", "cores", "mem_mib", "nodes",
+        "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
+        "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
+        "start", "end", "version", "bw_pn", "estimate",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        idx: int,
+        job_id: str,
+        submit: float,
+        gpus: int,
+        cores: int,
+        mem_mib: int,
+        nodes: int,
+        work: float,
+        model: str | None = None,
+        perf: JobPerf | None = None,
+        bw_per_core: float = 0.0,
+    ) -> None:
+        self.idx = idx
+        self.job_id = job_id
+        self.kind = DNN if gpus > 0 else CPU
+        self.submit = submit
+        self.gpus = gpus
+        self.cores = cores
+        self.mem_mib = mem_mib
+        self.nodes = nodes
+        self.gpus_pn = -(-gpus // nodes)
+        self.cores_pn_req = max(1, -(-cores // nodes))
+        self.mem_pn = -(-mem_mib // nodes)
+        self.model = model
+        self.perf = perf
+        self.bw_per_core = bw_per_core
+        self.work = work  # seconds at full speed
+        # Running state (set by the driver).
+        self.placement: list[Node] = []
+        self.cores_pn = 0  # granted cores per node
+        self.quota = 1.0  # CPU quota fraction of the granted cores (throttling)
+        self.speed = 0.0  # current progress rate, work-seconds per second
+        self.remaining = work
+        self.last_update = 0.0
+        self.start = -1.0
+        self.end = -1.0
+        self.version = 0  # bumped on every speed change (stale finish events)
+        self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
+        self.estimate = 0.0  # runtime estimate used by backfill, seconds
+
+    @property
+    def is_dnn(self) -> bool:
+        return self.kind == DNN
+
+    @property
+    def running(self) -> bool:
+        return bool(self.placement)
+
+    def core_speed(self, cores_pn: float) -> float:
+        """Speed from cores alone (no contention): the job's own scaling curve."""
+        if self.perf is not None:
+            return self.perf.core_speed(cores_pn)
+        return min(1.0, cores_pn / self.cores_pn_req)
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id}, {self.kind}, g={self.gpus}, c={self.cores}, n={self.nodes})"
+
+
+class Node:
+    """One node's capacity, what is free, and which jobs run on it."""
+
+    __slots__ = (
+        "idx", "name", "gpus", "cores", "mem_mib", "bw_gbps", "pool",
+        "free_gpus", "free_cores", "free_mem", "jobs", "bw_used", "pcie_heavy",
+        "version",
+    )  # fmt: skip
+
+    def __init__(self, idx: int, name: str, gpus: int, cores: int, mem_mib: int, bw_gbps: float):
+        self.idx = idx
+        self.name = name
+        self.gpus = gpus
+        self.cores = cores
+        self.mem_mib = mem_mib  # 0 = not constrained
+        self.bw_gbps = bw_gbps
+        self.pool = GPU_POOL if gpus > 0 else CPU_POOL
+        self.free_gpus = gpus
+        self.free_cores = cores
+        self.free_mem = mem_mib
+        self.jobs: dict[Job, None] = {}  # insertion-ordered set
+        self.bw_used = 0.0  # sum of bw_pn of its jobs
+        self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
+        self.version = 0  # bumped whenever a job arrives or leaves
+
+    def fits(self, gpus_pn: int, cores_pn: int, mem_pn: int) -> bool:
+        return (
+            self.free_gpus >= gpus_pn
+            and self.free_cores >= cores_pn
+            and (self.mem_mib == 0 or self.free_mem >= mem_pn)
+        )
+
+    def __repr__(self) -> str:
+        return f"Node({self.name}, {self.free_gpus}/{self.gpus}g, {self.free_cores}/{self.cores}c)"

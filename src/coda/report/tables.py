@@ -1,0 +1,407 @@
+"""Tables of one run's summary, or of several policies side by side (rich and markdown).
+
+Both renderers share one list of rows (`_rows`) so that the terminal table and the
+markdown table always say the same thing. Every table states its trace, cluster,
+load and seed: a number without them cannot be compared with anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+MISSING = "—"  # what a None / absent / non-finite value renders as
+
+# (summary key, label) of the four utilisations, all fractions 0..1.
+UTIL_KEYS = (
+    ("gpu_util_effective", "GPU util (effective)"),
+    ("gpu_util_allocated", "GPU util (allocated)"),
+    ("cpu_util", "CPU util (held)"),
+    ("cpu_util_useful", "CPU util (useful)"),
+)
+
+# (summary key, section title) of the four delay / completion-time stats.
+STAT_KEYS = (
+    ("dnn_queue_delay_s", "DNN queuing delay"),
+    ("dnn_jct_s", "DNN job completion time"),
+    ("cpu_queue_delay_s", "CPU queuing delay"),
+    ("cpu_jct_s", "CPU job completion time"),
+)
+
+
+# ---------------------------------------------------------------- value formatting
+
+
+def finite(value: Any) -> float | None:
+    """A finite float, or None for None / NaN / inf / non-numbers (bool is not a number)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def fmt_count(value: Any) -> str:
+    x = finite(value)
+    if x is None:
+        return MISSING
+    return f"{int(round(x)):,}"
+
+
+def fmt_pct(value: Any) -> str:
+    """A fraction 0..1 as a percentage."""
+    x = finite(value)
+    return MISSING if x is None else f"{100.0 * x:.1f}%"
+
+
+def fmt_duration(value: Any) -> str:
+    """Seconds in the unit a reader thinks in: s below 2 min, min below 2 h, h above."""
+    x = finite(value)
+    if x is None:
+        return MISSING
+    a = abs(x)
+    if a == 0:
+        return "0 s"
+    if a < 10:
+        return f"{x:.2f} s"
+    if a < 120:
+        return f"{x:.1f} s"
+    if a < 7200:
+        return f"{x / 60:.1f} min"
+    return f"{x / 3600:.1f} h"
+
+
+def fmt_rate(value: Any) -> str:
+    x = finite(value)
+    return MISSING if x is None else f"{x:,.0f}/s"
+
+
+def fmt_number(value: Any) -> str:
+    """A plain number such as the load factor: shortest faithful form."""
+    x = finite(value)
+    if x is None:
+        return MISSING if value is None else str(value)
+    return f"{x:g}"
+
+
+def relative_change(value: Any, base: Any) -> float | None:
+    """(value - base) / base in percent; None where it is undefined (missing or zero base)."""
+    v, b = finite(value), finite(base)
+    if v is None or b is None:
+        return None
+    if b == 0:
+        return 0.0 if v == 0 else None
+    return 100.0 * (v - b) / abs(b)
+
+
+def fmt_relative(value: Any, base: Any) -> str:
+    """' (+12.3%)', or '' where the change is undefined."""
+    rel = relative_change(value, base)
+    if rel is None:
+        return ""
+    if rel == 0:  # avoid '-0.0%'
+        rel = 0.0
+    return f" ({rel:+.1f}%)"
+
+
+# ---------------------------------------------------------------- run context
+
+
+def lookup(summary: dict, *keys: str) -> Any:
+    """summary[k1][k2]..., or None where any level is missing or not a dict."""
+    cur: Any = summary
+    for key in keys:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def describe_cluster(cluster: Any) -> str:
+    """'openb-nodes: 1,523 nodes (1,213 GPU + 310 CPU), 6,212 GPUs, 125,514 cores'."""
+    if cluster is None:
+        return "cluster unknown"
+    if not isinstance(cluster, dict):
+        return str(cluster)
+    name = str(cluster.get("spec", "cluster"))
+    parts = []
+    if cluster.get("nodes") is not None:
+        nodes = f"{fmt_count(cluster['nodes'])} nodes"
+        if cluster.get("gpu_nodes") is not None and cluster.get("cpu_nodes") is not None:
+            nodes += (
+                f" ({fmt_count(cluster['gpu_nodes'])} GPU + {fmt_count(cluster['cpu_nodes'])} CPU)"
+            )
+        parts.append(nodes)
+    if cluster.get("gpus") is not None:
+        parts.append(f"{fmt_count(cluster['gpus'])} GPUs")
+    if cluster.get("cores") is not None:
+        parts.append(f"{fmt_count(cluster['cores'])} cores")
+    return f"{name}: {', '.join(parts)}" if parts else name
+
+
+def describe_window(window: Any) -> str:
+    if not isinstance(window, dict):
+        return MISSING
+    start, end = finite(window.get("start")), finite(window.get("end"))
+    if start is None or end is None:
+        return MISSING
+    text = f"{start / 3600:.1f}–{end / 3600:.1f} h"
+    if window.get("basis"):
+        text += f" ({window['basis']})"
+    return text
+
+
+def run_context(summary: dict) -> dict[str, str]:
+    """The facts that say which experiment a number belongs to, as display strings."""
+    return {
+        "trace": str(summary.get("trace", MISSING)),
+        "cluster": describe_cluster(summary.get("cluster")),
+        "load": fmt_number(summary.get("load")),
+        "seed": str(summary.get("seed", MISSING)),
+        "time scale": fmt_number(summary.get("time_scale")),
+        "window": describe_window(summary.get("window")),
+        "profiles": str(summary.get("profile_set", MISSING)),
+    }
+
+
+def _shared_context(summaries: Sequence[dict]) -> tuple[dict[str, str], list[str]]:
+    """Context values common to all runs, and the names of those that differ."""
+    contexts = [run_context(s) for s in summaries]
+    shared: dict[str, str] = {}
+    differing: list[str] = []
+    for key in contexts[0]:
+        values = {c[key] for c in contexts}
+        if len(values) == 1:
+            shared[key] = values.pop()
+        else:
+            shared[key] = "varies"
+            differing.append(key)
+    return shared, differing
+
+
+def _header_lines(context: dict[str, str]) -> list[str]:
+    return [
+        f"trace {context['trace']} · load {context['load']} · seed {context['seed']}",
+        f"cluster {context['cluster']}",
+    ]
+
+
+def _titled_table(first: str, context: dict[str, str]) -> Table:
+    """A table whose title states the run context; it is made at least as wide as the
+    title so that a wide console shows each context fact on one unbroken line."""
+    lines = [first, *_header_lines(context)]
+    return Table(
+        # Text, not str: names and notes are data, not rich markup ("[x]" must print).
+        title=Text("\n".join(lines)),
+        title_justify="left",
+        caption_justify="left",
+        min_width=max(len(line) for line in lines),
+    )
+
+
+# ---------------------------------------------------------------- shared row list
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str
+    get: Callable[[dict], Any] | None = None  # None: a section heading
+    fmt: Callable[[Any], str] = fmt_count
+    relative: bool = False  # show the change against the baseline column
+
+    @property
+    def is_section(self) -> bool:
+        return self.get is None
+
+
+def _key(*keys: str) -> Callable[[dict], Any]:
+    return lambda s: lookup(s, *keys)
+
+
+def _scalar_subkeys(summaries: Sequence[dict], *keys: str) -> list[str]:
+    """Union, in first-seen order, of the numeric entries of a nested dict such as
+    trace_report.excluded (its keys depend on the trace, so they cannot be fixed here)."""
+    seen: dict[str, None] = {}
+    for s in summaries:
+        sub = lookup(s, *keys)
+        if isinstance(sub, dict):
+            for k, v in sub.items():
+                if finite(v) is not None:
+                    seen.setdefault(str(k), None)
+    return list(seen)
+
+
+def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_Row]:
+    rows: list[_Row] = []
+    if context_keys:
+        rows.append(_Row("Run"))
+        for key in context_keys:
+            rows.append(_Row(key, lambda s, k=key: run_context(s)[k], str))
+
+    rows.append(_Row("Jobs"))
+    rows += [
+        _Row("DNN jobs", _key("jobs", "dnn")),
+        _Row("CPU jobs", _key("jobs", "cpu")),
+        _Row("finished", _key("jobs", "finished")),
+        _Row("unfinished", _key("jobs", "unfinished")),
+        _Row("unschedulable", _key("jobs", "unschedulable")),
+    ]
+
+    rows.append(_Row("Utilisation (time-average)"))
+    rows += [_Row(label, _key(key), fmt_pct, relative=True) for key, label in UTIL_KEYS]
+
+    for key, title in STAT_KEYS:
+        rows.append(_Row(title))
+        rows += [
+            _Row("jobs (n)", _key(key, "n")),
+            _Row("mean", _key(key, "mean"), fmt_duration, relative=True),
+            _Row("p50", _key(key, "p50"), fmt_duration),
+            _Row("p95", _key(key, "p95"), fmt_duration),
+            _Row("p99", _key(key, "p99"), fmt_duration),
+        ]
+
+    trace_rows = [
+        _Row("rows read", _key("trace_report", "rows_read")),
+        _Row("jobs loaded", _key("trace_report", "jobs_loaded")),
+        _Row("skipped bad rows", _key("trace_report", "skipped_bad_rows")),
+    ]
+    for group in ("excluded", "adjusted"):
+        for sub in _scalar_subkeys(summaries, "trace_report", group):
+            trace_rows.append(_Row(f"{group}: {sub}", _key("trace_report", group, sub)))
+    if any(isinstance(s.get("trace_report"), dict) for s in summaries):
+        rows.append(_Row("Trace"))
+        rows += trace_rows
+
+    rows.append(_Row("Simulator"))
+    rows += [
+        _Row("wall time", _key("wall_seconds"), fmt_duration),
+        _Row("events", _key("events")),
+        _Row("events/s", _key("events_per_s"), fmt_rate),
+    ]
+    return rows
+
+
+def _cells(row: _Row, summaries: Sequence[dict], base_index: int | None) -> list[str]:
+    assert row.get is not None
+    values = [row.get(s) for s in summaries]
+    cells = []
+    for i, v in enumerate(values):
+        text = row.fmt(v)
+        if row.relative and base_index is not None and i != base_index and text != MISSING:
+            text += fmt_relative(v, values[base_index])
+        cells.append(text)
+    return cells
+
+
+def _notes(summaries: Sequence[dict], with_policy: bool) -> list[str]:
+    out = []
+    for s in summaries:
+        notes = s.get("notes") or []
+        if isinstance(notes, str):
+            notes = [notes]
+        for note in notes:
+            out.append(f"{_policy(s)}: {note}" if with_policy else str(note))
+    return out
+
+
+def _policy(summary: dict) -> str:
+    return str(summary.get("policy", "?"))
+
+
+def _baseline_index(summaries: Sequence[dict], baseline: str | None) -> int:
+    if not summaries:
+        raise ValueError("no summaries to compare")
+    if baseline is None:
+        return 0
+    for i, s in enumerate(summaries):
+        if _policy(s) == baseline:
+            return i
+    names = ", ".join(_policy(s) for s in summaries)
+    raise ValueError(f"baseline policy {baseline!r} is not among the runs ({names})")
+
+
+# ---------------------------------------------------------------- public API
+
+
+def summary_table(summary: dict) -> Table:
+    """One run as a two-column table; the title states policy, trace, cluster, load, seed."""
+    context = run_context(summary)
+    table = _titled_table(_policy(summary), context)
+    table.add_column("Metric")
+    table.add_column("Value", justify="right", no_wrap=True)
+    for row in _rows([summary]):
+        if row.is_section:
+            table.add_row(Text(row.label, style="bold"), "")
+        else:
+            table.add_row(Text(f"  {row.label}"), Text(_cells(row, [summary], None)[0]))
+    caption = [
+        f"window {context['window']} · time scale {context['time scale']} · "
+        f"profiles {context['profiles']}"
+    ]
+    if summary.get("load_basis"):
+        caption.append(f"load basis: {summary['load_basis']}")
+    caption += [f"note: {n}" for n in _notes([summary], with_policy=False)]
+    table.caption = Text("\n".join(caption))
+    return table
+
+
+def comparison_table(summaries: list[dict], baseline: str | None = None) -> Table:
+    """Policies as columns; utilisations and means also show the change vs the baseline."""
+    base = _baseline_index(summaries, baseline)
+    shared, differing = _shared_context(summaries)
+    table = _titled_table(f"Policy comparison · baseline {_policy(summaries[base])}", shared)
+    table.add_column("Metric")
+    for i, s in enumerate(summaries):
+        header = _policy(s) + (" (baseline)" if i == base and len(summaries) > 1 else "")
+        table.add_column(Text(header), justify="right", no_wrap=True)
+    for row in _rows(summaries, differing):
+        if row.is_section:
+            table.add_row(Text(row.label, style="bold"), *[""] * len(summaries))
+        else:
+            table.add_row(Text(f"  {row.label}"), *map(Text, _cells(row, summaries, base)))
+    caption = [
+        f"window {shared['window']} · time scale {shared['time scale']} · "
+        f"profiles {shared['profiles']} · (±x%) = relative change vs {_policy(summaries[base])}"
+    ]
+    caption += [f"note: {n}" for n in _notes(summaries, with_policy=True)]
+    table.caption = Text("\n".join(caption))
+    return table
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_comparison(summaries: list[dict], baseline: str | None = None) -> str:
+    """The comparison as a GitHub markdown table, preceded by the run context."""
+    base = _baseline_index(summaries, baseline)
+    shared, differing = _shared_context(summaries)
+    lines = [
+        f"**Policy comparison** — trace `{shared['trace']}` · cluster {shared['cluster']} · "
+        f"load {shared['load']} · seed {shared['seed']}",
+        "",
+        f"Window {shared['window']} · time scale {shared['time scale']} · "
+        f"profiles {shared['profiles']} · baseline `{_policy(summaries[base])}` "
+        "(bracketed: relative change vs the baseline)",
+        "",
+    ]
+    header = ["Metric"] + [_policy(s) for s in summaries]
+    lines.append("| " + " | ".join(_md_escape(h) for h in header) + " |")
+    lines.append("|---|" + "---:|" * len(summaries))
+    for row in _rows(summaries, differing):
+        if row.is_section:
+            cells = [f"**{row.label}**"] + [""] * len(summaries)
+        else:
+            cells = [row.label] + _cells(row, summaries, base)
+        lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    notes = _notes(summaries, with_policy=True)
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {_md_escape(n)}" for n in notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,749 @@
+"""The discrete-event core: one loop, plain data, no hidden global state.
+
+Events are arrivals (streamed from the sorted job table, never all in the heap),
+job finishes and periodic node-control ticks. After every batch of events at one
+instant the scheduling cycle runs the policy's extension points over the queues.
+Whenever a node's set of co-runners changes, every job on it gets its speed
+recomputed from the performance model and its finish time rescheduled; stale
+finish events are recognised by a per-job version number.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from bisect import insort
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from coda.policy.framework import Policy, SetCores, SetQuota
+from coda.policy.state import CPU, DNN, Job, Node
+from coda.sim.index import PoolIndex
+from coda.sim.result import TIMESERIES_COLUMNS, SimResult, describe
+from coda.workload.cluster import ClusterSpec
+from coda.workload.perf import Workload
+
+_FINISH = 0
+_TICK = 1
+_EPS = 1e-9
+_MAX_SCAN = 4096  # nodes examined per placement attempt before giving up for this cycle
+_RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
+
+
+class InvariantError(AssertionError):
+    """The simulator broke one of its own invariants (only checked when asked)."""
+
+
+@dataclass
+class _Reservation:
+    job: Job
+    nodes: list[Node]
+    shadow: float  # when the reserved job is expected to be able to start
+    versions: tuple[int, ...]
+
+
+class Simulator:
+    """Runs one policy over one workload on one cluster.
+
+    ``horizon``: stop at this simulated time (seconds, same origin as the
+    trace); jobs not finished by then are reported unfinished.
+    ``check_invariants``: verify capacity and work conservation after every
+    change (slow; for tests).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: ClusterSpec,
+        policy: Policy,
+        *,
+        horizon: float | None = None,
+        window: tuple[float, float] | None = None,
+        window_basis: str = "first to last arrival",
+        samples: int = 1000,
+        check_invariants: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.horizon = math.inf if horizon is None else float(horizon)
+        self.check = check_invariants
+        self.progress = progress
+        self.nodes = [
+            Node(i, s.name, s.gpus, s.cores, s.mem_mib, s.bw_gbps)
+            for i, s in enumerate(cluster.nodes)
+        ]
+        self.cluster = cluster
+        max_gpus = max((n.gpus for n in self.nodes), default=0)
+        self.index: dict[str, PoolIndex] = {}
+        for node in self.nodes:
+            if node.pool not in self.index:
+                self.index[node.pool] = PoolIndex(max_gpus)
+            self.index[node.pool].add(node)
+        # Distinct node shapes per pool, for the "can this job ever run" check.
+        self.pool_shapes: dict[str, dict[tuple[int, int, int], int]] = {}
+        for node in self.nodes:
+            shapes = self.pool_shapes.setdefault(node.pool, {})
+            key = (node.gpus, node.cores, node.mem_mib)
+            shapes[key] = shapes.get(key, 0) + 1
+        self.total_gpus = sum(n.gpus for n in self.nodes)
+        self.total_cores = sum(n.cores for n in self.nodes)
+
+        jobs = workload.jobs
+        self.n = len(jobs)
+        self.submit = jobs.submit.tolist()
+        if any(b < a for a, b in zip(self.submit, self.submit[1:], strict=False)):
+            raise ValueError("workload jobs must be sorted by submit time")
+        # Measurement window: by default first to last arrival.
+        if window is None:
+            window = (self.submit[0], self.submit[-1]) if self.n else (0.0, 0.0)
+        self.w0, self.w1 = float(window[0]), float(window[1])
+        if self.w1 < self.w0:
+            raise ValueError(f"window ends before it starts: {window}")
+        self.samples = max(2, samples)
+        self.window_basis = window_basis
+
+        self.now = self.submit[0] if self.n else 0.0
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.events = 0
+        self.queues: dict[str, list[tuple[tuple, int, Job]]] = {DNN: [], CPU: []}
+        self.dead = {DNN: 0, CPU: 0}  # started jobs not yet compacted out of a queue
+        self.reservations: dict[str, _Reservation | None] = {DNN: None, CPU: None}
+        self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
+        # Stand-in jobs, to ask the policy which pools each array may use.
+        self._probe_dnn = Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0)
+        self._probe_cpu = Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0)
+        self.busy: dict[Node, None] = {}  # nodes with at least one job
+        self.running = 0
+        self._fit_cache: dict[tuple, bool] = {}
+
+        # Aggregates, updated incrementally; integrated over the window.
+        self.gpu_eff = 0.0
+        self.gpu_alloc = 0
+        self.cores_alloc = 0
+        self.cores_useful = 0.0
+        self.count = {"dnn_queued": 0, "cpu_queued": 0, "dnn_running": 0, "cpu_running": 0}
+        self.area = {"gpu_eff": 0.0, "gpu_alloc": 0.0, "cores_alloc": 0.0, "cores_useful": 0.0}
+        self.last_t = self.now
+        self.sample_times = np.linspace(self.w0, self.w1, self.samples) if self.n else np.zeros(0)
+        self.sample_i = 0
+        self.series = {c: np.zeros(len(self.sample_times)) for c in TIMESERIES_COLUMNS}
+
+        # Per-job outcomes, by workload row.
+        self.start = np.full(self.n, np.nan)
+        self.end = np.full(self.n, np.nan)
+        self.granted = np.zeros(self.n, dtype=np.int32)
+        self.unschedulable = np.zeros(self.n, dtype=bool)
+        self.work_done_error = 0.0  # largest |remaining| at finish, relative to work
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        next_i = 0
+        n = self.n
+        submit = self.submit
+        heap = self.heap
+        control = self.policy.node_control
+        if control is not None and n:
+            self._push(self.now + control.period_s, _TICK, None, 0)
+        report_every = max(1, n // 200)
+        new_jobs: list[Job] = []
+        while True:
+            t_arr = submit[next_i] if next_i < n else math.inf
+            t_evt = heap[0][0] if heap else math.inf
+            t = t_arr if t_arr <= t_evt else t_evt
+            if t == math.inf or t > self.horizon:
+                break
+            self._advance(t)
+            while next_i < n and submit[next_i] <= t:
+                job = self._arrive(next_i)
+                if job is not None:
+                    new_jobs.append(job)
+                next_i += 1
+                if self.progress is not None and next_i % report_every == 0:
+                    self.progress(next_i, n)
+            while heap and heap[0][0] <= t:
+                _, _, kind, obj, version = heapq.heappop(heap)
+                if kind == _FINISH:
+                    if obj.version == version and obj.running:
+                        self.events += 1
+                        self._finish(obj)
+                else:
+                    self.events += 1
+                    self._tick()
+                    if (
+                        next_i < n
+                        or self.running
+                        or self.count["dnn_queued"]
+                        or self.count["cpu_queued"]
+                    ):
+                        self._push(t + control.period_s, _TICK, None, 0)
+            if self.dirty or new_jobs:
+                self._schedule(new_jobs)
+                new_jobs = []
+        # Stopped by the horizon or out of events: integrate up to where we stopped.
+        self._advance(self.horizon if math.isfinite(self.horizon) else max(self.now, self.w1))
+        if self.progress is not None:
+            self.progress(n, n)
+        return self._result(time.perf_counter() - wall0)
+
+    def _push(self, t: float, kind: int, obj: Job | None, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
+
+    def _advance(self, t: float) -> None:
+        """Integrate the aggregates from the last instant to t and take due samples."""
+        last = self.last_t
+        if t <= last:
+            return
+        lo = max(last, self.w0)
+        hi = min(t, self.w1)
+        if hi > lo:
+            dt = hi - lo
+            area = self.area
+            area["gpu_eff"] += self.gpu_eff * dt
+            area["gpu_alloc"] += self.gpu_alloc * dt
+            area["cores_alloc"] += self.cores_alloc * dt
+            area["cores_useful"] += self.cores_useful * dt
+        times = self.sample_times
+        while self.sample_i < len(times) and times[self.sample_i] < t:
+            self._sample(self.sample_i)
+            self.sample_i += 1
+        self.last_t = t
+        self.now = t
+
+    def _sample(self, i: int) -> None:
+        s = self.series
+        s["t"][i] = self.sample_times[i] - self.w0
+        s["gpu_util_effective"][i] = self.gpu_eff / self.total_gpus if self.total_gpus else 0.0
+        s["gpu_util_allocated"][i] = self.gpu_alloc / self.total_gpus if self.total_gpus else 0.0
+        s["cpu_util"][i] = self.cores_alloc / self.total_cores
+        for k, v in self.count.items():
+            s[k][i] = v
+
+    # -------------------------------------------------------------- arrivals
+    def _arrive(self, i: int) -> Job | None:
+        w = self.workload
+        jobs = w.jobs
+        gpus = int(jobs.gpus[i])
+        nodes = int(jobs.nodes[i])
+        model = None
+        perf = None
+        if gpus > 0:
+            model = w.model_names[int(w.model[i])]
+            perf = w.profiles.job_perf(model, -(-gpus // nodes), nodes)
+        job = Job(
+            i,
+            jobs.ids[i],
+            self.submit[i],
+            gpus,
+            int(jobs.cores[i]),
+            int(jobs.mem_mib[i]),
+            nodes,
+            float(w.work[i]),
+            model=model,
+            perf=perf,
+            bw_per_core=float(w.cpu_bw_per_core[i]),
+        )
+        cores_pn = self.policy.core_count.cores_per_node(job)
+        if not self._can_ever_fit(job, cores_pn):
+            self.unschedulable[i] = True
+            return None
+        insort(self.queues[job.kind], (self.policy.queue_sort.key(job), i, job))
+        self.count[f"{job.kind}_queued"] += 1
+        return job
+
+    def _can_ever_fit(self, job: Job, cores_pn: int) -> bool:
+        pools = self.policy.pools.pools(job)
+        key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
+        hit = self._fit_cache.get(key)
+        if hit is None:
+            fitting = 0
+            for pool in pools:
+                for (g, c, m), k in self.pool_shapes.get(pool, {}).items():
+                    if g >= job.gpus_pn and c >= cores_pn and (m == 0 or m >= job.mem_pn):
+                        fitting += k
+            hit = self._fit_cache[key] = fitting >= job.nodes
+        return hit
+
+    # ------------------------------------------------------------ scheduling
+    def _schedule(self, new_jobs: list[Job]) -> None:
+        """One scheduling cycle, in queue order, per-array depth ``backfill_depth``.
+
+        A job that was already queued failed to fit at the previous cycle, and
+        free capacity has since grown only on the "dirty" nodes (a job left,
+        cores were given back, a reservation moved). So old jobs are tried on
+        those nodes only; new arrivals search the whole index. This keeps a
+        cycle proportional to what changed, not to the queue or the cluster.
+        """
+        for _ in range(2):  # a second round if reservations moved and freed nodes up
+            dirty = list(self.dirty)
+            self.dirty = {}
+            self._cycle(dirty, new_jobs)
+            new_jobs = []
+            if not self.dirty:
+                break
+
+    def _cycle(self, dirty: list[Node], new_jobs: list[Job]) -> None:
+        policy = self.policy
+        backfill = policy.backfill
+        heads: dict[str, Job | None] = {DNN: None, CPU: None}
+        active: dict[int, float] = {}
+        fresh = set(new_jobs)
+        if dirty:
+            depth = policy.backfill_depth
+            examined = {DNN: 0, CPU: 0}
+            queues = self.queues
+            pos = {DNN: 0, CPU: 0}
+            # Largest share a dirty node can still offer, per array; refreshed on a start.
+            room = self._room(dirty)
+            live = [arr for arr in (DNN, CPU) if queues[arr] and room[arr][1] > 0]
+            while live:
+                # Next job in queue order among the arrays still worth sweeping.
+                best = None
+                for arr in live:
+                    q, i = queues[arr], pos[arr]
+                    while i < len(q) and q[i][2].start >= 0:
+                        i += 1
+                    pos[arr] = i
+                    if i < len(q) and (best is None or q[i][:2] < queues[best][pos[best]][:2]):
+                        best = arr
+                if best is None:
+                    break
+                arr = best
+                job = queues[arr][pos[arr]][2]
+                pos[arr] += 1
+                examined[arr] += 1
+                if job not in fresh:  # new arrivals get a full search below
+                    cores_pn = policy.core_count.cores_per_node(job)
+                    max_g, max_c = room[arr]
+                    nodes = None
+                    if job.gpus_pn <= max_g and cores_pn <= max_c:
+                        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+                        nodes = self._find_nodes(job, cores_pn, active, dirty)
+                    if nodes is not None:
+                        self._start(job, nodes, cores_pn)
+                        room = self._room(dirty)
+                    elif backfill and heads[arr] is None:
+                        heads[arr] = job
+                        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+                        self._hold(job, cores_pn, active)
+                # Stop sweeping an array at its depth, or once its head is known
+                # and no dirty node has room left for any of its jobs.
+                live = [
+                    a
+                    for a in live
+                    if examined[a] < depth
+                    and not ((heads[a] is not None or not backfill) and room[a][1] <= 0)
+                ]
+        for arr in (DNN, CPU):
+            if heads[arr] is None:
+                # Not reached this cycle: the standing reservation stays in force.
+                job = self._reserved_job(arr)
+                if job is not None:
+                    heads[arr] = job
+                    self._activate(self.reservations[arr], active)
+        for job in sorted(new_jobs, key=lambda j: (policy.queue_sort.key(j), j.idx)):
+            arr = job.kind
+            cores_pn = policy.core_count.cores_per_node(job)
+            job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+            nodes = self._find_nodes(job, cores_pn, active, None)
+            if nodes is not None:
+                self._start(job, nodes, cores_pn)
+            elif backfill and heads[arr] is None:
+                heads[arr] = job
+                self._hold(job, cores_pn, active)
+        for arr in (DNN, CPU):
+            if self.dead[arr] > 32:
+                self.queues[arr] = [e for e in self.queues[arr] if e[2].start < 0]
+                self.dead[arr] = 0
+
+    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int]]:
+        """(max free GPUs, max free cores) over the dirty nodes each array may use."""
+        room = {}
+        for arr, probe in ((DNN, self._probe_dnn), (CPU, self._probe_cpu)):
+            pools = self.policy.pools.pools(probe)
+            g = c = -1
+            for node in dirty:
+                if node.pool in pools:
+                    g = max(g, node.free_gpus)
+                    c = max(c, node.free_cores)
+            needs_gpu = arr == DNN
+            room[arr] = (g, c) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1)
+        return room
+
+    def _hold(self, job: Job, cores_pn: int, active: dict[int, float]) -> None:
+        """Give a blocked head job its reservation and make it binding from here on."""
+        old = self.reservations[job.kind]
+        resv = self._reserve_for(job, cores_pn)
+        if old is not None and old is not resv:
+            for node in old.nodes:
+                self.dirty[node] = None  # jobs kept off these nodes may fit now
+        if resv is not None:
+            self._activate(resv, active)
+
+    @staticmethod
+    def _activate(resv: _Reservation | None, active: dict[int, float]) -> None:
+        if resv is None:
+            return
+        for node in resv.nodes:
+            prev = active.get(node.idx)
+            active[node.idx] = resv.shadow if prev is None else min(prev, resv.shadow)
+
+    def _reserved_job(self, arr: str) -> Job | None:
+        resv = self.reservations[arr]
+        return None if resv is None or resv.job.start >= 0 else resv.job
+
+    def _find_nodes(
+        self, job: Job, cores_pn: int, reserved: dict[int, float], only: list[Node] | None
+    ) -> list[Node] | None:
+        """Feasible nodes in best-fit order, then the policy's scores pick among them.
+
+        ``only``: search just these nodes (a single-node job retried after a
+        departure); a gang job always searches the index, since the nodes it
+        needs beside a freed one may have been free all along.
+        """
+        policy = self.policy
+        need = job.nodes
+        want = max(need, policy.candidates_to_score)
+        pools = policy.pools.pools(job)
+        if only is not None and need == 1:
+            cands = sorted(
+                (
+                    n
+                    for n in only
+                    if n.pool in pools and n.free_gpus >= job.gpus_pn and n.free_cores >= cores_pn
+                ),
+                key=lambda n: (pools.index(n.pool), n.free_gpus, n.free_cores, n.idx),
+            )
+            streams = [cands]
+        else:
+            streams = [
+                self.index[p].best_fit(job.gpus_pn, cores_pn) for p in pools if p in self.index
+            ]
+        mem = job.mem_pn
+        finish_by = self.now + job.estimate
+        found: list[Node] = []
+        scanned = 0
+        for stream in streams:
+            for node in stream:
+                scanned += 1
+                if scanned > _MAX_SCAN:
+                    break
+                if mem and node.mem_mib and node.free_mem < mem:
+                    continue
+                shadow = reserved.get(node.idx)
+                if shadow is not None and finish_by > shadow:
+                    continue  # would delay a blocked job's reservation
+                if policy.filters and not policy.allows(job, node, cores_pn):
+                    continue
+                found.append(node)
+                if len(found) >= want:
+                    break
+            if len(found) >= want or scanned > _MAX_SCAN:
+                break
+        if len(found) < need:
+            return None
+        return policy.pick(job, found, cores_pn, need)
+
+    def _reserve_for(self, job: Job, cores_pn: int) -> _Reservation | None:
+        """Plan when and where a blocked job can start (the backfill shadow time).
+
+        Kept across cycles while the same job is blocked and its nodes are unchanged.
+        """
+        old = self.reservations[job.kind]
+        if (
+            old is not None
+            and old.job is job
+            and old.shadow > self.now
+            and old.versions == tuple(n.version for n in old.nodes)
+        ):
+            return old
+        times: list[tuple[float, int, Node]] = []
+        for pool in self.policy.pools.pools(job):
+            index = self.index.get(pool)
+            if index is None:
+                continue
+            for k, node in enumerate(index.most_free()):
+                if k >= _RESERVATION_CANDIDATES:
+                    break
+                t = self._available_at(node, job, cores_pn)
+                if t < math.inf:
+                    times.append((t, node.idx, node))
+        if len(times) < job.nodes:
+            self.reservations[job.kind] = None
+            return None
+        times.sort(key=lambda x: (x[0], x[1]))
+        chosen = [node for _, _, node in times[: job.nodes]]
+        shadow = max(t for t, _, _ in times[: job.nodes])
+        resv = _Reservation(job, chosen, shadow, tuple(n.version for n in chosen))
+        self.reservations[job.kind] = resv
+        return resv
+
+    def _available_at(self, node: Node, job: Job, cores_pn: int) -> float:
+        """When node could host job, if its running jobs end as now projected."""
+        g, c, m = node.free_gpus, node.free_cores, node.free_mem
+        need_g, need_m = job.gpus_pn, job.mem_pn
+        if node.gpus < need_g or node.cores < cores_pn or (node.mem_mib and node.mem_mib < need_m):
+            return math.inf
+        if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
+            return self.now
+        ends = sorted((self._projected_end(j), j.idx, j) for j in node.jobs)
+        for t, _, j in ends:
+            g += j.gpus_pn
+            c += j.cores_pn
+            m += j.mem_pn
+            if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
+                return t
+        return math.inf
+
+    def _projected_end(self, job: Job) -> float:
+        if job.speed <= 0:
+            return math.inf
+        return job.last_update + job.remaining / job.speed
+
+    # ------------------------------------------------------- start / finish
+    def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
+        now = self.now
+        job.placement = nodes
+        job.cores_pn = cores_pn
+        job.start = now
+        job.last_update = now
+        self.count[f"{job.kind}_queued"] -= 1
+        self.count[f"{job.kind}_running"] += 1
+        self.dead[job.kind] += 1
+        self.running += 1
+        self.start[job.idx] = now
+        self.granted[job.idx] = cores_pn * job.nodes
+        job.bw_pn = self._bw_demand(job)
+        for node in nodes:
+            node.free_gpus -= job.gpus_pn
+            node.free_cores -= cores_pn
+            node.free_mem -= job.mem_pn
+            node.jobs[job] = None
+            node.bw_used += job.bw_pn
+            if job.perf is not None and job.perf.pcie_heavy:
+                node.pcie_heavy.append(job)
+            node.version += 1
+            self.index[node.pool].update(node)
+            self.busy[node] = None
+        self.gpu_alloc += job.gpus
+        self.cores_alloc += cores_pn * job.nodes
+        self.cores_useful += self._useful_cores(job)
+        for r in self.policy.reserve:
+            r.reserve(job, nodes, now)
+        self._refresh(nodes)
+        if self.check:
+            self._check_nodes(nodes)
+
+    def _finish(self, job: Job) -> None:
+        now = self.now
+        self._settle(job)
+        if self.check and abs(job.remaining) > 1e-6 * max(1.0, job.work):
+            raise InvariantError(f"{job} finished with {job.remaining} work left")
+        self.work_done_error = max(self.work_done_error, abs(job.remaining) / max(job.work, _EPS))
+        job.end = now
+        self.end[job.idx] = now
+        self.gpu_eff -= job.gpus * job.speed
+        job.speed = 0.0
+        self.gpu_alloc -= job.gpus
+        self.cores_alloc -= job.cores_pn * job.nodes
+        self.cores_useful -= self._useful_cores(job)
+        self.count[f"{job.kind}_running"] -= 1
+        self.running -= 1
+        nodes = job.placement
+        job.placement = []
+        for node in nodes:
+            node.free_gpus += job.gpus_pn
+            node.free_cores += job.cores_pn
+            node.free_mem += job.mem_pn
+            del node.jobs[job]
+            node.bw_used -= job.bw_pn
+            if job in node.pcie_heavy:
+                node.pcie_heavy.remove(job)
+            node.version += 1
+            self.index[node.pool].update(node)
+            self.dirty[node] = None
+            if not node.jobs:
+                del self.busy[node]
+                node.bw_used = 0.0  # drop accumulated float error
+        for r in self.policy.reserve:
+            r.unreserve(job, now)
+        self._refresh(nodes)
+        if self.check:
+            self._check_nodes(nodes)
+
+    # ------------------------------------------------------ node control
+    def _tick(self) -> None:
+        """Run the policy's node control on every busy node."""
+        control = self.policy.node_control
+        for node in list(self.busy):
+            for action in control.control(node, self.now):
+                self.apply(action)
+
+    def apply(self, action: SetQuota | SetCores) -> bool:
+        """Apply a node-control action; returns True if it freed cores."""
+        job = action.job
+        if not job.running:
+            return False
+        if isinstance(action, SetQuota):
+            if not 0.0 <= action.quota <= 1.0:
+                raise ValueError(f"quota must be within [0, 1], got {action.quota}")
+            self.cores_useful -= self._useful_cores(job)
+            job.quota = action.quota
+            self.cores_useful += self._useful_cores(job)
+            self._rebandwidth(job)
+            return False
+        new = int(action.cores_pn)
+        if new < 1:
+            raise ValueError(f"a running job keeps at least one core, got {new}")
+        delta = new - job.cores_pn
+        if delta == 0:
+            return False
+        if delta > 0 and any(n.free_cores < delta for n in job.placement):
+            return False  # not enough free cores: the driver never over-commits
+        self.cores_useful -= self._useful_cores(job)
+        for node in job.placement:
+            node.free_cores -= delta
+            self.index[node.pool].update(node)
+            if delta < 0:
+                self.dirty[node] = None
+        job.cores_pn = new
+        self.cores_alloc += delta * job.nodes
+        self.cores_useful += self._useful_cores(job)
+        self._rebandwidth(job)
+        if self.check:
+            self._check_nodes(job.placement)
+        return delta < 0
+
+    def _rebandwidth(self, job: Job) -> None:
+        new_bw = self._bw_demand(job)
+        for node in job.placement:
+            node.bw_used += new_bw - job.bw_pn
+        job.bw_pn = new_bw
+        self._refresh(job.placement)
+
+    # ---------------------------------------------------------- performance
+    def _bw_demand(self, job: Job) -> float:
+        if job.perf is not None:
+            return job.perf.bw_gbps * job.perf.core_speed(job.cores_pn * job.quota)
+        return job.bw_per_core * job.cores_pn * job.quota
+
+    def _useful_cores(self, job: Job) -> float:
+        effective = job.cores_pn * job.quota
+        if job.perf is not None:
+            effective = min(effective, job.perf.c_opt)
+        return effective * job.nodes
+
+    def _local_speed(self, job: Job, node: Node) -> float:
+        if job.perf is not None:
+            perf = job.perf
+            base = perf.core_speed(job.cores_pn * job.quota)
+            slow = perf.slowdown((node.bw_used - job.bw_pn) / node.bw_gbps)
+            if perf.pcie_heavy and len(node.pcie_heavy) > 1:
+                pair = self.workload.profiles.pcie_pair_slowdown
+                slow *= max(pair(job.model, o.model) for o in node.pcie_heavy if o is not job)
+            return base / slow
+        base = job.cores_pn * job.quota / job.cores_pn_req
+        if node.bw_used > node.bw_gbps:
+            base *= node.bw_gbps / node.bw_used  # saturated memory bus shared pro rata
+        return base
+
+    def _refresh(self, nodes: list[Node]) -> None:
+        """Recompute the speed of every job on these nodes and reschedule its finish."""
+        seen: set[Job] = set()
+        for node in nodes:
+            for job in node.jobs:
+                if job in seen:
+                    continue
+                seen.add(job)
+                speed = min(self._local_speed(job, n) for n in job.placement)
+                self._set_speed(job, speed)
+
+    def _settle(self, job: Job) -> None:
+        now = self.now
+        if now > job.last_update:
+            job.remaining -= job.speed * (now - job.last_update)
+            job.last_update = now
+
+    def _set_speed(self, job: Job, speed: float) -> None:
+        self._settle(job)
+        if speed == job.speed and job.version:
+            return
+        if job.is_dnn:
+            self.gpu_eff += job.gpus * (speed - job.speed)
+        job.speed = speed
+        job.version += 1
+        if speed > 0:
+            self._push(self.now + max(job.remaining, 0.0) / speed, _FINISH, job, job.version)
+
+    # --------------------------------------------------------------- checks
+    def _check_nodes(self, nodes: list[Node]) -> None:
+        for node in nodes:
+            used_g = sum(j.gpus_pn for j in node.jobs)
+            used_c = sum(j.cores_pn for j in node.jobs)
+            if node.free_gpus < 0 or node.free_cores < 0:
+                raise InvariantError(f"{node} over-committed")
+            if used_g + node.free_gpus != node.gpus or used_c + node.free_cores != node.cores:
+                raise InvariantError(f"{node} books do not balance: {used_g}g {used_c}c in use")
+            if node.mem_mib and node.free_mem < 0:
+                raise InvariantError(f"{node} memory over-committed")
+
+    # --------------------------------------------------------------- result
+    def _result(self, wall: float) -> SimResult:
+        is_dnn = self.workload.jobs.gpus > 0
+        submit = np.asarray(self.submit)
+        started = ~np.isnan(self.start)
+        finished = ~np.isnan(self.end)
+        w_end = min(self.w1, self.horizon)
+        span = w_end - self.w0
+        area = self.area
+
+        def util(x: float, total: int) -> float:
+            if total == 0:
+                return 0.0
+            if span <= 0:  # a single instant: report the state at the end
+                return 0.0
+            return x / (span * total)
+
+        while self.sample_i < len(self.sample_times):
+            self._sample(self.sample_i)
+            self.sample_i += 1
+        summary = {
+            "jobs": {
+                "dnn": int(is_dnn.sum()),
+                "cpu": int((~is_dnn).sum()),
+                "finished": int(finished.sum()),
+                "unfinished": int((~finished).sum()),
+                "unschedulable": int(self.unschedulable.sum()),
+                "never_started": int((~started).sum()),
+            },
+            "window": {"start": self.w0, "end": w_end, "basis": self.window_basis},
+            "gpu_util_effective": util(area["gpu_eff"], self.total_gpus),
+            "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
+            "cpu_util": util(area["cores_alloc"], self.total_cores),
+            "cpu_util_useful": util(area["cores_useful"], self.total_cores),
+            "dnn_queue_delay_s": describe((self.start - submit)[is_dnn & started]),
+            "dnn_jct_s": describe((self.end - submit)[is_dnn & finished]),
+            "cpu_queue_delay_s": describe((self.start - submit)[~is_dnn & started]),
+            "cpu_jct_s": describe((self.end - submit)[~is_dnn & finished]),
+            "makespan_s": float(np.nanmax(self.end) - self.submit[0]) if finished.any() else None,
+            "wall_seconds": wall,
+            "events": self.events + self.n,
+            "events_per_s": (self.events + self.n) / wall if wall > 0 else None,
+            "max_work_error": self.work_done_error,
+        }
+        jobs = {
+            "is_dnn": is_dnn,
+            "submit": submit,
+            "start": self.start,
+            "end": self.end,
+            "gpus": self.workload.jobs.gpus,
+            "cores_requested": self.workload.jobs.cores,
+            "cores_granted": self.granted,
+        }
+        return SimResult(summary=summary, timeseries=self.series, jobs=jobs)

@@ -1,0 +1,74 @@
+"""Best-fit node lookup without scanning every node.
+
+Each pool keeps its nodes in buckets keyed by (free GPUs, free cores). For every
+free-GPU level an int bitmask marks which free-core buckets are non-empty, so the
+tightest bucket that still fits a request is found with a shift and a
+lowest-set-bit, whatever the cluster size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from coda.policy.state import Node
+
+
+class PoolIndex:
+    def __init__(self, max_gpus: int) -> None:
+        self.max_gpus = max_gpus
+        # buckets[g][c] = insertion-ordered set of nodes with g free GPUs and c free cores
+        self.buckets: list[dict[int, dict[Node, None]]] = [{} for _ in range(max_gpus + 1)]
+        self.masks: list[int] = [0] * (max_gpus + 1)
+        self.key: dict[int, tuple[int, int]] = {}  # node idx -> its bucket
+        self.size = 0
+
+    def add(self, node: Node) -> None:
+        g, c = node.free_gpus, node.free_cores
+        level = self.buckets[g]
+        bucket = level.get(c)
+        if bucket is None:
+            bucket = level[c] = {}
+            self.masks[g] |= 1 << c
+        bucket[node] = None
+        self.key[node.idx] = (g, c)
+        self.size += 1
+
+    def remove(self, node: Node) -> None:
+        g, c = self.key.pop(node.idx)
+        level = self.buckets[g]
+        bucket = level[c]
+        del bucket[node]
+        if not bucket:
+            del level[c]
+            self.masks[g] &= ~(1 << c)
+        self.size -= 1
+
+    def update(self, node: Node) -> None:
+        """Re-file a node after its free GPUs or cores changed."""
+        if self.key.get(node.idx) != (node.free_gpus, node.free_cores):
+            self.remove(node)
+            self.add(node)
+
+    def best_fit(self, gpus: int, cores: int) -> Iterator[Node]:
+        """Nodes with >= gpus free GPUs and >= cores free cores, tightest first.
+
+        Order: fewest free GPUs, then fewest free cores, then insertion order.
+        The caller must not change nodes while iterating.
+        """
+        for g in range(gpus, self.max_gpus + 1):
+            m = self.masks[g] >> cores
+            level = self.buckets[g]
+            while m:
+                low = m & -m
+                yield from level[cores + low.bit_length() - 1]
+                m ^= low
+
+    def most_free(self) -> Iterator[Node]:
+        """Nodes with the most free GPUs (then cores) first."""
+        for g in range(self.max_gpus, -1, -1):
+            m = self.masks[g]
+            level = self.buckets[g]
+            while m:
+                top = m.bit_length() - 1
+                yield from level[top]
+                m ^= 1 << top

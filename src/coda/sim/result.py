@@ -1,0 +1,52 @@
+"""What one simulation run produces: plain data, ready to report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Columns of SimResult.timeseries, in order. Utilisations are fractions 0..1.
+TIMESERIES_COLUMNS = (
+    "t",  # seconds since the start of the window
+    "gpu_util_effective",  # sum(GPUs x speed) / total GPUs
+    "gpu_util_allocated",  # GPUs held by running jobs / total GPUs
+    "cpu_util",  # cores held by running jobs / total cores
+    "dnn_queued",  # DNN jobs waiting
+    "cpu_queued",  # CPU jobs waiting
+    "dnn_running",
+    "cpu_running",
+)
+
+
+def describe(values: np.ndarray) -> dict[str, float | int | None]:
+    """mean/p50/p95/p99 of a sample; None where the sample is empty (never NaN in JSON)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return {"n": 0, "mean": None, "p50": None, "p95": None, "p99": None}
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {
+        "n": int(values.size),
+        "mean": float(values.mean()),
+        "p50": float(p50),
+        "p95": float(p95),
+        "p99": float(p99),
+    }
+
+
+@dataclass
+class SimResult:
+    """summary: the content of summary.json (see docs/metrics.md).
+
+    timeseries: TIMESERIES_COLUMNS -> equal-length float arrays, sampled on a
+    regular grid over the measurement window.
+
+    jobs: per-job arrays, one entry per job of the workload, in submit order:
+      is_dnn (bool), submit, start, end (float seconds; NaN = never started /
+      never finished), gpus, cores_requested, cores_granted (int; cores per job
+      in total at start, 0 if never started).
+    """
+
+    summary: dict
+    timeseries: dict[str, np.ndarray] = field(default_factory=dict)
+    jobs: dict[str, np.ndarray] = field(default_factory=dict)

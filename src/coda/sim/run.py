@@ -1,0 +1,191 @@
+"""From a configuration to results: load the trace, build the cluster and the
+workload, scale the load, run policies. Shared by the CLI, tests and benchmarks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from coda.policy import make_policy
+from coda.sim.engine import Simulator
+from coda.sim.result import SimResult
+from coda.workload.cluster import (
+    ClusterSpec,
+    NodeSpec,
+    load_node_list,
+    parse_cluster_spec,
+)
+from coda.workload.jobs import FLAG_CENSORED, FLAG_FRACTIONAL, Trace, TraceReport
+from coda.workload.perf import Workload, build_workload, load_profile_set, parse_mix
+from coda.workload.scaling import (
+    DEFAULT_WARMUP,
+    max_reachable_load,
+    offered_gpu_load,
+    scale_to_load,
+    window_bounds,
+)
+from coda.workload.traces import bundled_nodes_path, bundled_trace_path, load_trace
+
+# The main job's default: the bundled trace on a tenth of its own cluster (same
+# mix of node shapes), arrivals compressed to an offered GPU load of 1.0. On the
+# full 6,212-GPU cluster the trace's 7k GPU pods cannot make GPU jobs queue at
+# all (see `max_reachable_load`); at this size they do under the baselines.
+DEFAULT_CLUSTER = "openb:0.1"
+DEFAULT_LOAD = 1.0
+BUNDLED = "bundled:alibaba-openb-2023"
+
+
+@dataclass
+class RunConfig:
+    trace: str | None = None  # None: the bundled Alibaba openb 2023 trace
+    format: str | None = None  # None: detect from the header
+    cluster: str = DEFAULT_CLUSTER
+    load: float | None = DEFAULT_LOAD  # None: keep the trace's own arrival times
+    seed: int = 0
+    profiles: str = "coda"
+    mix: str | None = None
+    skip_bad_rows: bool = False
+    fractional: str = "whole"
+    censored: str = "keep"
+    horizon: float | None = None
+    warmup: float = DEFAULT_WARMUP  # share of first arrivals left out of the window
+    samples: int = 1000
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs except the policy; reused across policies."""
+
+    config: RunConfig
+    trace_report: TraceReport
+    cluster: ClusterSpec
+    workload: Workload
+    time_scale: float
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
+    """``openb`` (the bundled node list), ``openb:F`` (a fraction F of it, same
+    shape mix), a path to a node-list CSV, or a compact spec like ``48x8g96c``."""
+    if text == "openb" or text.startswith("openb:"):
+        full = load_node_list(bundled_nodes_path(), bw_per_core)
+        if text == "openb":
+            return ClusterSpec(label="openb", nodes=full.nodes)
+        try:
+            frac = float(text.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(
+                f"bad cluster {text!r}: expected openb:<fraction>, e.g. openb:0.1"
+            ) from None
+        if not 0 < frac <= 1:
+            raise ValueError(f"bad cluster {text!r}: the fraction must be in (0, 1]")
+        return scale_node_list(full, frac, label=text)
+    if Path(text).is_file():
+        return load_node_list(text, bw_per_core)
+    return parse_cluster_spec(text, bw_per_core)
+
+
+def scale_node_list(full: ClusterSpec, frac: float, label: str) -> ClusterSpec:
+    """Keep round(frac x count) nodes of every node shape, in file order."""
+    groups: dict[tuple, list[NodeSpec]] = {}
+    for node in full.nodes:
+        groups.setdefault((node.gpus, node.cores, node.mem_mib, node.gpu_model), []).append(node)
+    kept = [n for members in groups.values() for n in members[: round(len(members) * frac)]]
+    if not kept:
+        raise ValueError(f"cluster {label!r} keeps no nodes; use a larger fraction")
+    order = {n.name: i for i, n in enumerate(full.nodes)}
+    kept.sort(key=lambda n: order[n.name])
+    return ClusterSpec(label=label, nodes=tuple(kept))
+
+
+def prepare(config: RunConfig) -> Prepared:
+    trace_path = bundled_trace_path() if config.trace is None else Path(config.trace)
+    trace: Trace = load_trace(
+        trace_path,
+        config.format,
+        skip_bad_rows=config.skip_bad_rows,
+        fractional=config.fractional,
+        censored=config.censored,
+    )
+    if config.trace is None:
+        trace.report.path = BUNDLED
+    if len(trace.jobs) == 0:
+        raise ValueError(f"{trace_path}: no jobs left to simulate ({trace.report.as_dict()})")
+    profiles = load_profile_set(config.profiles)
+    cluster = resolve_cluster(config.cluster, profiles.node_bw_gbps_per_core)
+    jobs = trace.jobs
+    notes = []
+    scale = 1.0
+    if config.load is not None:
+        jobs, scale = scale_to_load(jobs, cluster.gpus, config.load, config.warmup)
+        notes.append(
+            f"arrival times scaled by {scale:.6g} so that offered GPU demand inside the "
+            f"measurement window is {config.load} x the cluster's {cluster.gpus} GPUs "
+            "(durations unchanged)"
+        )
+    else:
+        notes.append(
+            "trace arrival times kept; offered GPU load "
+            f"{offered_gpu_load(jobs, cluster.gpus, config.warmup):.3f}"
+        )
+    flags = Counter()
+    for bit, name in ((FLAG_FRACTIONAL, "fractional_gpu"), (FLAG_CENSORED, "censored")):
+        flags[name] = int(((jobs.flags & bit) != 0).sum())
+    if flags["fractional_gpu"]:
+        notes.append(f"{flags['fractional_gpu']} fractional-GPU jobs each hold one whole GPU")
+    if flags["censored"]:
+        notes.append(
+            f"{flags['censored']} jobs were still running at the trace end (duration = lower bound)"
+        )
+    mix = parse_mix(config.mix, profiles) if config.mix else None
+    workload = build_workload(jobs, profiles, config.seed, mix)
+    return Prepared(config, trace.report, cluster, workload, scale, notes)
+
+
+def run_policy(
+    prepared: Prepared,
+    policy_name: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    check_invariants: bool = False,
+) -> SimResult:
+    config = prepared.config
+    policy = make_policy(policy_name)
+    jobs = prepared.workload.jobs
+    sim = Simulator(
+        prepared.workload,
+        prepared.cluster,
+        policy,
+        horizon=config.horizon,
+        window=window_bounds(jobs.submit, config.warmup),
+        window_basis=f"from the arrival at the {config.warmup:.0%} quantile (warm-up) to the last",
+        samples=config.samples,
+        check_invariants=check_invariants,
+        progress=progress,
+    )
+    result = sim.run()
+    head = {
+        "policy": policy.name,
+        "policy_description": policy.description,
+        "trace": prepared.trace_report.path,
+        "format": prepared.trace_report.format,
+        "cluster": prepared.cluster.describe(),
+        "load": config.load,
+        "load_basis": "GPU demand inside the measurement window / (GPUs x window); docs/metrics.md",
+        "offered_gpu_load": offered_gpu_load(jobs, prepared.cluster.gpus, config.warmup),
+        "max_reachable_load": max_reachable_load(jobs, prepared.cluster.gpus, config.warmup),
+        "time_scale": prepared.time_scale,
+        "seed": config.seed,
+        "profile_set": prepared.workload.profiles.name,
+        "model_mix": prepared.workload.mix,
+    }
+    result.summary = {
+        **head,
+        **result.summary,
+        "config": asdict(config),
+        "trace_report": prepared.trace_report.as_dict(),
+        "notes": list(prepared.notes),
+    }
+    return result

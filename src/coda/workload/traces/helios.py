@@ -1,0 +1,172 @@
+"""SenseTime Helios traces: the original per-cluster cluster_log.csv and the derived
+interval-based subsets that circulate with columns u_id,...,interval,run_time,...
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+from coda.workload.jobs import Trace
+from coda.workload.traces._common import NEVER_STARTED, Outcome, TraceBuilder
+
+FORMAT = "helios"
+REQUIRED = (
+    "job_id",
+    "gpu_num",
+    "cpu_num",
+    "node_num",
+    "state",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "duration",
+)
+OPTIONAL = ("user", "vc", "queue")
+SIGNATURE = ("job_id", "gpu_num", "state", "submit_time")
+
+DERIVED_FORMAT = "helios-derived"
+DERIVED_REQUIRED = ("u_id", "gpu_num", "cpu_num", "node_num", "interval", "run_time")
+DERIVED_OPTIONAL = ("user", "wall_time", "new_status")
+DERIVED_SIGNATURE = ("u_id", "gpu_num", "interval", "run_time")
+
+_EPOCH = datetime(1970, 1, 1)
+
+_RESOURCES = (
+    "gpus = gpu_num and cores = ceil(cpu_num) are the job's totals; nodes = max(1, "
+    "node_num); mem_mib = 0 (the trace does not record memory)"
+)
+
+
+def load(
+    path: str | Path,
+    *,
+    skip_bad_rows: bool = False,
+    fractional: str = "whole",
+    censored: str = "keep",
+) -> Trace:
+    """The original cluster_log.csv (times as seconds or 'YYYY-MM-DD HH:MM:SS')."""
+    b = TraceBuilder(
+        path, FORMAT, skip_bad_rows=skip_bad_rows, fractional=fractional, censored=censored
+    )
+    b.treat(
+        NEVER_STARTED,
+        "a job with no start_time or a duration of 0 never ran (Slurm jobs cancelled "
+        f"while queued); it is left out (excluded[{NEVER_STARTED!r}])",
+    )
+    b.treat(
+        "times",
+        "submit = submit_time, duration = the duration column (end_time - start_time "
+        "in seconds); numeric times are kept as they are, date-times become seconds "
+        "since the earliest submit_time in the file; state RUNNING counts as censored",
+    )
+    b.treat("resources", _RESOURCES)
+    # The first submit_time decides whether the file's times are numbers or
+    # date-times; a file mixing both is malformed, not guessable.
+    datetimes: bool | None = None
+    first = math.inf  # earliest submit seen, the origin for date-times
+
+    def time(row: dict[str, str], col: str) -> float | None:
+        nonlocal datetimes
+        s = row.get(col, "").strip()
+        if not s:
+            return None
+        if datetimes is None:
+            try:
+                float(s)
+                datetimes = False
+            except ValueError:
+                datetimes = True
+        if not datetimes:
+            return b.num(row, col)
+        try:
+            dt = datetime.fromisoformat(s)
+        except ValueError:
+            msg = f"not a time 'YYYY-MM-DD HH:MM:SS' like earlier rows: {s!r}"
+            raise b.error(col, msg) from None
+        if dt.tzinfo is not None:
+            dt = dt.astimezone(UTC).replace(tzinfo=None)
+        return (dt - _EPOCH).total_seconds()
+
+    def parse(row: dict[str, str]) -> Outcome:
+        nonlocal first
+        job_id = b.ident(row, "job_id")
+        gpus = b.integer(row, "gpu_num", minimum=0)
+        cpus = b.number(row, "cpu_num", minimum=0)
+        nodes = b.integer(row, "node_num", minimum=0)
+        submit = time(row, "submit_time")
+        if submit is None:
+            raise b.error("submit_time", "value is missing")
+        start = time(row, "start_time")
+        end = time(row, "end_time")
+        duration = b.number(row, "duration", minimum=0)
+        if start is not None and start < submit:
+            raise b.error("start_time", "start is before submit")
+        if start is not None and end is not None and end < start:
+            raise b.error("end_time", "end is before start")
+        first = min(first, submit)
+        if start is None or duration == 0:
+            return NEVER_STARTED
+        return b.job(
+            job_id,
+            submit,
+            duration,
+            gpus,
+            b.cores(cpus),
+            0,
+            nodes,
+            censored=b.text(row, "state").upper() == "RUNNING",
+        )
+
+    b.load(parse, REQUIRED, OPTIONAL)
+    return b.finish(submit_offset=first if datetimes and math.isfinite(first) else 0.0)
+
+
+def load_derived(
+    path: str | Path,
+    *,
+    skip_bad_rows: bool = False,
+    fractional: str = "whole",
+    censored: str = "keep",
+) -> Trace:
+    """A derived subset: arrivals as `interval` (seconds since the previous arrival)."""
+    b = TraceBuilder(
+        path,
+        DERIVED_FORMAT,
+        skip_bad_rows=skip_bad_rows,
+        fractional=fractional,
+        censored=censored,
+    )
+    b.treat(
+        "times",
+        "submit = running sum of interval (seconds since the previous row's arrival; "
+        "the first row's counts from 0); a row's interval advances the clock whenever it "
+        "parses, even if the row is then excluded or skipped as bad, so later arrivals "
+        "keep their times; duration = run_time; wall_time (the requested time limit) "
+        "is not used; new_status 'running' (any case) counts as censored",
+    )
+    b.treat("resources", _RESOURCES)
+    clock = [0.0]
+
+    def parse(row: dict[str, str]) -> Outcome:
+        clock[0] += b.number(row, "interval", minimum=0)
+        submit = clock[0]
+        job_id = b.ident(row, "u_id")
+        gpus = b.integer(row, "gpu_num", minimum=0)
+        cpus = b.number(row, "cpu_num", minimum=0)
+        nodes = b.integer(row, "node_num", minimum=0)
+        run_time = b.number(row, "run_time", minimum=0)
+        return b.job(
+            job_id,
+            submit,
+            run_time,
+            gpus,
+            b.cores(cpus),
+            0,
+            nodes,
+            censored=b.text(row, "new_status").lower() == "running",
+        )
+
+    b.load(parse, DERIVED_REQUIRED, DERIVED_OPTIONAL)
+    return b.finish()

@@ -1,0 +1,245 @@
+"""The simulator core: scheduling, backfill, contention, extension points, invariants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coda.policy import make_policy
+from coda.policy.framework import SetQuota
+from coda.policy.state import Job, Node
+from coda.sim.engine import Simulator
+from coda.workload.cluster import parse_cluster_spec
+from coda.workload.jobs import JobTable
+from coda.workload.perf import build_workload, load_profile_set
+
+PROFILES = load_profile_set("coda")
+
+
+def table(rows: list[tuple]) -> JobTable:
+    """rows: (submit, duration, gpus, cores[, mem, nodes])."""
+    full = []
+    for i, r in enumerate(rows):
+        submit, duration, gpus, cores = r[:4]
+        mem = r[4] if len(r) > 4 else 0
+        nodes = r[5] if len(r) > 5 else 1
+        full.append((f"j{i}", submit, duration, gpus, cores, mem, nodes, 0))
+    return JobTable.from_rows(full).sorted_by_submit()
+
+
+def simulate(rows, cluster: str, policy="static-separate", mix=None, seed=0, **kw):
+    wl = build_workload(table(rows), PROFILES, seed, mix or {"VGG16": 1.0})
+    sim = Simulator(
+        wl, parse_cluster_spec(cluster), make_policy(policy), check_invariants=True, **kw
+    )
+    return sim, sim.run()
+
+
+def test_lone_jobs_run_for_their_trace_duration():
+    # Each job alone on its node at the cores it asked for: JCT == trace duration,
+    # whatever its model's optimum (work = duration x speed(requested)).
+    rows = [(0, 100, 2, 1), (0, 50, 2, 12), (0, 70, 0, 4), (1000, 30, 1, 1)]
+    _, res = simulate(rows, "2x2g16c,1x0g16c", mix={"AlexNet": 1.0})
+    jct = res.jobs["end"] - res.jobs["submit"]
+    assert np.allclose(jct, [100, 50, 70, 30])
+    assert res.summary["jobs"]["finished"] == 4
+
+
+def test_fifo_queueing_on_one_gpu():
+    _, res = simulate([(0, 100, 1, 2), (0, 100, 1, 2), (10, 100, 1, 2)], "1x1g8c")
+    assert res.jobs["start"].tolist() == [0, 100, 200]
+    assert res.summary["dnn_queue_delay_s"]["mean"] == pytest.approx((0 + 100 + 190) / 3)
+
+
+def test_backfill_uses_idle_gpus_without_delaying_the_blocked_head():
+    rows = [
+        (0, 100, 1, 2),  # A: holds one of the two GPUs until t=100
+        (1, 50, 2, 2),  # B: needs both GPUs: blocked, gets a reservation at t=100
+        (2, 90, 1, 2),  # C: ends at 92 < 100: may backfill
+        (3, 200, 1, 2),  # D: would end at 203 and delay B: must wait
+    ]
+    _, res = simulate(rows, "1x2g8c")
+    start = res.jobs["start"].tolist()
+    assert start[0] == 0 and start[2] == 2  # C backfilled at once
+    assert start[1] == 100  # B not delayed
+    assert start[3] == 150  # D after B
+
+
+def test_without_backfill_the_head_blocks_everyone():
+    rows = [(0, 100, 1, 2), (1, 50, 2, 2), (2, 90, 1, 2)]
+    wl = build_workload(table(rows), PROFILES, 0, {"VGG16": 1.0})
+    policy = make_policy("static-separate")
+    policy.backfill = False
+    res = Simulator(wl, parse_cluster_spec("1x2g8c"), policy, check_invariants=True).run()
+    # Without a reservation the short job still starts (plain first-fit); the
+    # 2-GPU job then has to wait for both A and C.
+    assert res.jobs["start"].tolist() == [0, 100, 2]
+
+
+def test_separate_keeps_cpu_jobs_off_gpu_nodes_and_shared_does_not():
+    rows = [(0, 100, 0, 16), (0, 100, 0, 16)]  # two CPU jobs, one 16-core CPU node
+    _, sep = simulate(rows, "1x8g96c,1x0g16c", policy="static-separate")
+    assert sep.jobs["start"].tolist() == [0, 100]
+    _, shared = simulate(rows, "1x8g96c,1x0g16c", policy="static-shared")
+    assert shared.jobs["start"].tolist() == [0, 0]  # second one on the GPU node's cores
+
+
+def test_shared_cpu_jobs_can_delay_dnn_jobs():
+    # static-shared has no protection: a CPU job holding the GPU node's cores
+    # makes a later DNN job wait although its GPU is free.
+    rows = [(0, 100, 0, 16), (0, 100, 0, 8), (1, 10, 1, 4)]
+    _, res = simulate(rows, "1x1g8c,1x0g16c", policy="static-shared")
+    assert res.jobs["start"][2] == 100
+
+
+def test_unschedulable_jobs_are_counted_not_lost():
+    rows = [(0, 10, 8, 8), (0, 10, 1, 4), (0, 10, 0, 64)]
+    _, res = simulate(rows, "2x4g32c,1x0g32c")
+    jobs = res.summary["jobs"]
+    assert jobs["unschedulable"] == 2 and jobs["finished"] == 1 and jobs["unfinished"] == 2
+
+
+def test_gang_job_takes_several_nodes_and_waits_for_all():
+    rows = [(0, 100, 1, 2), (1, 10, 4, 8, 0, 2)]  # 2 nodes x 2 GPUs
+    sim, res = simulate(rows, "2x2g8c")
+    assert res.jobs["start"].tolist() == [0, 100]
+    assert res.jobs["end"][1] == pytest.approx(110)
+
+
+def test_memory_bandwidth_contention_slows_sensitive_jobs_and_conserves_work():
+    # Two WaveNet jobs alone: 1 GPU each, c_opt 3, 6 GB/s each. On a node with
+    # 8 GB/s, each sees the other's 6 GB/s = 75% pressure -> 1.33x slower.
+    rows = [(0, 100, 1, 3), (0, 100, 1, 3)]
+    sim, res = simulate(rows, "1x2g8c8b", mix={"WaveNet": 1.0})
+    perf = PROFILES.job_perf("WaveNet", 1, 1)
+    expected = 100 * perf.slowdown(perf.bw_gbps / 8.0)
+    assert expected > 100
+    assert np.allclose(res.jobs["end"], expected)
+    assert res.summary["max_work_error"] < 1e-9
+
+
+def test_speed_recomputed_when_a_co_runner_leaves():
+    rows = [(0, 100, 1, 3), (0, 20, 1, 3)]
+    _, res = simulate(rows, "1x2g8c8b", mix={"WaveNet": 1.0})
+    perf = PROFILES.job_perf("WaveNet", 1, 1)
+    slow = perf.slowdown(perf.bw_gbps / 8.0)
+    t_short = 20 * slow
+    # The long job ran at 1/slow until t_short, then at full speed.
+    assert res.jobs["end"][1] == pytest.approx(t_short)
+    assert res.jobs["end"][0] == pytest.approx(t_short + (100 - t_short / slow))
+
+
+class _HalfQuotaForCpuJobs:
+    """A node-control plugin: throttles every CPU job to half its cores."""
+
+    period_s = 10.0
+
+    def control(self, node: Node, now: float):
+        return [SetQuota(j, 0.5) for j in node.jobs if not j.is_dnn and j.quota != 0.5]
+
+
+def test_node_control_plugin_throttles_without_touching_the_core():
+    rows = [(0, 100, 0, 4)]
+    wl = build_workload(table(rows), PROFILES, 0)
+    policy = make_policy("static-shared")
+    policy.node_control = _HalfQuotaForCpuJobs()
+    res = Simulator(wl, parse_cluster_spec("1x0g8c"), policy, check_invariants=True).run()
+    # Full speed for the first 10 s, then half: 10 + 2 x 90.
+    assert res.jobs["end"][0] == pytest.approx(190)
+
+
+class _PreferLastNode:
+    def score(self, job: Job, node: Node, cores_pn: int) -> float:
+        return node.idx
+
+
+def test_score_plugin_chooses_among_feasible_nodes():
+    wl = build_workload(table([(0, 10, 1, 2)]), PROFILES, 0, {"VGG16": 1.0})
+    policy = make_policy("static-separate")
+    policy.scores = [(_PreferLastNode(), 1.0)]
+    policy.candidates_to_score = 10
+    placed = []
+
+    class Spy:
+        def reserve(self, job, nodes, now):
+            placed.extend(n.idx for n in nodes)
+
+        def unreserve(self, job, now):
+            pass
+
+    policy.reserve = [Spy()]
+    Simulator(wl, parse_cluster_spec("4x1g8c"), policy).run()
+    assert placed == [3]
+
+
+def test_horizon_reports_running_and_queued_jobs_as_unfinished():
+    rows = [(0, 100, 1, 2), (0, 100, 1, 2), (5, 1, 0, 1)]
+    _, res = simulate(rows, "1x1g8c,1x0g4c", horizon=50)
+    assert res.summary["jobs"]["finished"] == 1
+    assert res.summary["jobs"]["unfinished"] == 2
+    assert math.isnan(res.jobs["start"][1])
+
+
+def test_utilisation_is_a_time_average_over_the_arrival_window():
+    # One 1-GPU job busy for the whole window [0, 100] on a 2-GPU cluster.
+    rows = [(0, 100, 1, 2), (100, 10, 0, 1)]
+    _, res = simulate(rows, "1x2g8c,1x0g4c")
+    assert res.summary["gpu_util_allocated"] == pytest.approx(0.5)
+    assert res.summary["gpu_util_effective"] == pytest.approx(0.5)
+    ts = res.timeseries
+    assert ts["gpu_util_allocated"][len(ts["t"]) // 2] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- properties
+
+job_rows = st.lists(
+    st.tuples(
+        st.integers(0, 500),  # submit
+        st.integers(1, 300),  # duration
+        st.sampled_from([0, 0, 1, 1, 2, 4]),  # gpus
+        st.integers(1, 24),  # cores
+        st.sampled_from([0, 1000, 64000]),  # mem MiB
+        st.sampled_from([1, 1, 1, 2]),  # nodes
+    ),
+    min_size=1,
+    max_size=40,
+)
+clusters = st.sampled_from(["2x4g16c8b,1x0g16c", "3x2g8c64m,2x0g8c", "1x4g24c,1x0g4c", "4x1g4c"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=job_rows, cluster=clusters, policy=st.sampled_from(["static-separate", "static-shared"])
+)
+def test_invariants_hold_on_random_workloads(rows, cluster, policy):
+    rows = [r if r[2] % r[5] == 0 else (*r[:5], 1) for r in rows]
+    mix = {"AlexNet": 1.0, "WaveNet": 1.0, "ResNet50": 1.0}
+    # check_invariants: no node over-committed, books balance, work conserved.
+    sim, res = simulate(rows, cluster, policy=policy, mix=mix)
+    jobs = res.summary["jobs"]
+    # Every arriving job finishes or is reported (unschedulable).
+    assert jobs["finished"] + jobs["unfinished"] == len(rows)
+    assert jobs["unfinished"] == jobs["unschedulable"]
+    started = ~np.isnan(res.jobs["start"])
+    assert (res.jobs["start"][started] >= res.jobs["submit"][started]).all()
+    assert res.summary["max_work_error"] < 1e-6
+    assert all(n.free_gpus == n.gpus and n.free_cores == n.cores for n in sim.nodes)
+    assert 0.0 <= res.summary["gpu_util_effective"] <= res.summary["gpu_util_allocated"] + 1e-9
+    assert res.summary["gpu_util_allocated"] <= 1.0 + 1e-9 and res.summary["cpu_util"] <= 1.0 + 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=job_rows, seed=st.integers(0, 3))
+def test_same_seed_same_result(rows, seed):
+    rows = [r if r[2] % r[5] == 0 else (*r[:5], 1) for r in rows]
+    mix = {"AlexNet": 1.0, "WaveNet": 1.0, "Bi-att-flow": 1.0}
+    _, a = simulate(rows, "2x4g16c8b,1x0g16c", mix=mix, seed=seed)
+    _, b = simulate(rows, "2x4g16c8b,1x0g16c", mix=mix, seed=seed)
+    for key in ("start", "end"):
+        assert np.array_equal(a.jobs[key], b.jobs[key], equal_nan=True)
+    for key in ("gpu_util_effective", "cpu_util", "dnn_jct_s"):
+        assert a.summary[key] == b.summary[key]
