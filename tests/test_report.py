@@ -405,3 +405,12 @@ def test_names_are_not_rich_markup() -> None:
     text = render(comparison_table([a, b])) + render(summary_table(a))
     for expected in ("coda[bold]", "b[/]", "[t]", "x [/red] y"):
         assert expected in text
+
+
+def test_notes_shared_by_every_run_are_listed_once():
+    from coda.report.tables import _notes
+
+    a = {"policy": "a", "notes": ["workload note", "only a"]}
+    b = {"policy": "b", "notes": ["workload note"]}
+    assert _notes([a, b], with_policy=True) == ["workload note", "a: only a"]
+    assert _notes([a], with_policy=False) == ["workload note", "only a"]

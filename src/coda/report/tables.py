@@ -301,13 +301,17 @@ def _cells(row: _Row, summaries: Sequence[dict], base_index: int | None) -> list
 
 
 def _notes(summaries: Sequence[dict], with_policy: bool) -> list[str]:
-    out = []
+    """Each run's notes; a note every run shares (the workload's) is listed once."""
+    per_run = []
     for s in summaries:
         notes = s.get("notes") or []
-        if isinstance(notes, str):
-            notes = [notes]
+        per_run.append([notes] if isinstance(notes, str) else [str(n) for n in notes])
+    shared = set.intersection(*(set(n) for n in per_run)) if len(per_run) > 1 else set()
+    out = [n for n in per_run[0] if n in shared] if per_run else []
+    for s, notes in zip(summaries, per_run, strict=True):
         for note in notes:
-            out.append(f"{_policy(s)}: {note}" if with_policy else str(note))
+            if note not in shared:
+                out.append(f"{_policy(s)}: {note}" if with_policy else note)
     return out
 
 

@@ -519,6 +519,12 @@ class Simulator:
         self.running += 1
         self.start[job.idx] = now
         self.granted[job.idx] = cores_pn * job.nodes
+        resv = self.reservations[job.kind]
+        if resv is not None and resv.job is job:
+            # Its reservation is spent; jobs it kept off those nodes may fit there now.
+            self.reservations[job.kind] = None
+            for node in resv.nodes:
+                self.dirty[node] = None
         job.bw_pn = self._bw_demand(job)
         for node in nodes:
             node.free_gpus -= job.gpus_pn

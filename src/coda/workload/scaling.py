@@ -72,8 +72,8 @@ def scale_to_load(
     Returns the rescaled table and the factor applied to arrival offsets.
     Offered load falls monotonically as the factor grows, so bisection finds it.
     """
-    if load <= 0:
-        raise ValueError(f"--load must be > 0, got {load}")
+    if not load > 0:  # also rejects NaN
+        raise ValueError(f"--load must be a number > 0, got {load}")
     if len(jobs) < 2 or not (jobs.gpus > 0).any():
         raise ValueError("scaling to a GPU load needs at least two jobs, some with GPUs")
     w0, w1 = window_bounds(jobs.submit, warmup)
@@ -116,6 +116,8 @@ def resample_jobs(jobs: JobTable, n: int, seed: int) -> JobTable:
     from the trace's own gaps (so burstiness is kept); ids get a ``~k`` suffix."""
     if len(jobs) < 2:
         raise ValueError("resampling needs at least two jobs")
+    if n < 1:
+        raise ValueError(f"cannot resample {n} jobs; ask for at least 1")
     rng = np.random.default_rng(seed)
     pick = rng.integers(0, len(jobs), size=n)
     gaps = np.diff(jobs.submit)
