@@ -240,3 +240,22 @@ def test_simulate_defaults_on_bundled_trace(runner, tmp_path):
     assert s["seed"] == 0
     # Under the baseline the default configuration must make DNN jobs queue.
     assert s["dnn_queue_delay_s"]["mean"] > 0
+
+
+def test_trace_command_accounts_for_every_row(runner, trace):
+    result = runner.invoke(main, ["trace", "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "rows read │ 40" in text and "jobs loaded │ 40" in text
+    assert "DNN (GPU) jobs │ 30" in text and "CPU jobs │ 10" in text
+
+
+def test_trace_command_shows_bad_rows_when_skipping(runner, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_s,duration_s,gpus,cores\na,0,10,1,4\nb,1,ten,1,4\n")
+    failed = runner.invoke(main, ["trace", "--trace", str(bad)])
+    assert_user_error(failed, "bad.csv", ":3:", "duration_s")
+    result = runner.invoke(main, ["trace", "--trace", str(bad), "--skip-bad-rows"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "skipped bad rows │ 1" in text and "bad row:" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from pathlib import Path
@@ -55,16 +56,7 @@ def synthetic_jobs(n: int = 80, seed: int = 7) -> JobTable:
 def shifted(jobs: JobTable, scale: float) -> JobTable:
     """jobs with arrival offsets (from the first arrival) multiplied by scale."""
     a0 = jobs.submit[0]
-    return JobTable(
-        ids=list(jobs.ids),
-        submit=a0 + (jobs.submit - a0) * scale,
-        duration=jobs.duration,
-        gpus=jobs.gpus,
-        cores=jobs.cores,
-        mem_mib=jobs.mem_mib,
-        nodes=jobs.nodes,
-        flags=jobs.flags,
-    )
+    return dataclasses.replace(jobs, submit=a0 + (jobs.submit - a0) * scale)
 
 
 @pytest.fixture(scope="module")

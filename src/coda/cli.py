@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from coda.policy import POLICIES
 from coda.sim.run import DEFAULT_CLUSTER, DEFAULT_LOAD, Prepared, RunConfig, prepare, run_policy
@@ -223,6 +224,55 @@ def compare(policies: str, out: str, **kw) -> None:
         paths = write_comparison(results, Path(out))
     console.print(comparison_table([r.summary for r in results]))
     console.print(f"[dim]wrote {len(paths)} files under {out}[/dim]")
+
+
+@main.command("trace")
+@click.option(
+    "--trace",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Trace file. Default: the bundled Alibaba openb 2023 pod list.",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
+@click.option("--skip-bad-rows", is_flag=True)
+@click.option("--fractional", type=click.Choice(["whole", "drop"]), default="whole")
+@click.option("--censored", type=click.Choice(["keep", "drop"]), default="keep")
+def trace_info(
+    trace: str | None, fmt: str | None, skip_bad_rows: bool, fractional: str, censored: str
+) -> None:
+    """Load a trace and show what became of every row, and how rows were treated."""
+    from rich.table import Table
+
+    from coda.workload.traces import bundled_trace_path, load_trace
+
+    with _user_errors():
+        loaded = load_trace(
+            trace or bundled_trace_path(),
+            fmt,
+            skip_bad_rows=skip_bad_rows,
+            fractional=fractional,
+            censored=censored,
+        )
+    rep, jobs = loaded.report, loaded.jobs
+    table = Table(title=f"{rep.path} ({rep.format})", show_header=False)
+    table.add_row("rows read", f"{rep.rows_read:,}")
+    table.add_row("jobs loaded", f"{rep.jobs_loaded:,}")
+    table.add_row("  DNN (GPU) jobs", f"{int(jobs.is_dnn.sum()):,}")
+    table.add_row("  CPU jobs", f"{int((~jobs.is_dnn).sum()):,}")
+    table.add_row("skipped bad rows", f"{rep.skipped_bad_rows:,}")
+    for key, n in rep.excluded.items():
+        table.add_row(f"excluded: {key}", f"{n:,}")
+    for key, n in rep.adjusted.items():
+        table.add_row(f"adjusted: {key}", f"{n:,}")
+    if len(jobs):
+        span = float(jobs.submit[-1] - jobs.submit[0])
+        table.add_row("arrival span", f"{span / 86400:.2f} days")
+        table.add_row("GPU-hours asked", f"{float((jobs.gpus * jobs.duration).sum()) / 3600:,.0f}")
+    console.print(table)
+    for key, text in rep.treatments.items():
+        console.print(f"[bold]{key}[/bold]: ", Text(text))
+    for example in rep.bad_row_examples:
+        console.print(Text(f"bad row: {example}"))
 
 
 @main.command("policies")

@@ -7,6 +7,8 @@ months-long pod cannot pose as load in a one-day window.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from coda.workload.jobs import JobTable
@@ -38,29 +40,37 @@ def _offered(
     return float((jobs.gpus * overlap).sum() / (total_gpus * (hi - lo)))
 
 
-def offered_gpu_load(jobs: JobTable, total_gpus: int, warmup: float = DEFAULT_WARMUP) -> float:
-    """GPU demand inside the measurement window / (GPU capacity x window length)."""
+def _relative_window(
+    jobs: JobTable, total_gpus: int, warmup: float
+) -> tuple[np.ndarray, float, float] | None:
+    """Arrival offsets from the first arrival and the window in the same terms;
+    None when there is no window to load (fewer than two jobs, one instant, no GPUs)."""
     if len(jobs) < 2 or total_gpus <= 0:
-        return 0.0
+        return None
     w0, w1 = window_bounds(jobs.submit, warmup)
     if w1 <= w0:
-        return 0.0
+        return None
     a0 = jobs.submit[0]
-    return _offered(jobs.submit - a0, jobs, total_gpus, w0 - a0, w1 - a0, 1.0)
+    return jobs.submit - a0, w0 - a0, w1 - a0
+
+
+def offered_gpu_load(jobs: JobTable, total_gpus: int, warmup: float = DEFAULT_WARMUP) -> float:
+    """GPU demand inside the measurement window / (GPU capacity x window length)."""
+    rel = _relative_window(jobs, total_gpus, warmup)
+    if rel is None:
+        return 0.0
+    offsets, r0, r1 = rel
+    return _offered(offsets, jobs, total_gpus, r0, r1, 1.0)
 
 
 def max_reachable_load(jobs: JobTable, total_gpus: int, warmup: float = DEFAULT_WARMUP) -> float:
     """The offered load as arrivals are compressed without limit (its supremum)."""
-    if len(jobs) < 2 or total_gpus <= 0:
+    rel = _relative_window(jobs, total_gpus, warmup)
+    if rel is None:
         return 0.0
-    w0, w1 = window_bounds(jobs.submit, warmup)
-    if w1 <= w0:
-        return 0.0
-    a0 = jobs.submit[0]
-    rel = jobs.submit - a0
+    offsets, r0, r1 = rel
     # As scale -> 0 each job covers the window from its arrival on.
-    r0, r1 = w0 - a0, w1 - a0
-    cover = np.clip(r1 - np.maximum(rel, r0), 0.0, None)
+    cover = np.clip(r1 - np.maximum(offsets, r0), 0.0, None)
     return float((jobs.gpus * cover).sum() / (total_gpus * (r1 - r0)))
 
 
@@ -76,39 +86,27 @@ def scale_to_load(
         raise ValueError(f"--load must be a number > 0, got {load}")
     if len(jobs) < 2 or not (jobs.gpus > 0).any():
         raise ValueError("scaling to a GPU load needs at least two jobs, some with GPUs")
-    w0, w1 = window_bounds(jobs.submit, warmup)
-    if w1 <= w0:
+    rel = _relative_window(jobs, total_gpus, warmup)
+    if rel is None:
         raise ValueError("scaling to a GPU load needs arrivals spread over time")
+    offsets, r0, r1 = rel
     ceiling = max_reachable_load(jobs, total_gpus, warmup)
     if load >= ceiling:
         raise ValueError(
             f"load {load} cannot be reached: this trace offers at most {ceiling:.3f} x "
             f"{total_gpus} GPUs however much its arrivals are compressed; use a smaller cluster"
         )
-    a0 = jobs.submit[0]
-    rel = jobs.submit - a0
-    r0, r1 = w0 - a0, w1 - a0
     lo, hi = 1e-12, 1e12  # offered(lo) ~ ceiling > load > offered(hi) ~ 0
     for _ in range(200):
         mid = float(np.sqrt(lo * hi))
-        if _offered(rel, jobs, total_gpus, r0, r1, mid) > load:
+        if _offered(offsets, jobs, total_gpus, r0, r1, mid) > load:
             lo = mid
         else:
             hi = mid
         if hi / lo < 1 + 1e-9:
             break
     scale = float(np.sqrt(lo * hi))
-    out = JobTable(
-        ids=jobs.ids,
-        submit=a0 + rel * scale,
-        duration=jobs.duration,
-        gpus=jobs.gpus,
-        cores=jobs.cores,
-        mem_mib=jobs.mem_mib,
-        nodes=jobs.nodes,
-        flags=jobs.flags,
-    )
-    return out, scale
+    return replace(jobs, submit=jobs.submit[0] + offsets * scale), scale
 
 
 def resample_jobs(jobs: JobTable, n: int, seed: int) -> JobTable:
@@ -123,13 +121,4 @@ def resample_jobs(jobs: JobTable, n: int, seed: int) -> JobTable:
     gaps = np.diff(jobs.submit)
     arrivals = np.concatenate([[0.0], np.cumsum(rng.choice(gaps, size=n - 1))]) + jobs.submit[0]
     ids = [f"{jobs.ids[j]}~{k}" for k, j in enumerate(pick.tolist())]
-    return JobTable(
-        ids=ids,
-        submit=arrivals,
-        duration=jobs.duration[pick],
-        gpus=jobs.gpus[pick],
-        cores=jobs.cores[pick],
-        mem_mib=jobs.mem_mib[pick],
-        nodes=jobs.nodes[pick],
-        flags=jobs.flags[pick],
-    )
+    return replace(jobs.take(pick), ids=ids, submit=arrivals)
