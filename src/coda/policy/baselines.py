@@ -39,6 +39,9 @@ class RequestedCores:
     def cores_per_node(self, job: Job) -> int:
         return job.cores_pn_req
 
+    def group_key(self, job: Job) -> int:
+        return job.cores_pn_req
+
 
 def static_separate() -> Policy:
     return Policy(

@@ -34,7 +34,13 @@ class PoolSelect(Protocol):
 
 
 class CoreCount(Protocol):
-    """How many cores per node to grant a job when it starts."""
+    """How many cores per node to grant a job when it starts.
+
+    Jobs with equal GPUs per node, node count and ``group_key`` must get equal
+    answers at any one moment: the driver queues such jobs together and judges
+    them by the first. A plugin without ``group_key`` is taken to depend on the
+    job's requested cores per node only.
+    """
 
     def cores_per_node(self, job: Job) -> int: ...
 

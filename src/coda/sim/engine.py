@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from bisect import insort
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,6 +43,41 @@ class _Reservation:
     nodes: list[Node]
     shadow: float  # when the reserved job is expected to be able to start
     versions: tuple[int, ...]
+
+
+class _Bucket:
+    """Queued jobs of one shape, sorted by (queue key, trace row); started jobs
+    are skipped lazily and trimmed from the front."""
+
+    __slots__ = ("keys", "jobs", "pos")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []
+        self.jobs: list[Job] = []
+        self.pos = 0  # entries before pos have all started
+
+    def add(self, key: tuple, job: Job) -> None:
+        at = bisect_right(self.keys, key)
+        self.keys.insert(at, key)
+        self.jobs.insert(at, job)
+        self.pos = min(self.pos, at)
+
+    def front(self) -> tuple[tuple, Job] | None:
+        jobs, i = self.jobs, self.pos
+        while i < len(jobs) and jobs[i].start >= 0:
+            i += 1
+        if i > 64 and i * 2 > len(jobs):  # trim the started prefix
+            del self.keys[:i], self.jobs[:i]
+            i = 0
+        self.pos = i
+        return (self.keys[i], jobs[i]) if i < len(jobs) else None
+
+    def next_after(self, at: int) -> tuple[tuple, int] | None:
+        jobs = self.jobs
+        i = at + 1
+        while i < len(jobs) and jobs[i].start >= 0:
+            i += 1
+        return (self.keys[i], i) if i < len(jobs) else None
 
 
 class Simulator:
@@ -110,13 +145,19 @@ class Simulator:
         self.heap: list[tuple] = []
         self.seq = 0
         self.events = 0
-        self.queues: dict[str, list[tuple[tuple, int, Job]]] = {DNN: [], CPU: []}
-        self.dead = {DNN: 0, CPU: 0}  # started jobs not yet compacted out of a queue
+        # Each array (DNN, CPU) is one queue kept as FIFO buckets of alike jobs
+        # (same GPUs and cores per node, nodes, model), each sorted by queue key.
+        # Jobs of a bucket fit or fail alike, so a cycle looks at bucket fronts,
+        # not at every queued job.
+        self.buckets: dict[str, dict[tuple, _Bucket]] = {DNN: {}, CPU: {}}
         self.reservations: dict[str, _Reservation | None] = {DNN: None, CPU: None}
         self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
         # Stand-in jobs, to ask the policy which pools each array may use.
         self._probe_dnn = Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0)
         self._probe_cpu = Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0)
+        # Jobs alike in what decides their core count share a queue bucket.
+        self._core_group = getattr(policy.core_count, "group_key", lambda job: job.cores_pn_req)
+
         self.busy: dict[Node, None] = {}  # nodes with at least one job
         self.running = 0
         self._fit_cache: dict[tuple, bool] = {}
@@ -253,7 +294,11 @@ class Simulator:
         if not self._can_ever_fit(job, cores_pn):
             self.unschedulable[i] = True
             return None
-        insort(self.queues[job.kind], (self.policy.queue_sort.key(job), i, job))
+        shape = (job.kind, job.gpus_pn, job.nodes, self._core_group(job))
+        bucket = self.buckets[job.kind].get(shape)
+        if bucket is None:
+            bucket = self.buckets[job.kind][shape] = _Bucket()
+        bucket.add((self.policy.queue_sort.key(job), i), job)
         self.count[f"{job.kind}_queued"] += 1
         return job
 
@@ -292,54 +337,10 @@ class Simulator:
         policy = self.policy
         backfill = policy.backfill
         heads: dict[str, Job | None] = {DNN: None, CPU: None}
-        active: dict[int, float] = {}
+        active: dict[int, tuple[float, Job]] = {}
         fresh = set(new_jobs)
         if dirty:
-            depth = policy.backfill_depth
-            examined = {DNN: 0, CPU: 0}
-            queues = self.queues
-            pos = {DNN: 0, CPU: 0}
-            # Largest share a dirty node can still offer, per array; refreshed on a start.
-            room = self._room(dirty)
-            live = [arr for arr in (DNN, CPU) if queues[arr] and room[arr][1] > 0]
-            while live:
-                # Next job in queue order among the arrays still worth sweeping.
-                best = None
-                for arr in live:
-                    q, i = queues[arr], pos[arr]
-                    while i < len(q) and q[i][2].start >= 0:
-                        i += 1
-                    pos[arr] = i
-                    if i < len(q) and (best is None or q[i][:2] < queues[best][pos[best]][:2]):
-                        best = arr
-                if best is None:
-                    break
-                arr = best
-                job = queues[arr][pos[arr]][2]
-                pos[arr] += 1
-                examined[arr] += 1
-                if job not in fresh:  # new arrivals get a full search below
-                    cores_pn = policy.core_count.cores_per_node(job)
-                    max_g, max_c = room[arr]
-                    nodes = None
-                    if job.gpus_pn <= max_g and cores_pn <= max_c:
-                        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-                        nodes = self._find_nodes(job, cores_pn, active, dirty)
-                    if nodes is not None:
-                        self._start(job, nodes, cores_pn)
-                        room = self._room(dirty)
-                    elif backfill and heads[arr] is None:
-                        heads[arr] = job
-                        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-                        self._hold(job, cores_pn, active)
-                # Stop sweeping an array at its depth, or once its head is known
-                # and no dirty node has room left for any of its jobs.
-                live = [
-                    a
-                    for a in live
-                    if examined[a] < depth
-                    and not ((heads[a] is not None or not backfill) and room[a][1] <= 0)
-                ]
+            self._sweep(dirty, fresh, heads, active)
         for arr in (DNN, CPU):
             if heads[arr] is None:
                 # Not reached this cycle: the standing reservation stays in force.
@@ -357,10 +358,91 @@ class Simulator:
             elif backfill and heads[arr] is None:
                 heads[arr] = job
                 self._hold(job, cores_pn, active)
+
+    def _sweep(
+        self,
+        dirty: list[Node],
+        fresh: set[Job],
+        heads: dict[str, Job | None],
+        active: dict[int, tuple[float, Job]],
+    ) -> None:
+        """Retry queued jobs, in queue order, on the dirty nodes only.
+
+        Bucket fronts that fit what the dirty nodes still offer go into a heap by
+        queue key; the others cannot start (nor can anything behind them in their
+        bucket), but the earliest of them may be its array's blocked head. Room
+        only shrinks during a sweep, so a front is re-checked when popped.
+        """
+        policy = self.policy
+        backfill = policy.backfill
+        cores_of = policy.core_count.cores_per_node
+        depth = policy.backfill_depth
+        room = self._room(dirty)
+        heap: list[tuple] = []
+        blocked: dict[str, tuple | None] = {DNN: None, CPU: None}  # earliest non-fitting front
+        examined = {DNN: 0, CPU: 0}
         for arr in (DNN, CPU):
-            if self.dead[arr] > 32:
-                self.queues[arr] = [e for e in self.queues[arr] if e[2].start < 0]
-                self.dead[arr] = 0
+            max_g, max_c = room[arr]
+            if max_c <= 0 and not fresh:
+                continue  # nothing can start; the standing reservation stays in force
+            buckets = self.buckets[arr]
+            for shape in list(buckets):
+                bucket = buckets[shape]
+                front = bucket.front()
+                if front is None:
+                    del buckets[shape]
+                    continue
+                key, job = front
+                if job in fresh or (max_c > 0 and job.gpus_pn <= max_g and cores_of(job) <= max_c):
+                    heap.append((key, arr, shape, bucket.pos))
+                elif blocked[arr] is None or key < blocked[arr][0]:
+                    blocked[arr] = (key, job)
+        heapq.heapify(heap)
+        while heap:
+            key, arr, shape, at = heapq.heappop(heap)
+            bucket = self.buckets[arr][shape]
+            job = bucket.jobs[at]
+            if job.start >= 0 or examined[arr] >= depth:
+                continue
+            if job in fresh:  # tried with a full search in _cycle; look behind it
+                nxt = bucket.next_after(at)
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
+                continue
+            first_blocked = blocked[arr]
+            if backfill and heads[arr] is None and first_blocked and first_blocked[0] < key:
+                heads[arr] = first_blocked[1]  # an earlier job that cannot start: the head
+                self._hold_head(first_blocked[1], active)
+            examined[arr] += 1
+            nodes = None
+            cores_pn = cores_of(job)
+            max_g, max_c = room[arr]
+            if job.gpus_pn <= max_g and cores_pn <= max_c:
+                job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+                nodes = self._find_nodes(job, cores_pn, active, dirty)
+            if nodes is not None:
+                self._start(job, nodes, cores_pn)
+                room = self._room(dirty)
+            elif job.gpus_pn > max_g or cores_pn > max_c:
+                # Room shrank under this bucket: nothing in it can start now.
+                if blocked[arr] is None or key < blocked[arr][0]:
+                    blocked[arr] = (key, job)
+                continue
+            elif backfill and heads[arr] is None:
+                heads[arr] = job
+                self._hold(job, cores_pn, active)
+            nxt = bucket.next_after(at)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
+        for arr in (DNN, CPU):
+            if backfill and heads[arr] is None and blocked[arr] is not None:
+                heads[arr] = blocked[arr][1]
+                self._hold_head(blocked[arr][1], active)
+
+    def _hold_head(self, job: Job, active: dict[int, tuple[float, Job]]) -> None:
+        cores_pn = self.policy.core_count.cores_per_node(job)
+        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+        self._hold(job, cores_pn, active)
 
     def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int]]:
         """(max free GPUs, max free cores) over the dirty nodes each array may use."""
@@ -376,7 +458,7 @@ class Simulator:
             room[arr] = (g, c) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1)
         return room
 
-    def _hold(self, job: Job, cores_pn: int, active: dict[int, float]) -> None:
+    def _hold(self, job: Job, cores_pn: int, active: dict[int, tuple[float, Job]]) -> None:
         """Give a blocked head job its reservation and make it binding from here on."""
         old = self.reservations[job.kind]
         resv = self._reserve_for(job, cores_pn)
@@ -387,19 +469,24 @@ class Simulator:
             self._activate(resv, active)
 
     @staticmethod
-    def _activate(resv: _Reservation | None, active: dict[int, float]) -> None:
+    def _activate(resv: _Reservation | None, active: dict[int, tuple[float, Job]]) -> None:
         if resv is None:
             return
         for node in resv.nodes:
             prev = active.get(node.idx)
-            active[node.idx] = resv.shadow if prev is None else min(prev, resv.shadow)
+            if prev is None or resv.shadow < prev[0]:
+                active[node.idx] = (resv.shadow, resv.job)
 
     def _reserved_job(self, arr: str) -> Job | None:
         resv = self.reservations[arr]
         return None if resv is None or resv.job.start >= 0 else resv.job
 
     def _find_nodes(
-        self, job: Job, cores_pn: int, reserved: dict[int, float], only: list[Node] | None
+        self,
+        job: Job,
+        cores_pn: int,
+        reserved: dict[int, tuple[float, Job]],
+        only: list[Node] | None,
     ) -> list[Node] | None:
         """Feasible nodes in best-fit order, then the policy's scores pick among them.
 
@@ -436,8 +523,8 @@ class Simulator:
                     break
                 if mem and node.mem_mib and node.free_mem < mem:
                     continue
-                shadow = reserved.get(node.idx)
-                if shadow is not None and finish_by > shadow:
+                held = reserved.get(node.idx)
+                if held is not None and held[1] is not job and finish_by > held[0]:
                     continue  # would delay a blocked job's reservation
                 if policy.filters and not policy.allows(job, node, cores_pn):
                     continue
@@ -515,7 +602,6 @@ class Simulator:
         job.last_update = now
         self.count[f"{job.kind}_queued"] -= 1
         self.count[f"{job.kind}_running"] += 1
-        self.dead[job.kind] += 1
         self.running += 1
         self.start[job.idx] = now
         self.granted[job.idx] = cores_pn * job.nodes
