@@ -114,7 +114,9 @@ def large(policies: list[str], n_jobs: int, n_nodes: int, load: float) -> list[d
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--policies", default=",".join(sorted(POLICIES)))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--large", action="store_true", help="also run the 1M-job / 10k-node case")
@@ -130,13 +132,17 @@ def main() -> None:
         rows += bundled(policies, args.repeats)
     if args.large or args.large_only:
         rows += large(policies, args.jobs, args.nodes, args.load)
-    header = f"{'case':8} {'policy':16} {'jobs':>9} {'nodes':>6} {'wall s':>8} {'events/s':>10} {'jobs/s':>9} {'max RSS MiB':>11}"
+    header = (
+        f"{'case':8} {'policy':16} {'jobs':>9} {'nodes':>6} {'wall s':>8} "
+        f"{'events/s':>10} {'jobs/s':>9} {'max RSS MiB':>11}"
+    )
     print(header)
     for r in rows:
         rss = f"{r['max_rss_mib']:.0f}" if "max_rss_mib" in r else "-"
         print(
-            f"{r['case']:8} {r['policy']:16} {r['jobs']:>9} {r['nodes']:>6} {r['wall_s_median']:>8.2f} "
-            f"{r['events_per_s']:>10.0f} {r['jobs_per_s']:>9.0f} {rss:>11}"
+            f"{r['case']:8} {r['policy']:16} {r['jobs']:>9} {r['nodes']:>6} "
+            f"{r['wall_s_median']:>8.2f} {r['events_per_s']:>10.0f} "
+            f"{r['jobs_per_s']:>9.0f} {rss:>11}"
         )
     if args.json:
         with open(args.json, "w") as f:
