@@ -41,8 +41,8 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-def simulate(runner, trace, out, *extra):
-    args = ["simulate", "--trace", str(trace), "--cluster", CLUSTER, "--out", str(out)]
+def simulate(runner, trace, out, *extra, command="simulate"):
+    args = [command, "--trace", str(trace), "--cluster", CLUSTER, "--out", str(out)]
     return runner.invoke(main, [*args, *extra])
 
 
@@ -171,23 +171,9 @@ def test_nan_load_rejected(runner, trace, tmp_path):
 
 def test_compare_two_policies(runner, trace, tmp_path):
     out = tmp_path / "cmp"
-    result = runner.invoke(
-        main,
-        [
-            "compare",
-            "--trace",
-            str(trace),
-            "--cluster",
-            CLUSTER,
-            "--load",
-            "0.5",
-            "--seed",
-            "3",
-            "--policies",
-            "static-separate,static-shared",
-            "--out",
-            str(out),
-        ],
+    policies = ("--policies", "static-separate,static-shared")
+    result = simulate(
+        runner, trace, out, "--load", "0.5", "--seed", "3", *policies, command="compare"
     )
     assert result.exit_code == 0, result.output
     assert "static-separate" in result.output
@@ -209,19 +195,8 @@ def test_compare_two_policies(runner, trace, tmp_path):
 
 def test_compare_rejects_repeated_policy(runner, trace, tmp_path):
     out = tmp_path / "cmp"
-    result = runner.invoke(
-        main,
-        [
-            "compare",
-            "--trace",
-            str(trace),
-            "--cluster",
-            CLUSTER,
-            "--policies",
-            "static-shared, static-shared",
-            "--out",
-            str(out),
-        ],
+    result = simulate(
+        runner, trace, out, "--policies", "static-shared, static-shared", command="compare"
     )
     assert_user_error(result, "twice")
     assert not out.exists()
