@@ -75,9 +75,9 @@ def test_without_backfill_the_head_blocks_everyone():
     policy = make_policy("static-separate")
     policy.backfill = False
     res = Simulator(wl, parse_cluster_spec("1x2g8c"), policy, check_invariants=True).run()
-    # Without a reservation the short job still starts (plain first-fit); the
-    # 2-GPU job then has to wait for both A and C.
-    assert res.jobs["start"].tolist() == [0, 100, 2]
+    # Strict FIFO (Slurm's sched/builtin): the short job may not pass the blocked
+    # 2-GPU job although a GPU is idle.
+    assert res.jobs["start"].tolist() == [0, 100, 150]
 
 
 def test_separate_keeps_cpu_jobs_off_gpu_nodes_and_shared_does_not():
@@ -243,3 +243,84 @@ def test_same_seed_same_result(rows, seed):
         assert np.array_equal(a.jobs[key], b.jobs[key], equal_nan=True)
     for key in ("gpu_util_effective", "cpu_util", "dnn_jct_s"):
         assert a.summary[key] == b.summary[key]
+
+
+# ------------------------------------------------- scheduling regressions
+# Found by comparing against a brute-force scheduler that retries every queued
+# job on every node at every event. B: memory bandwidth high enough that there
+# is no contention, so runtime estimates are exact.
+B = "1000000000b"
+
+
+def starts(rows, cluster, policy="static-separate", **policy_knobs):
+    wl = build_workload(table(rows), PROFILES, 0, {"VGG16": 1.0})
+    pol = make_policy(policy)
+    for k, v in policy_knobs.items():
+        setattr(pol, k, v)
+    sim = Simulator(wl, parse_cluster_spec(cluster), pol, check_invariants=True)
+    return sim.run().jobs["start"].tolist()
+
+
+def test_a_dnn_heads_reservation_binds_cpu_jobs_on_gpu_nodes():
+    # H (row 3, 2 GPUs) is reserved on the GPU node from t=100; the 200 s CPU
+    # job C (row 5) must not take that node's cores at t=10 and delay H.
+    rows = [(0, 100, 1, 2), (0, 1000, 0, 4), (0, 10, 0, 6), (1, 50, 2, 6), (2, 100, 0, 4, 2000),
+            (3, 200, 0, 4)]  # fmt: skip
+    assert starts(rows, f"1x2g8c1m{B},1x0g4c64m{B}", "static-shared") == [0, 0, 0, 100, 1000, 150]
+
+
+def test_a_head_refused_by_another_reservation_does_not_claim_the_node_now():
+    # The CPU head (row 2) cannot use the GPU node the DNN head holds; it must
+    # not reserve it at "now" and so keep the short DNN job (row 3) off it.
+    rows = [(0, 300, 0, 16, 0, 2), (1, 100, 1, 14), (2, 400, 0, 6), (3, 50, 1, 2)]
+    assert starts(rows, f"1x4g16c{B},1x0g8c{B}", "static-shared") == [0, 300, 300, 3]
+
+
+def test_nodes_freed_by_a_spent_reservation_are_retried_in_the_same_cycle():
+    # At t=309 the gang head (row 1) starts; the nodes its reservation held must
+    # be open to row 3 at once, else row 3 becomes a false head and a long job
+    # backfills in front of the next gang head (row 4).
+    rows = [(143, 166, 0, 14), (149, 1, 0, 6, 0, 2), (150, 279, 0, 4), (247, 100, 0, 12),
+            (257, 1, 0, 14, 0, 2), (279, 281, 0, 6)]  # fmt: skip
+    assert starts(rows, f"2x0g16c{B}") == [143, 309, 309, 309, 409, 409]
+
+
+def test_jobs_that_only_fail_on_memory_do_not_use_up_the_backfill_depth():
+    # 20 queued jobs fit only the big-memory node (busy until 1000); the last
+    # job fits the small node once it frees at 100, whatever the depth.
+    rows = [(0, 1000, 0, 8, 2000), (0, 100, 0, 8)] + [(1, 10, 0, 1, 2000)] * 20 + [(2, 10, 0, 1)]
+    assert starts(rows, f"1x0g8c64m{B},1x0g8c1m{B}", backfill_depth=5)[-1] == 100
+
+
+def test_a_job_that_fits_only_the_last_of_many_nodes_is_found():
+    rows = [(0, 10, 0, 1, 2000)]
+    assert starts(rows, "300x0g8c1m,1x0g8c64m") == [0]
+
+
+def test_control_ticks_stop_when_no_job_is_left():
+    wl = build_workload(table([(0, 100, 0, 4)]), PROFILES, 0)
+    policy = make_policy("static-separate")
+    policy.node_control = _HalfQuotaForCpuJobs()
+    res = Simulator(wl, parse_cluster_spec("1x0g8c"), policy).run()
+    assert res.summary["events"] < 30  # 1 arrival, 1 finish, ~19 ticks; not endless
+
+
+def test_time_series_before_the_first_arrival_shows_an_empty_cluster():
+    wl = build_workload(table([(100, 50, 1, 2), (200, 10, 0, 1)]), PROFILES, 0, {"VGG16": 1.0})
+    sim = Simulator(
+        wl, parse_cluster_spec("1x1g8c,1x0g4c"), make_policy("static-separate"),
+        window=(0.0, 200.0), samples=5,
+    )  # fmt: skip
+    res = sim.run()
+    assert res.timeseries["gpu_util_allocated"].tolist() == [0, 0, 1, 0, 0]
+    assert res.summary["gpu_util_allocated"] == pytest.approx(0.25)
+
+
+def test_time_series_stops_at_the_horizon():
+    wl = build_workload(table([(0, 500, 1, 2), (1000, 10, 0, 1)]), PROFILES, 0, {"VGG16": 1.0})
+    sim = Simulator(wl, parse_cluster_spec("1x1g8c,1x0g4c"), make_policy("static-separate"),
+                    horizon=100.0, samples=11)  # fmt: skip
+    res = sim.run()
+    assert res.timeseries["t"][-1] == pytest.approx(100.0)
+    assert res.summary["window"]["end"] == 100.0
+    assert res.summary["gpu_util_allocated"] == pytest.approx(1.0)

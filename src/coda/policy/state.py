@@ -31,7 +31,7 @@ class Job:
         "idx", "job_id", "kind", "submit", "gpus", "cores", "mem_mib", "nodes",
         "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
-        "start", "end", "version", "bw_pn", "estimate",
+        "start", "end", "version", "bw_pn", "estimate", "queue_key",
     )  # fmt: skip
 
     def __init__(
@@ -75,6 +75,7 @@ class Job:
         self.version = 0  # bumped on every speed change (stale finish events)
         self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
         self.estimate = 0.0  # runtime estimate used by backfill, seconds
+        self.queue_key: tuple = ()  # position in its queue (queue-sort key, trace row)
 
     @property
     def is_dnn(self) -> bool:

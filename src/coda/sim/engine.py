@@ -29,7 +29,7 @@ from coda.workload.perf import Workload
 _FINISH = 0
 _TICK = 1
 _EPS = 1e-9
-_MAX_SCAN = 4096  # nodes examined per placement attempt before giving up for this cycle
+_MAX_ROUNDS = 64  # scheduling rounds at one instant (each starts jobs or moves a reservation)
 _RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
 
 
@@ -141,7 +141,7 @@ class Simulator:
         self.samples = max(2, samples)
         self.window_basis = window_basis
 
-        self.now = self.submit[0] if self.n else 0.0
+        self.now = min(self.submit[0], self.w0) if self.n else 0.0
         self.heap: list[tuple] = []
         self.seq = 0
         self.events = 0
@@ -152,6 +152,9 @@ class Simulator:
         self.buckets: dict[str, dict[tuple, _Bucket]] = {DNN: {}, CPU: {}}
         self.reservations: dict[str, _Reservation | None] = {DNN: None, CPU: None}
         self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
+        self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
+        self._live: list[Node] | None = None  # the running cycle's dirty nodes
+        self._live_set: set[Node] = set()
         # Stand-in jobs, to ask the policy which pools each array may use.
         self._probe_dnn = Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0)
         self._probe_cpu = Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0)
@@ -170,7 +173,12 @@ class Simulator:
         self.count = {"dnn_queued": 0, "cpu_queued": 0, "dnn_running": 0, "cpu_running": 0}
         self.area = {"gpu_eff": 0.0, "gpu_alloc": 0.0, "cores_alloc": 0.0, "cores_useful": 0.0}
         self.last_t = self.now
-        self.sample_times = np.linspace(self.w0, self.w1, self.samples) if self.n else np.zeros(0)
+        w_end = min(self.w1, self.horizon)
+        self.sample_times = (
+            np.linspace(self.w0, w_end, self.samples)
+            if self.n and w_end >= self.w0
+            else np.zeros(0)
+        )
         self.sample_i = 0
         self.series = {c: np.zeros(len(self.sample_times)) for c in TIMESERIES_COLUMNS}
 
@@ -216,16 +224,15 @@ class Simulator:
                 else:
                     self.events += 1
                     self._tick()
-                    if (
-                        next_i < n
-                        or self.running
-                        or self.count["dnn_queued"]
-                        or self.count["cpu_queued"]
-                    ):
+                    # Control acts on running jobs; with none running and none to
+                    # come, ticking could only spin.
+                    if next_i < n or self.running:
                         self._push(t + control.period_s, _TICK, None, 0)
             if self.dirty or new_jobs:
                 self._schedule(new_jobs)
                 new_jobs = []
+                if self.check:
+                    self._check_no_waiting_fit()
         # Stopped by the horizon or out of events: integrate up to where we stopped.
         self._advance(self.horizon if math.isfinite(self.horizon) else max(self.now, self.w1))
         if self.progress is not None:
@@ -298,7 +305,8 @@ class Simulator:
         bucket = self.buckets[job.kind].get(shape)
         if bucket is None:
             bucket = self.buckets[job.kind][shape] = _Bucket()
-        bucket.add((self.policy.queue_sort.key(job), i), job)
+        job.queue_key = (self.policy.queue_sort.key(job), i)
+        bucket.add(job.queue_key, job)
         self.count[f"{job.kind}_queued"] += 1
         return job
 
@@ -317,175 +325,187 @@ class Simulator:
 
     # ------------------------------------------------------------ scheduling
     def _schedule(self, new_jobs: list[Job]) -> None:
-        """One scheduling cycle, in queue order, per-array depth ``backfill_depth``.
+        """Scheduling cycles at one instant, until nothing is left to retry.
 
-        A job that was already queued failed to fit at the previous cycle, and
+        A job that was already queued failed to fit at an earlier cycle, and
         free capacity has since grown only on the "dirty" nodes (a job left,
-        cores were given back, a reservation moved). So old jobs are tried on
-        those nodes only; new arrivals search the whole index. This keeps a
-        cycle proportional to what changed, not to the queue or the cluster.
+        cores were given back, a reservation moved or was spent). So old jobs
+        are tried on those nodes only; new arrivals search the whole index.
+        A cycle thus costs the queue's bucket fronts and what changed, not the
+        length of the queue or the size of the cluster.
         """
-        for _ in range(2):  # a second round if reservations moved and freed nodes up
+        fresh = set(new_jobs)
+        for _ in range(_MAX_ROUNDS):
             dirty = list(self.dirty)
             self.dirty = {}
-            self._cycle(dirty, new_jobs)
-            new_jobs = []
+            self._cycle(dirty, fresh)
+            fresh = set()  # they have had their full search
             if not self.dirty:
                 break
+        # Nodes a depth-limited sweep did not get to: retried at the next event.
+        self.dirty.update(self._deferred)
+        self._deferred = {}
 
-    def _cycle(self, dirty: list[Node], new_jobs: list[Job]) -> None:
+    def _cycle(self, dirty: list[Node], fresh: set[Job]) -> None:
         policy = self.policy
-        backfill = policy.backfill
-        heads: dict[str, Job | None] = {DNN: None, CPU: None}
-        active: dict[int, tuple[float, Job]] = {}
-        fresh = set(new_jobs)
-        if dirty:
-            self._sweep(dirty, fresh, heads, active)
-        for arr in (DNN, CPU):
-            if heads[arr] is None:
-                # Not reached this cycle: the standing reservation stays in force.
-                job = self._reserved_job(arr)
-                if job is not None:
-                    heads[arr] = job
-                    self._activate(self.reservations[arr], active)
-        for job in sorted(new_jobs, key=lambda j: (policy.queue_sort.key(j), j.idx)):
-            arr = job.kind
-            cores_pn = policy.core_count.cores_per_node(job)
-            job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-            nodes = self._find_nodes(job, cores_pn, active, None)
-            if nodes is not None:
-                self._start(job, nodes, cores_pn)
-            elif backfill and heads[arr] is None:
-                heads[arr] = job
-                self._hold(job, cores_pn, active)
+        # Nodes that gain room during the cycle (a reservation spent or moved)
+        # join `dirty` at once, so the jobs kept off them are retried now.
+        self._live, self._live_set = dirty, set(dirty)
+        # node idx -> [(shadow, owner's queue key, owner)]: binds later-queued jobs only
+        active: dict[int, list[tuple]] = {}
+        heads = self._start_heads(dirty, fresh, active)
+        if not policy.backfill and any(heads.values()):
+            # Strict FIFO per array: nothing behind a blocked head may start.
+            blocked = {arr for arr, h in heads.items() if h is not None}
+        else:
+            blocked = set()
+        self._backfill(dirty, fresh, active, heads, blocked)
+        self._live = None
 
-    def _sweep(
+    def _earliest(self, arr: str) -> Job | None:
+        """The first queued job of an array, in queue order."""
+        best = None
+        buckets = self.buckets[arr]
+        for shape in list(buckets):
+            front = buckets[shape].front()
+            if front is None:
+                del buckets[shape]
+            elif best is None or front[1].queue_key < best.queue_key:
+                best = front[1]
+        return best
+
+    def _start_heads(
+        self, dirty: list[Node], fresh: set[Job], active: dict[int, list[tuple]]
+    ) -> dict[str, Job | None]:
+        """Start each array's first jobs while they fit; the first that does not
+        is the array's head and holds a reservation. Heads are settled in queue
+        order across arrays, so an earlier head's reservation binds a later one."""
+        heads: dict[str, Job | None] = {DNN: None, CPU: None}
+        pending = {arr: self._earliest(arr) for arr in (DNN, CPU)}
+        while any(pending.values()):
+            arr = min((a for a in pending if pending[a]), key=lambda a: pending[a].queue_key)
+            job = pending[arr]
+            if self._try(job, job in fresh, dirty, active):
+                pending[arr] = self._earliest(arr)
+                continue
+            heads[arr] = job
+            pending[arr] = None
+            if self.policy.backfill:
+                self._hold(job, active)
+        return heads
+
+    def _backfill(
         self,
         dirty: list[Node],
         fresh: set[Job],
+        active: dict[int, list[tuple]],
         heads: dict[str, Job | None],
-        active: dict[int, tuple[float, Job]],
+        blocked: set[str],
     ) -> None:
-        """Retry queued jobs, in queue order, on the dirty nodes only.
-
-        Bucket fronts that fit what the dirty nodes still offer go into a heap by
-        queue key; the others cannot start (nor can anything behind them in their
-        bucket), but the earliest of them may be its array's blocked head. Room
-        only shrinks during a sweep, so a front is re-checked when popped.
-        """
-        policy = self.policy
-        backfill = policy.backfill
-        cores_of = policy.core_count.cores_per_node
-        depth = policy.backfill_depth
+        """Try the jobs behind the heads, in queue order, where they do not delay
+        a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
+        merged queue order; a bucket stops at its first job that does not fit
+        what those nodes still offer (room only shrinks within a cycle, so no
+        job of the same shape behind it can fit). New jobs get a full search."""
+        depth = self.policy.backfill_depth
         room = self._room(dirty)
+        seen = len(dirty)
         heap: list[tuple] = []
-        blocked: dict[str, tuple | None] = {DNN: None, CPU: None}  # earliest non-fitting front
-        examined = {DNN: 0, CPU: 0}
         for arr in (DNN, CPU):
-            max_g, max_c = room[arr]
-            if max_c <= 0 and not fresh:
-                continue  # nothing can start; the standing reservation stays in force
-            buckets = self.buckets[arr]
-            for shape in list(buckets):
-                bucket = buckets[shape]
+            if arr in blocked:
+                continue
+            for shape, bucket in self.buckets[arr].items():
                 front = bucket.front()
-                if front is None:
-                    del buckets[shape]
-                    continue
-                key, job = front
-                if job in fresh or (max_c > 0 and job.gpus_pn <= max_g and cores_of(job) <= max_c):
-                    heap.append((key, arr, shape, bucket.pos))
-                elif blocked[arr] is None or key < blocked[arr][0]:
-                    blocked[arr] = (key, job)
+                if front is not None:
+                    heap.append((front[0], arr, shape, bucket.pos))
         heapq.heapify(heap)
+        examined = {DNN: 0, CPU: 0}
         while heap:
             key, arr, shape, at = heapq.heappop(heap)
             bucket = self.buckets[arr][shape]
             job = bucket.jobs[at]
-            if job.start >= 0 or examined[arr] >= depth:
-                continue
-            if job in fresh:  # tried with a full search in _cycle; look behind it
-                nxt = bucket.next_after(at)
-                if nxt is not None:
-                    heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
-                continue
-            first_blocked = blocked[arr]
-            if backfill and heads[arr] is None and first_blocked and first_blocked[0] < key:
-                heads[arr] = first_blocked[1]  # an earlier job that cannot start: the head
-                self._hold_head(first_blocked[1], active)
-            examined[arr] += 1
-            nodes = None
-            cores_pn = cores_of(job)
-            max_g, max_c = room[arr]
-            if job.gpus_pn <= max_g and cores_pn <= max_c:
-                job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-                nodes = self._find_nodes(job, cores_pn, active, dirty)
-            if nodes is not None:
-                self._start(job, nodes, cores_pn)
-                room = self._room(dirty)
-            elif job.gpus_pn > max_g or cores_pn > max_c:
-                # Room shrank under this bucket: nothing in it can start now.
-                if blocked[arr] is None or key < blocked[arr][0]:
-                    blocked[arr] = (key, job)
-                continue
-            elif backfill and heads[arr] is None:
-                heads[arr] = job
-                self._hold(job, cores_pn, active)
+            if job.start < 0 and job is not heads[arr] and job not in fresh:
+                if len(dirty) != seen:  # nodes joined mid-cycle
+                    room, seen = self._room(dirty), len(dirty)
+                max_g, max_c, max_m = room[arr]
+                if job.gpus_pn > max_g or self._cores(job) > max_c:
+                    continue  # no older job behind it in this bucket fits the dirty nodes
+                if job.mem_pn > max_m and job.nodes == 1:
+                    pass  # too big for their memory; jobs behind it may need less
+                elif examined[arr] >= depth:
+                    self._deferred.update(dict.fromkeys(dirty))
+                    continue
+                else:
+                    examined[arr] += 1  # depth counts real placement attempts
+                    if self._try(job, False, dirty, active):
+                        room = self._room(dirty)
             nxt = bucket.next_after(at)
             if nxt is not None:
                 heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
-        for arr in (DNN, CPU):
-            if backfill and heads[arr] is None and blocked[arr] is not None:
-                heads[arr] = blocked[arr][1]
-                self._hold_head(blocked[arr][1], active)
+        # New arrivals come last in a FIFO queue; each gets a full search.
+        for job in sorted(fresh, key=lambda j: j.queue_key):
+            if job.start < 0 and job is not heads[job.kind] and job.kind not in blocked:
+                self._try(job, True, dirty, active)
 
-    def _hold_head(self, job: Job, active: dict[int, tuple[float, Job]]) -> None:
-        cores_pn = self.policy.core_count.cores_per_node(job)
+    def _mark_dirty(self, node: Node) -> None:
+        """Node gained room: retry queued jobs on it, in this cycle if one runs."""
+        self.dirty[node] = None
+        live = self._live
+        if live is not None and node not in self._live_set:
+            live.append(node)
+            self._live_set.add(node)
+
+    def _cores(self, job: Job) -> int:
+        return self.policy.core_count.cores_per_node(job)
+
+    def _try(
+        self,
+        job: Job,
+        new: bool,
+        dirty: list[Node],
+        active: dict[int, list[tuple]],
+    ) -> bool:
+        """Start the job if it fits (an old job: on a dirty node); True if started."""
+        cores_pn = self._cores(job)
         job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-        self._hold(job, cores_pn, active)
+        nodes = self._find_nodes(job, cores_pn, active, None if new else dirty)
+        if nodes is None:
+            return False
+        self._start(job, nodes, cores_pn)
+        return True
 
-    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int]]:
-        """(max free GPUs, max free cores) over the dirty nodes each array may use."""
+    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int, float]]:
+        """(max free GPUs, cores, memory) over the dirty nodes each array may use."""
         room = {}
         for arr, probe in ((DNN, self._probe_dnn), (CPU, self._probe_cpu)):
             pools = self.policy.pools.pools(probe)
             g = c = -1
+            m = -1.0
             for node in dirty:
                 if node.pool in pools:
                     g = max(g, node.free_gpus)
                     c = max(c, node.free_cores)
+                    m = max(m, node.free_mem if node.mem_mib else math.inf)
             needs_gpu = arr == DNN
-            room[arr] = (g, c) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1)
+            room[arr] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
         return room
 
-    def _hold(self, job: Job, cores_pn: int, active: dict[int, tuple[float, Job]]) -> None:
-        """Give a blocked head job its reservation and make it binding from here on."""
+    def _hold(self, job: Job, active: dict[int, list[tuple]]) -> None:
+        """Give a blocked head its reservation and make it bind later-queued jobs."""
         old = self.reservations[job.kind]
-        resv = self._reserve_for(job, cores_pn)
+        resv = self._reserve_for(job, self._cores(job), active)
         if old is not None and old is not resv:
             for node in old.nodes:
-                self.dirty[node] = None  # jobs kept off these nodes may fit now
+                self._mark_dirty(node)  # jobs kept off these nodes may fit now
         if resv is not None:
-            self._activate(resv, active)
-
-    @staticmethod
-    def _activate(resv: _Reservation | None, active: dict[int, tuple[float, Job]]) -> None:
-        if resv is None:
-            return
-        for node in resv.nodes:
-            prev = active.get(node.idx)
-            if prev is None or resv.shadow < prev[0]:
-                active[node.idx] = (resv.shadow, resv.job)
-
-    def _reserved_job(self, arr: str) -> Job | None:
-        resv = self.reservations[arr]
-        return None if resv is None or resv.job.start >= 0 else resv.job
+            for node in resv.nodes:
+                active.setdefault(node.idx, []).append((resv.shadow, job.queue_key, job))
 
     def _find_nodes(
         self,
         job: Job,
         cores_pn: int,
-        reserved: dict[int, tuple[float, Job]],
+        active: dict[int, list[tuple]],
         only: list[Node] | None,
     ) -> list[Node] | None:
         """Feasible nodes in best-fit order, then the policy's scores pick among them.
@@ -514,33 +534,37 @@ class Simulator:
             ]
         mem = job.mem_pn
         finish_by = self.now + job.estimate
+        key = job.queue_key
         found: list[Node] = []
-        scanned = 0
         for stream in streams:
             for node in stream:
-                scanned += 1
-                if scanned > _MAX_SCAN:
-                    break
                 if mem and node.mem_mib and node.free_mem < mem:
                     continue
-                held = reserved.get(node.idx)
-                if held is not None and held[1] is not job and finish_by > held[0]:
-                    continue  # would delay a blocked job's reservation
+                held = active.get(node.idx)
+                if held is not None and any(
+                    owner is not job and okey < key and finish_by > shadow
+                    for shadow, okey, owner in held
+                ):
+                    continue  # would delay an earlier job's reservation
                 if policy.filters and not policy.allows(job, node, cores_pn):
                     continue
                 found.append(node)
                 if len(found) >= want:
                     break
-            if len(found) >= want or scanned > _MAX_SCAN:
+            if len(found) >= want:
                 break
         if len(found) < need:
             return None
         return policy.pick(job, found, cores_pn, need)
 
-    def _reserve_for(self, job: Job, cores_pn: int) -> _Reservation | None:
+    def _reserve_for(
+        self, job: Job, cores_pn: int, active: dict[int, list[tuple]]
+    ) -> _Reservation | None:
         """Plan when and where a blocked job can start (the backfill shadow time).
 
-        Kept across cycles while the same job is blocked and its nodes are unchanged.
+        Kept across cycles while the same job is blocked and its nodes are
+        unchanged. Nodes an earlier-queued head holds are left out: that head
+        goes first there (once it starts, this plan is redone).
         """
         old = self.reservations[job.kind]
         if (
@@ -550,14 +574,20 @@ class Simulator:
             and old.versions == tuple(n.version for n in old.nodes)
         ):
             return old
+        key = job.queue_key
+        policy = self.policy
         times: list[tuple[float, int, Node]] = []
-        for pool in self.policy.pools.pools(job):
+        for pool in policy.pools.pools(job):
             index = self.index.get(pool)
             if index is None:
                 continue
-            for k, node in enumerate(index.most_free()):
-                if k >= _RESERVATION_CANDIDATES:
+            for node in index.most_free():
+                if len(times) >= _RESERVATION_CANDIDATES:
                     break
+                if any(okey < key for _, okey, _ in active.get(node.idx, ())):
+                    continue
+                if policy.filters and not policy.allows(job, node, cores_pn):
+                    continue
                 t = self._available_at(node, job, cores_pn)
                 if t < math.inf:
                     times.append((t, node.idx, node))
@@ -610,7 +640,7 @@ class Simulator:
             # Its reservation is spent; jobs it kept off those nodes may fit there now.
             self.reservations[job.kind] = None
             for node in resv.nodes:
-                self.dirty[node] = None
+                self._mark_dirty(node)
         job.bw_pn = self._bw_demand(job)
         for node in nodes:
             node.free_gpus -= job.gpus_pn
@@ -659,7 +689,7 @@ class Simulator:
                 node.pcie_heavy.remove(job)
             node.version += 1
             self.index[node.pool].update(node)
-            self.dirty[node] = None
+            self._mark_dirty(node)
             if not node.jobs:
                 del self.busy[node]
                 node.bw_used = 0.0  # drop accumulated float error
@@ -703,7 +733,7 @@ class Simulator:
             node.free_cores -= delta
             self.index[node.pool].update(node)
             if delta < 0:
-                self.dirty[node] = None
+                self._mark_dirty(node)
         job.cores_pn = new
         self.cores_alloc += delta * job.nodes
         self.cores_useful += self._useful_cores(job)
@@ -716,6 +746,7 @@ class Simulator:
         new_bw = self._bw_demand(job)
         for node in job.placement:
             node.bw_used += new_bw - job.bw_pn
+            node.version += 1  # co-runners' projected ends moved: replan reservations
         job.bw_pn = new_bw
         self._refresh(job.placement)
 
@@ -740,7 +771,7 @@ class Simulator:
                 pair = self.workload.profiles.pcie_pair_slowdown
                 slow *= max(pair(job.model, o.model) for o in node.pcie_heavy if o is not job)
             return base / slow
-        base = job.cores_pn * job.quota / job.cores_pn_req
+        base = min(1.0, job.cores_pn * job.quota / job.cores_pn_req)
         if node.bw_used > node.bw_gbps:
             base *= node.bw_gbps / node.bw_used  # saturated memory bus shared pro rata
         return base
@@ -785,6 +816,29 @@ class Simulator:
             if node.mem_mib and node.free_mem < 0:
                 raise InvariantError(f"{node} memory over-committed")
 
+    def _check_no_waiting_fit(self) -> None:
+        """After a cycle no queued job may fit anywhere, unless a reservation of
+        an earlier-queued job forbids it (or, without backfill, it is not first)."""
+        active: dict[int, list[tuple]] = {}
+        for resv in self.reservations.values():
+            if resv is not None and resv.job.start < 0:
+                for node in resv.nodes:
+                    active.setdefault(node.idx, []).append(
+                        (resv.shadow, resv.job.queue_key, resv.job)
+                    )
+        for arr in (DNN, CPU):
+            waiting = sorted(
+                (j for b in self.buckets[arr].values() for j in b.jobs if j.start < 0),
+                key=lambda j: j.queue_key,
+            )
+            if not self.policy.backfill:
+                waiting = waiting[:1]
+            for job in waiting:
+                cores_pn = self._cores(job)
+                job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+                if self._find_nodes(job, cores_pn, active, None) is not None:
+                    raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
+
     # --------------------------------------------------------------- result
     def _result(self, wall: float) -> SimResult:
         is_dnn = self.workload.jobs.gpus > 0
@@ -796,9 +850,7 @@ class Simulator:
         area = self.area
 
         def util(x: float, total: int) -> float:
-            if total == 0:
-                return 0.0
-            if span <= 0:  # a single instant: report the state at the end
+            if total == 0 or span <= 0:  # no capacity, or a window of one instant
                 return 0.0
             return x / (span * total)
 
