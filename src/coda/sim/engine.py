@@ -405,14 +405,15 @@ class Simulator:
         """Try the jobs behind the heads, in queue order, where they do not delay
         a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
         merged queue order; a bucket stops at its first job that does not fit
-        what those nodes still offer (room only shrinks within a cycle, so no
-        job of the same shape behind it can fit). New jobs get a full search."""
+        what those nodes still offer (room only shrinks while this runs, so no
+        job of the same shape behind it can fit; nodes that join mid-cycle are
+        also dirty for the next round). New jobs get a full search."""
         depth = self.policy.backfill_depth
         room = self._room(dirty)
         seen = len(dirty)
         heap: list[tuple] = []
         for arr in (DNN, CPU):
-            if arr in blocked:
+            if arr in blocked or not dirty:
                 continue
             for shape, bucket in self.buckets[arr].items():
                 front = bucket.front()
