@@ -297,7 +297,7 @@ class Simulator:
             perf=perf,
             bw_per_core=float(w.cpu_bw_per_core[i]),
         )
-        cores_pn = self.policy.core_count.cores_per_node(job)
+        cores_pn = self._cores(job)
         if not self._can_ever_fit(job, cores_pn):
             self.unschedulable[i] = True
             return None
@@ -429,16 +429,17 @@ class Simulator:
                 if len(dirty) != seen:  # nodes joined mid-cycle
                     room, seen = self._room(dirty), len(dirty)
                 max_g, max_c, max_m = room[arr]
-                if job.gpus_pn > max_g or self._cores(job) > max_c:
+                cores_pn = self._cores(job)
+                if job.gpus_pn > max_g or cores_pn > max_c:
                     continue  # no older job behind it in this bucket fits the dirty nodes
-                if job.mem_pn > max_m and job.nodes == 1:
-                    pass  # too big for their memory; jobs behind it may need less
-                elif examined[arr] >= depth:
-                    self._deferred.update(dict.fromkeys(dirty))
-                    continue
-                else:
+                # A job too big for their memory is passed over without an attempt
+                # (jobs behind it may need less), so it does not use up the depth.
+                if job.mem_pn <= max_m or job.nodes > 1:
+                    if examined[arr] >= depth:
+                        self._deferred.update(dict.fromkeys(dirty))
+                        continue
                     examined[arr] += 1  # depth counts real placement attempts
-                    if self._try(job, False, dirty, active):
+                    if self._try(job, False, dirty, active, cores_pn):
                         room = self._room(dirty)
             nxt = bucket.next_after(at)
             if nxt is not None:
@@ -459,16 +460,23 @@ class Simulator:
     def _cores(self, job: Job) -> int:
         return self.policy.core_count.cores_per_node(job)
 
+    @staticmethod
+    def _estimate(job: Job, cores_pn: int) -> None:
+        """Runtime estimate for backfill: its work at these cores, no contention."""
+        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+
     def _try(
         self,
         job: Job,
         new: bool,
         dirty: list[Node],
         active: dict[int, list[tuple]],
+        cores_pn: int | None = None,
     ) -> bool:
         """Start the job if it fits (an old job: on a dirty node); True if started."""
-        cores_pn = self._cores(job)
-        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+        if cores_pn is None:
+            cores_pn = self._cores(job)
+        self._estimate(job, cores_pn)
         nodes = self._find_nodes(job, cores_pn, active, None if new else dirty)
         if nodes is None:
             return False
@@ -836,7 +844,7 @@ class Simulator:
                 waiting = waiting[:1]
             for job in waiting:
                 cores_pn = self._cores(job)
-                job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
+                self._estimate(job, cores_pn)
                 if self._find_nodes(job, cores_pn, active, None) is not None:
                     raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
 
