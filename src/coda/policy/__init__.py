@@ -5,11 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coda.policy.baselines import static_separate, static_shared
+from coda.policy.coda import (
+    coda,
+    coda_no_colocation,
+    coda_no_eliminator,
+    coda_no_slimming,
+    oracle,
+)
 from coda.policy.framework import Policy
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "static-separate": static_separate,
     "static-shared": static_shared,
+    "coda": coda,
+    "coda-no-slimming": coda_no_slimming,
+    "coda-no-colocation": coda_no_colocation,
+    "coda-no-eliminator": coda_no_eliminator,
+    "oracle": oracle,
 }
 
 

@@ -85,16 +85,61 @@ class SetCores:
     cores_pn: int
 
 
-Action = SetQuota | SetCores
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop a running CPU job and requeue it; it loses the work done since its
+    last checkpoint (the policy's ``checkpoint_s``)."""
+
+    job: Job
+
+
+Action = SetQuota | SetCores | Preempt
 
 
 @runtime_checkable
 class NodeControl(Protocol):
-    """A periodic controller per node (e.g. the contention eliminator)."""
+    """A periodic controller per node (e.g. the contention eliminator).
+
+    It may also define ``watching(node) -> bool``: the driver then ticks (and
+    samples the DNN jobs of) only the nodes it watches, re-asking whenever a
+    node's jobs change; without it every busy node is ticked.
+    """
 
     period_s: float
 
     def control(self, node: Node, now: float) -> list[Action]: ...
+
+
+@runtime_checkable
+class JobControl(Protocol):
+    """A feedback loop per running DNN job (the adaptive CPU allocator).
+
+    The driver calls ``on_start`` when the job starts, ``on_sample`` with one
+    throughput sample per measurement window (samples/s as the job reports them:
+    noisy, in the job's own units) while the job's node is watched, and
+    ``on_finish`` when it ends. ``wants_samples`` says whether the job still
+    needs samples for its own sake (a search in progress).
+    """
+
+    def on_start(self, job: Job, now: float) -> list[Action]: ...
+
+    def on_sample(self, job: Job, now: float, throughput: float) -> list[Action]: ...
+
+    def on_finish(self, job: Job, now: float) -> None: ...
+
+    def wants_samples(self, job: Job) -> bool: ...
+
+
+@runtime_checkable
+class Reclaim(Protocol):
+    """Frees cores that CPU jobs hold on a node so that a DNN job can start there.
+
+    Called only when the node has the DNN job's GPUs and memory free and enough
+    cores once its CPU jobs are counted out. Must return actions (shrink with
+    ``SetCores``, or ``Preempt``) that free at least ``cores_needed`` cores.
+    """
+
+    def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]: ...
 
 
 @dataclass
@@ -109,6 +154,15 @@ class Policy:
     scores: list[tuple[Score, float]] = field(default_factory=list)  # (plugin, weight)
     reserve: list[Reserve] = field(default_factory=list)
     node_control: NodeControl | None = None
+    # Per-job feedback (the allocator); its samples come every `sample_period_s`.
+    job_control: JobControl | None = None
+    sample_period_s: float = 10.0
+    # Cores CPU jobs hold on GPU nodes count as free for DNN jobs, reclaimed on start.
+    reclaim: Reclaim | None = None
+    checkpoint_s: float = 600.0  # a preempted CPU job loses at most this much work
+    # Upper-bound runs only: the driver leaves out interference between co-runners.
+    ideal_isolation: bool = False
+    stats: object | None = None  # anything with .stats() -> dict, reported per run
     # Backfill: the first blocked job of each array holds a reservation; later
     # jobs may start if they do not delay it (Slurm's sched/backfill, simplified).
     backfill: bool = True

@@ -32,6 +32,7 @@ class Job:
         "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
         "start", "end", "version", "bw_pn", "estimate", "queue_key",
+        "preemptions", "core_speed_now", "sample_t", "sample_work",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +77,10 @@ class Job:
         self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
         self.estimate = 0.0  # runtime estimate used by backfill, seconds
         self.queue_key: tuple = ()  # position in its queue (queue-sort key, trace row)
+        self.preemptions = 0  # times a DNN job's start reclaimed this (CPU) job's cores
+        self.core_speed_now = 0.0  # speed from its cores alone (no contention)
+        self.sample_t = 0.0  # driver's throughput meter: start of the current window
+        self.sample_work = 0.0  # ... and the work done by then
 
     @property
     def is_dnn(self) -> bool:
@@ -101,7 +106,7 @@ class Node:
     __slots__ = (
         "idx", "name", "gpus", "cores", "mem_mib", "bw_gbps", "pool",
         "free_gpus", "free_cores", "free_mem", "jobs", "bw_used", "pcie_heavy",
-        "version",
+        "version", "cpu_job_cores",
     )  # fmt: skip
 
     def __init__(self, idx: int, name: str, gpus: int, cores: int, mem_mib: int, bw_gbps: float):
@@ -119,6 +124,12 @@ class Node:
         self.bw_used = 0.0  # sum of bw_pn of its jobs
         self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
         self.version = 0  # bumped whenever a job arrives or leaves
+        self.cpu_job_cores = 0  # cores held by CPU jobs (reclaimable for DNN jobs)
+
+    @property
+    def dnn_free_cores(self) -> int:
+        """Free cores as a DNN job sees them when CPU jobs' cores can be reclaimed."""
+        return self.free_cores + self.cpu_job_cores
 
     def fits(self, gpus_pn: int, cores_pn: int, mem_pn: int) -> bool:
         return (

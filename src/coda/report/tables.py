@@ -256,6 +256,11 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
 
     rows.append(_Row("Utilisation (time-average)"))
     rows += [_Row(label, _key(key), fmt_pct, relative=True) for key, label in UTIL_KEYS]
+    rows += [
+        # allocated - these two = effective (docs/metrics.md)
+        _Row("GPU lost: too few cores", _key("gpu_lost_cores"), fmt_pct),
+        _Row("GPU lost: interference", _key("gpu_lost_contention"), fmt_pct),
+    ]
 
     for key, title in STAT_KEYS:
         rows.append(_Row(title))
@@ -265,6 +270,42 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
             _Row("p50", _key(key, "p50"), fmt_duration),
             _Row("p95", _key(key, "p95"), fmt_duration),
             _Row("p99", _key(key, "p99"), fmt_duration),
+        ]
+
+    if any(lookup(s, "preemption", "count") for s in summaries):
+        rows.append(_Row("Preemption (CPU jobs, for DNN jobs)"))
+        rows += [
+            _Row("preemptions", _key("preemption", "count")),
+            _Row("jobs preempted", _key("preemption", "jobs")),
+            _Row("work lost (core-s)", _key("preemption", "lost_core_s"), fmt_number),
+        ]
+    if any(lookup(s, "contention", "episodes") for s in summaries):
+        rows.append(_Row("Interference episodes (DNN job >5% slower)"))
+        rows += [
+            _Row("episodes", _key("contention", "episodes")),
+            _Row("detected (co-runner throttled)", _key("contention", "detected")),
+            _Row("time to detect p50", _key("contention", "detect_s", "p50"), fmt_duration),
+            _Row("time to recover p50", _key("contention", "recover_s", "p50"), fmt_duration),
+            _Row("time to recover p95", _key("contention", "recover_s", "p95"), fmt_duration),
+        ]
+    if any(lookup(s, "policy_stats", "allocator") for s in summaries):
+        rows.append(_Row("Allocator"))
+        rows += [
+            _Row("searches converged", _key("policy_stats", "allocator", "searches_converged")),
+            _Row("probes", _key("policy_stats", "allocator", "probes")),
+            _Row("probe windows", _key("policy_stats", "allocator", "probe_windows")),
+            _Row(
+                "throughput lost (windows)",
+                _key("policy_stats", "allocator", "throughput_lost"),
+                fmt_number,
+            ),
+            _Row("re-tunes", _key("policy_stats", "allocator", "retunes")),
+        ]
+    if any(lookup(s, "policy_stats", "eliminator") for s in summaries):
+        rows.append(_Row("Eliminator"))
+        rows += [
+            _Row(f"{k}", _key("policy_stats", "eliminator", k))
+            for k in _scalar_subkeys(summaries, "policy_stats", "eliminator")
         ]
 
     trace_rows = [

@@ -19,18 +19,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coda.policy.framework import Policy, SetCores, SetQuota
-from coda.policy.state import CPU, DNN, Job, Node
+from coda.policy.framework import Action, Policy, Preempt, SetQuota
+from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 from coda.sim.index import PoolIndex
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult, describe
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
 
 _FINISH = 0
-_TICK = 1
+_TICK = 1  # node control (the eliminator)
+_SAMPLE = 2  # throughput samples for the job control (the allocator)
 _EPS = 1e-9
 _MAX_ROUNDS = 64  # scheduling rounds at one instant (each starts jobs or moves a reservation)
 _RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
+# An interference episode: a DNN job runs this much below its speed from cores
+# because of memory-bandwidth pressure (the eliminator's detect/recover times).
+_EPISODE_LOSS = 0.05
 
 
 class InvariantError(AssertionError):
@@ -62,9 +66,14 @@ class _Bucket:
         self.jobs.insert(at, job)
         self.pos = min(self.pos, at)
 
+    def _stale(self, i: int) -> bool:
+        # Started, or requeued (after a preemption) under a new key elsewhere.
+        job = self.jobs[i]
+        return job.start >= 0 or job.queue_key != self.keys[i]
+
     def front(self) -> tuple[tuple, Job] | None:
         jobs, i = self.jobs, self.pos
-        while i < len(jobs) and jobs[i].start >= 0:
+        while i < len(jobs) and self._stale(i):
             i += 1
         if i > 64 and i * 2 > len(jobs):  # trim the started prefix
             del self.keys[:i], self.jobs[:i]
@@ -75,7 +84,7 @@ class _Bucket:
     def next_after(self, at: int) -> tuple[tuple, int] | None:
         jobs = self.jobs
         i = at + 1
-        while i < len(jobs) and jobs[i].start >= 0:
+        while i < len(jobs) and self._stale(i):
             i += 1
         return (self.keys[i], i) if i < len(jobs) else None
 
@@ -87,6 +96,8 @@ class Simulator:
     trace); jobs not finished by then are reported unfinished.
     ``check_invariants``: verify capacity and work conservation after every
     change (slow; for tests).
+    ``noise``: relative standard deviation of each throughput sample handed to
+    the policy's job control (a real job's samples are noisy); ``seed`` seeds it.
     """
 
     def __init__(
@@ -101,6 +112,8 @@ class Simulator:
         samples: int = 1000,
         check_invariants: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        noise: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.workload = workload
         self.policy = policy
@@ -118,6 +131,14 @@ class Simulator:
             if node.pool not in self.index:
                 self.index[node.pool] = PoolIndex(max_gpus)
             self.index[node.pool].add(node)
+        # DNN jobs see the cores CPU jobs hold on GPU nodes as free when the
+        # policy reclaims them; they search this second index of the GPU pool.
+        self.dnn_index: PoolIndex | None = None
+        if policy.reclaim is not None and GPU_POOL in self.index:
+            self.dnn_index = PoolIndex(max_gpus, dnn_view=True)
+            for node in self.nodes:
+                if node.pool == GPU_POOL:
+                    self.dnn_index.add(node)
         # Distinct node shapes per pool, for the "can this job ever run" check.
         self.pool_shapes: dict[str, dict[tuple[int, int, int], int]] = {}
         for node in self.nodes:
@@ -162,16 +183,35 @@ class Simulator:
         self._core_group = getattr(policy.core_count, "group_key", lambda job: job.cores_pn_req)
 
         self.busy: dict[Node, None] = {}  # nodes with at least one job
+        # Nodes the job/node controls want ticked (and their DNN jobs sampled).
+        self.watched: dict[Node, None] = {}
+        nc = policy.node_control
+        self._nc_watching = getattr(nc, "watching", None) if nc is not None else None
+        if noise < 0:
+            raise ValueError(f"noise must be >= 0, got {noise}")
+        self.noise = float(noise)
+        self.rng = np.random.default_rng([seed, 11])
+        self._noise_buf = np.zeros(0)
+        self._noise_i = 0
+        self.requeue: list[Job] = []  # preempted jobs, queued again after the cycle
+        self._armed = {_TICK: False, _SAMPLE: False}  # a tick of this kind is in the heap
         self.running = 0
         self._fit_cache: dict[tuple, bool] = {}
 
         # Aggregates, updated incrementally; integrated over the window.
         self.gpu_eff = 0.0
+        self.gpu_base = 0.0  # sum of GPUs x speed from cores alone (no interference)
         self.gpu_alloc = 0
         self.cores_alloc = 0
         self.cores_useful = 0.0
         self.count = {"dnn_queued": 0, "cpu_queued": 0, "dnn_running": 0, "cpu_running": 0}
-        self.area = {"gpu_eff": 0.0, "gpu_alloc": 0.0, "cores_alloc": 0.0, "cores_useful": 0.0}
+        self.area = {
+            "gpu_eff": 0.0,
+            "gpu_base": 0.0,
+            "gpu_alloc": 0.0,
+            "cores_alloc": 0.0,
+            "cores_useful": 0.0,
+        }
         self.last_t = self.now
         w_end = min(self.w1, self.horizon)
         self.sample_times = (
@@ -187,6 +227,14 @@ class Simulator:
         self.end = np.full(self.n, np.nan)
         self.granted = np.zeros(self.n, dtype=np.int32)
         self.unschedulable = np.zeros(self.n, dtype=bool)
+        self.waited = np.zeros(self.n)  # time queued, summed over requeues
+        self.preempted = np.zeros(self.n, dtype=np.int32)
+        self._requeued_at: dict[Job, float] = {}
+        self.lost_core_s = 0.0  # CPU-job work lost to preemption, core-seconds
+        # Interference episodes: job -> [onset, first throttle on its nodes or None].
+        self._episodes: dict[Job, list] = {}
+        self.episode_log: list[tuple[float, float | None, float | None]] = []
+        self.episodes_open_at_finish = 0
         self.work_done_error = 0.0  # largest |remaining| at finish, relative to work
 
     # ------------------------------------------------------------------ loop
@@ -197,8 +245,6 @@ class Simulator:
         submit = self.submit
         heap = self.heap
         control = self.policy.node_control
-        if control is not None and n:
-            self._push(self.now + control.period_s, _TICK, None, 0)
         report_every = max(1, n // 200)
         new_jobs: list[Job] = []
         while True:
@@ -223,11 +269,18 @@ class Simulator:
                         self._finish(obj)
                 else:
                     self.events += 1
-                    self._tick()
-                    # Control acts on running jobs; with none running and none to
-                    # come, ticking could only spin.
-                    if next_i < n or self.running:
-                        self._push(t + control.period_s, _TICK, None, 0)
+                    self._armed[kind] = False
+                    if kind == _TICK:
+                        self._tick()
+                        period = control.period_s
+                    else:
+                        self._sample_all()
+                        period = self.policy.sample_period_s
+                    # Ticks run only while some node is watched (the first node
+                    # watched re-arms them), so an idle cluster costs no events.
+                    if self.watched:
+                        self._armed[kind] = True
+                        self._push(t + period, kind, None, 0)
             if self.dirty or new_jobs:
                 self._schedule(new_jobs)
                 new_jobs = []
@@ -254,6 +307,7 @@ class Simulator:
             dt = hi - lo
             area = self.area
             area["gpu_eff"] += self.gpu_eff * dt
+            area["gpu_base"] += self.gpu_base * dt
             area["gpu_alloc"] += self.gpu_alloc * dt
             area["cores_alloc"] += self.cores_alloc * dt
             area["cores_useful"] += self.cores_useful * dt
@@ -301,14 +355,18 @@ class Simulator:
         if not self._can_ever_fit(job, cores_pn):
             self.unschedulable[i] = True
             return None
+        self._enqueue(job)
+        return job
+
+    def _enqueue(self, job: Job) -> None:
         shape = (job.kind, job.gpus_pn, job.nodes, self._core_group(job))
         bucket = self.buckets[job.kind].get(shape)
         if bucket is None:
             bucket = self.buckets[job.kind][shape] = _Bucket()
-        job.queue_key = (self.policy.queue_sort.key(job), i)
+        # The preemption count keeps a requeued job's new entry apart from its old one.
+        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
         bucket.add(job.queue_key, job)
         self.count[f"{job.kind}_queued"] += 1
-        return job
 
     def _can_ever_fit(self, job: Job, cores_pn: int) -> bool:
         pools = self.policy.pools.pools(job)
@@ -340,7 +398,14 @@ class Simulator:
             self.dirty = {}
             self._cycle(dirty, fresh)
             fresh = set()  # they have had their full search
-            if not self.dirty:
+            if self.requeue:
+                # Preempted mid-cycle: queued now (not while buckets were being
+                # walked) and given a full search like new arrivals.
+                for job in self.requeue:
+                    self._enqueue(job)
+                fresh = set(self.requeue)
+                self.requeue = []
+            elif not self.dirty:
                 break
         # Nodes a depth-limited sweep did not get to: retried at the next event.
         self.dirty.update(self._deferred)
@@ -490,10 +555,11 @@ class Simulator:
             pools = self.policy.pools.pools(probe)
             g = c = -1
             m = -1.0
+            reclaim = arr == DNN and self.dnn_index is not None
             for node in dirty:
                 if node.pool in pools:
                     g = max(g, node.free_gpus)
-                    c = max(c, node.free_cores)
+                    c = max(c, node.free_cores + node.cpu_job_cores if reclaim else node.free_cores)
                     m = max(m, node.free_mem if node.mem_mib else math.inf)
             needs_gpu = arr == DNN
             room[arr] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
@@ -527,19 +593,26 @@ class Simulator:
         need = job.nodes
         want = max(need, policy.candidates_to_score)
         pools = policy.pools.pools(job)
+        reclaim = job.is_dnn and self.dnn_index is not None
         if only is not None and need == 1:
             cands = sorted(
                 (
                     n
                     for n in only
-                    if n.pool in pools and n.free_gpus >= job.gpus_pn and n.free_cores >= cores_pn
+                    if n.pool in pools
+                    and n.free_gpus >= job.gpus_pn
+                    and (n.free_cores + n.cpu_job_cores if reclaim else n.free_cores) >= cores_pn
                 ),
                 key=lambda n: (pools.index(n.pool), n.free_gpus, n.free_cores, n.idx),
             )
             streams = [cands]
         else:
             streams = [
-                self.index[p].best_fit(job.gpus_pn, cores_pn) for p in pools if p in self.index
+                (self.dnn_index if reclaim and p == GPU_POOL else self.index[p]).best_fit(
+                    job.gpus_pn, cores_pn
+                )
+                for p in pools
+                if p in self.index
             ]
         mem = job.mem_pn
         finish_by = self.now + job.estimate
@@ -613,6 +686,9 @@ class Simulator:
     def _available_at(self, node: Node, job: Job, cores_pn: int) -> float:
         """When node could host job, if its running jobs end as now projected."""
         g, c, m = node.free_gpus, node.free_cores, node.free_mem
+        reclaim = job.is_dnn and self.dnn_index is not None
+        if reclaim:
+            c += node.cpu_job_cores  # CPU jobs' cores are taken back when it starts
         need_g, need_m = job.gpus_pn, job.mem_pn
         if node.gpus < need_g or node.cores < cores_pn or (node.mem_mib and node.mem_mib < need_m):
             return math.inf
@@ -621,7 +697,7 @@ class Simulator:
         ends = sorted((self._projected_end(j), j.idx, j) for j in node.jobs)
         for t, _, j in ends:
             g += j.gpus_pn
-            c += j.cores_pn
+            c += 0 if reclaim and not j.is_dnn else j.cores_pn
             m += j.mem_pn
             if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
                 return t
@@ -633,16 +709,32 @@ class Simulator:
         return job.last_update + job.remaining / job.speed
 
     # ------------------------------------------------------- start / finish
+    def _reindex(self, node: Node) -> None:
+        self.index[node.pool].update(node)
+        if self.dnn_index is not None and node.pool == GPU_POOL:
+            self.dnn_index.update(node)
+
     def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
         now = self.now
+        if job.is_dnn and self.dnn_index is not None:
+            for node in nodes:
+                if node.free_cores < cores_pn:
+                    self._reclaim(job, node, cores_pn - node.free_cores)
         job.placement = nodes
         job.cores_pn = cores_pn
+        job.quota = 1.0
         job.start = now
         job.last_update = now
+        job.sample_t = now
+        job.sample_work = job.work - job.remaining
         self.count[f"{job.kind}_queued"] -= 1
         self.count[f"{job.kind}_running"] += 1
         self.running += 1
-        self.start[job.idx] = now
+        if math.isnan(self.start[job.idx]):
+            self.start[job.idx] = now
+            self.waited[job.idx] = now - job.submit
+        else:  # restarted after a preemption
+            self.waited[job.idx] += now - self._requeued_at.pop(job, now)
         self.granted[job.idx] = cores_pn * job.nodes
         resv = self.reservations[job.kind]
         if resv is not None and resv.job is job:
@@ -655,12 +747,14 @@ class Simulator:
             node.free_gpus -= job.gpus_pn
             node.free_cores -= cores_pn
             node.free_mem -= job.mem_pn
+            if not job.is_dnn:
+                node.cpu_job_cores += cores_pn
             node.jobs[job] = None
             node.bw_used += job.bw_pn
             if job.perf is not None and job.perf.pcie_heavy:
                 node.pcie_heavy.append(job)
             node.version += 1
-            self.index[node.pool].update(node)
+            self._reindex(node)
             self.busy[node] = None
         self.gpu_alloc += job.gpus
         self.cores_alloc += cores_pn * job.nodes
@@ -668,8 +762,47 @@ class Simulator:
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._refresh(nodes)
+        control = self.policy.job_control
+        if control is not None and job.is_dnn:
+            for action in control.on_start(job, now):
+                self.apply(action)
+        for node in nodes:
+            self._rewatch(node)
         if self.check:
             self._check_nodes(nodes)
+
+    def _release(self, job: Job) -> list[Node]:
+        """Take a running job off its nodes (finish or preemption)."""
+        self.gpu_eff -= job.gpus * job.speed
+        self.gpu_base -= job.gpus * job.core_speed_now
+        job.speed = 0.0
+        job.core_speed_now = 0.0
+        job.version += 1  # retires its pending finish event
+        self.gpu_alloc -= job.gpus
+        self.cores_alloc -= job.cores_pn * job.nodes
+        self.cores_useful -= self._useful_cores(job)
+        self.count[f"{job.kind}_running"] -= 1
+        self.running -= 1
+        self._close_episode(job, finished=True)
+        nodes = job.placement
+        job.placement = []
+        for node in nodes:
+            node.free_gpus += job.gpus_pn
+            node.free_cores += job.cores_pn
+            node.free_mem += job.mem_pn
+            if not job.is_dnn:
+                node.cpu_job_cores -= job.cores_pn
+            del node.jobs[job]
+            node.bw_used -= job.bw_pn
+            if job in node.pcie_heavy:
+                node.pcie_heavy.remove(job)
+            node.version += 1
+            self._reindex(node)
+            self._mark_dirty(node)
+            if not node.jobs:
+                del self.busy[node]
+                node.bw_used = 0.0  # drop accumulated float error
+        return nodes
 
     def _finish(self, job: Job) -> None:
         now = self.now
@@ -679,51 +812,143 @@ class Simulator:
         self.work_done_error = max(self.work_done_error, abs(job.remaining) / max(job.work, _EPS))
         job.end = now
         self.end[job.idx] = now
-        self.gpu_eff -= job.gpus * job.speed
-        job.speed = 0.0
-        self.gpu_alloc -= job.gpus
-        self.cores_alloc -= job.cores_pn * job.nodes
-        self.cores_useful -= self._useful_cores(job)
-        self.count[f"{job.kind}_running"] -= 1
-        self.running -= 1
-        nodes = job.placement
-        job.placement = []
-        for node in nodes:
-            node.free_gpus += job.gpus_pn
-            node.free_cores += job.cores_pn
-            node.free_mem += job.mem_pn
-            del node.jobs[job]
-            node.bw_used -= job.bw_pn
-            if job in node.pcie_heavy:
-                node.pcie_heavy.remove(job)
-            node.version += 1
-            self.index[node.pool].update(node)
-            self._mark_dirty(node)
-            if not node.jobs:
-                del self.busy[node]
-                node.bw_used = 0.0  # drop accumulated float error
+        nodes = self._release(job)
         for r in self.policy.reserve:
             r.unreserve(job, now)
+        control = self.policy.job_control
+        if control is not None and job.is_dnn:
+            control.on_finish(job, now)
         self._refresh(nodes)
+        for node in nodes:
+            self._rewatch(node)
         if self.check:
             self._check_nodes(nodes)
 
-    # ------------------------------------------------------ node control
-    def _tick(self) -> None:
-        """Run the policy's node control on every busy node."""
-        control = self.policy.node_control
-        for node in list(self.busy):
-            for action in control.control(node, self.now):
-                self.apply(action)
+    def _preempt(self, job: Job) -> None:
+        """Stop a CPU job and queue it again; it keeps the work up to its last
+        checkpoint (one every ``policy.checkpoint_s`` seconds of its run)."""
+        if job.is_dnn:
+            raise ValueError(f"only CPU jobs are preempted, not {job}")
+        now = self.now
+        self._settle(job)
+        done = job.work - job.remaining
+        since_ckpt = (now - job.start) % self.policy.checkpoint_s
+        lost = min(done, job.speed * since_ckpt)
+        job.remaining += lost
+        self.lost_core_s += lost * job.cores_pn_req * job.nodes
+        nodes = self._release(job)
+        for r in self.policy.reserve:
+            r.unreserve(job, now)
+        job.start = -1.0
+        job.preemptions += 1
+        self.preempted[job.idx] += 1
+        self._requeued_at[job] = now
+        self.requeue.append(job)
+        self._refresh(nodes)
+        for node in nodes:
+            self._rewatch(node)
 
-    def apply(self, action: SetQuota | SetCores) -> bool:
-        """Apply a node-control action; returns True if it freed cores."""
+    def _reclaim(self, job: Job, node: Node, need: int) -> None:
+        """Free ``need`` cores that CPU jobs hold on node, as the policy chooses."""
+        before = node.free_cores
+        for action in self.policy.reclaim.reclaim(job, node, need, self.now):
+            self.apply(action)
+        if node.free_cores - before < need:
+            raise InvariantError(
+                f"reclaim freed {node.free_cores - before} of the {need} cores {job} needs "
+                f"on {node}"
+            )
+
+    # ------------------------------------------------------ node control
+    def _rewatch(self, node: Node) -> None:
+        """Ask the controls whether node still needs ticks; start its meters if new."""
+        jc = self.policy.job_control
+        want = False
+        if jc is not None:
+            want = any(j.is_dnn and jc.wants_samples(j) for j in node.jobs)
+        if not want and self.policy.node_control is not None:
+            watching = self._nc_watching
+            want = watching(node) if watching is not None else bool(node.jobs)
+        if want:
+            if node not in self.watched:
+                if not self.watched:
+                    self._arm()
+                self.watched[node] = None
+                now = self.now
+                for job in node.jobs:  # samples start with the watch
+                    if job.is_dnn:
+                        self._settle(job)
+                        job.sample_t = now
+                        job.sample_work = job.work - job.remaining
+        elif node in self.watched:
+            del self.watched[node]
+
+    def _arm(self) -> None:
+        policy = self.policy
+        for kind, part, period in (
+            (_TICK, policy.node_control, getattr(policy.node_control, "period_s", 0.0)),
+            (_SAMPLE, policy.job_control, policy.sample_period_s),
+        ):
+            if part is not None and not self._armed[kind]:
+                self._armed[kind] = True
+                self._push(self.now + period, kind, None, 0)
+
+    def _tick(self) -> None:
+        """Run the policy's node control on every watched node."""
+        control = self.policy.node_control
+        now = self.now
+        for node in list(self.watched):
+            if node not in self.watched:
+                continue
+            for action in control.control(node, now):
+                self.apply(action)
+            self._rewatch(node)
+
+    def _noise(self) -> float:
+        if self._noise_i >= len(self._noise_buf):
+            self._noise_buf = self.rng.standard_normal(4096)
+            self._noise_i = 0
+        x = self._noise_buf[self._noise_i]
+        self._noise_i += 1
+        return x
+
+    def _sample_all(self) -> None:
+        """One throughput sample per DNN job on a watched node: the work it did
+        since its last sample, in its own units (an arbitrary per-job rate, so
+        the policy cannot read the model's scale), with measurement noise."""
+        control = self.policy.job_control
+        now = self.now
+        noise = self.noise
+        for node in list(self.watched):
+            if node not in self.watched:
+                continue
+            for job in list(node.jobs):
+                if not job.is_dnn or job.placement[0] is not node or job.sample_t >= now:
+                    continue
+                self._settle(job)
+                done = job.work - job.remaining
+                rate = (done - job.sample_work) / (now - job.sample_t)
+                job.sample_t = now
+                job.sample_work = done
+                units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0  # samples/s at full speed
+                factor = max(0.0, 1.0 + noise * self._noise()) if noise else 1.0
+                for action in control.on_sample(job, now, rate * units * factor):
+                    self.apply(action)
+            self._rewatch(node)
+
+    def apply(self, action: Action) -> bool:
+        """Apply a control action; returns True if it freed cores."""
         job = action.job
         if not job.running:
             return False
+        if isinstance(action, Preempt):
+            self._preempt(job)
+            return True
         if isinstance(action, SetQuota):
             if not 0.0 <= action.quota <= 1.0:
                 raise ValueError(f"quota must be within [0, 1], got {action.quota}")
+            if action.quota < job.quota:
+                self._detected(job)
             self.cores_useful -= self._useful_cores(job)
             job.quota = action.quota
             self.cores_useful += self._useful_cores(job)
@@ -737,10 +962,14 @@ class Simulator:
             return False
         if delta > 0 and any(n.free_cores < delta for n in job.placement):
             return False  # not enough free cores: the driver never over-commits
+        if delta < 0 and not job.is_dnn:
+            self._detected(job)
         self.cores_useful -= self._useful_cores(job)
         for node in job.placement:
             node.free_cores -= delta
-            self.index[node.pool].update(node)
+            if not job.is_dnn:
+                node.cpu_job_cores += delta
+            self._reindex(node)
             if delta < 0:
                 self._mark_dirty(node)
         job.cores_pn = new
@@ -759,6 +988,25 @@ class Simulator:
         job.bw_pn = new_bw
         self._refresh(job.placement)
 
+    # ----------------------------------------------------- interference episodes
+    def _detected(self, cpu_job: Job) -> None:
+        """A co-runner was throttled: open episodes on its nodes count as detected."""
+        for node in cpu_job.placement:
+            for job in node.jobs:
+                ep = self._episodes.get(job)
+                if ep is not None and ep[1] is None:
+                    ep[1] = self.now
+
+    def _close_episode(self, job: Job, finished: bool = False) -> None:
+        ep = self._episodes.pop(job, None)
+        if ep is None:
+            return
+        if finished:
+            self.episodes_open_at_finish += 1
+            self.episode_log.append((ep[0], ep[1], None))
+        else:
+            self.episode_log.append((ep[0], ep[1], self.now))
+
     # ---------------------------------------------------------- performance
     def _bw_demand(self, job: Job) -> float:
         if job.perf is not None:
@@ -771,19 +1019,22 @@ class Simulator:
             effective = min(effective, job.perf.c_opt)
         return effective * job.nodes
 
-    def _local_speed(self, job: Job, node: Node) -> float:
+    def _local_speed(self, job: Job, node: Node) -> tuple[float, float]:
+        """(speed from cores alone, slowdown from memory-bandwidth pressure x PCIe)."""
         if job.perf is not None:
             perf = job.perf
             base = perf.core_speed(job.cores_pn * job.quota)
+            if self.policy.ideal_isolation:
+                return base, 1.0
             slow = perf.slowdown((node.bw_used - job.bw_pn) / node.bw_gbps)
             if perf.pcie_heavy and len(node.pcie_heavy) > 1:
                 pair = self.workload.profiles.pcie_pair_slowdown
                 slow *= max(pair(job.model, o.model) for o in node.pcie_heavy if o is not job)
-            return base / slow
+            return base, slow
         base = min(1.0, job.cores_pn * job.quota / job.cores_pn_req)
-        if node.bw_used > node.bw_gbps:
-            base *= node.bw_gbps / node.bw_used  # saturated memory bus shared pro rata
-        return base
+        if node.bw_used > node.bw_gbps and not self.policy.ideal_isolation:
+            return base, node.bw_used / node.bw_gbps  # saturated bus shared pro rata
+        return base, 1.0
 
     def _refresh(self, nodes: list[Node]) -> None:
         """Recompute the speed of every job on these nodes and reschedule its finish."""
@@ -793,8 +1044,37 @@ class Simulator:
                 if job in seen:
                     continue
                 seen.add(job)
-                speed = min(self._local_speed(job, n) for n in job.placement)
+                base = 1.0
+                speed = math.inf
+                for n in job.placement:
+                    b, slow = self._local_speed(job, n)
+                    base = min(base, b)
+                    speed = min(speed, b / slow)
+                if job.is_dnn:
+                    self._track_episode(job, base, speed)
+                    self.gpu_base += job.gpus * (base - job.core_speed_now)
+                job.core_speed_now = base
                 self._set_speed(job, speed)
+
+    def _track_episode(self, job: Job, base: float, speed: float) -> None:
+        """Episodes of interference that co-located CPU jobs cause: the slowdown
+        from all bandwidth pressure over the slowdown without the CPU jobs' share
+        (what the eliminator can act on; DNN-DNN and PCIe pressure aside)."""
+        perf = job.perf
+        factor = 1.0
+        if perf is not None and not self.policy.ideal_isolation:
+            for n in job.placement:
+                if n.cpu_job_cores == 0:
+                    continue
+                cpu_bw = sum(j.bw_pn for j in n.jobs if not j.is_dnn)
+                others = n.bw_used - job.bw_pn
+                f = perf.slowdown(others / n.bw_gbps) / perf.slowdown((others - cpu_bw) / n.bw_gbps)
+                factor = max(factor, f)
+        hurt = factor > 1.0 / (1.0 - _EPISODE_LOSS)
+        if hurt and job not in self._episodes:
+            self._episodes[job] = [self.now, None]
+        elif not hurt and job in self._episodes:
+            self._close_episode(job)
 
     def _settle(self, job: Job) -> None:
         now = self.now
@@ -822,6 +1102,11 @@ class Simulator:
                 raise InvariantError(f"{node} over-committed")
             if used_g + node.free_gpus != node.gpus or used_c + node.free_cores != node.cores:
                 raise InvariantError(f"{node} books do not balance: {used_g}g {used_c}c in use")
+            cpu_c = sum(j.cores_pn for j in node.jobs if not j.is_dnn)
+            if cpu_c != node.cpu_job_cores:
+                raise InvariantError(
+                    f"{node}: CPU jobs hold {cpu_c} cores, books say {node.cpu_job_cores}"
+                )
             if node.mem_mib and node.free_mem < 0:
                 raise InvariantError(f"{node} memory over-committed")
 
@@ -849,6 +1134,34 @@ class Simulator:
                     raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
 
     # --------------------------------------------------------------- result
+    def _episode_summary(self) -> dict:
+        """Interference episodes: how long until a co-runner was throttled
+        (detect) and until the job ran within 5% of its speed again (recover)."""
+        log = self.episode_log + [(ep[0], ep[1], None) for ep in self._episodes.values()]
+        detect = np.array([d - o for o, d, _ in log if d is not None])
+        recover = np.array([e - o for o, d, e in log if d is not None and e is not None])
+        gone = np.array([e - o for o, d, e in log if d is None and e is not None])
+        return {
+            "episodes": len(log),
+            "loss_threshold": _EPISODE_LOSS,
+            "detected": int(detect.size),
+            "detect_s": describe(detect),
+            "recover_s": describe(recover),
+            "ended_undetected_s": describe(gone),
+            "open_at_job_end": self.episodes_open_at_finish,
+        }
+
+    def _policy_stats(self) -> dict:
+        out = {}
+        for name, part in (
+            ("allocator", self.policy.job_control),
+            ("eliminator", self.policy.node_control),
+        ):
+            stats = getattr(part, "stats", None)
+            if stats is not None:
+                out[name] = stats()
+        return out
+
     def _result(self, wall: float) -> SimResult:
         is_dnn = self.workload.jobs.gpus > 0
         submit = np.asarray(self.submit)
@@ -878,17 +1191,27 @@ class Simulator:
             "window": {"start": self.w0, "end": w_end, "basis": self.window_basis},
             "gpu_util_effective": util(area["gpu_eff"], self.total_gpus),
             "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
+            # allocated - lost to too few cores - lost to interference = effective
+            "gpu_lost_cores": util(area["gpu_alloc"] - area["gpu_base"], self.total_gpus),
+            "gpu_lost_contention": util(area["gpu_base"] - area["gpu_eff"], self.total_gpus),
             "cpu_util": util(area["cores_alloc"], self.total_cores),
             "cpu_util_useful": util(area["cores_useful"], self.total_cores),
-            "dnn_queue_delay_s": describe((self.start - submit)[is_dnn & started]),
+            "dnn_queue_delay_s": describe(self.waited[is_dnn & started]),
             "dnn_jct_s": describe((self.end - submit)[is_dnn & finished]),
-            "cpu_queue_delay_s": describe((self.start - submit)[~is_dnn & started]),
+            "cpu_queue_delay_s": describe(self.waited[~is_dnn & started]),
             "cpu_jct_s": describe((self.end - submit)[~is_dnn & finished]),
             "makespan_s": float(np.nanmax(self.end) - self.submit[0]) if finished.any() else None,
             "wall_seconds": wall,
             "events": self.events + self.n,
             "events_per_s": (self.events + self.n) / wall if wall > 0 else None,
             "max_work_error": self.work_done_error,
+            "preemption": {
+                "count": int(self.preempted.sum()),
+                "jobs": int((self.preempted > 0).sum()),
+                "lost_core_s": self.lost_core_s,
+            },
+            "contention": self._episode_summary(),
+            "policy_stats": self._policy_stats(),
         }
         jobs = {
             "is_dnn": is_dnn,

@@ -14,16 +14,23 @@ from coda.policy.state import Node
 
 
 class PoolIndex:
-    def __init__(self, max_gpus: int) -> None:
+    """``dnn_view``: key nodes by the cores a DNN job may take (free plus those
+    CPU jobs hold, which are reclaimed when it starts) instead of free cores."""
+
+    def __init__(self, max_gpus: int, dnn_view: bool = False) -> None:
         self.max_gpus = max_gpus
+        self.dnn_view = dnn_view
         # buckets[g][c] = insertion-ordered set of nodes with g free GPUs and c free cores
         self.buckets: list[dict[int, dict[Node, None]]] = [{} for _ in range(max_gpus + 1)]
         self.masks: list[int] = [0] * (max_gpus + 1)
         self.key: dict[int, tuple[int, int]] = {}  # node idx -> its bucket
         self.size = 0
 
+    def _cores(self, node: Node) -> int:
+        return node.free_cores + node.cpu_job_cores if self.dnn_view else node.free_cores
+
     def add(self, node: Node) -> None:
-        g, c = node.free_gpus, node.free_cores
+        g, c = node.free_gpus, self._cores(node)
         level = self.buckets[g]
         bucket = level.get(c)
         if bucket is None:
@@ -45,7 +52,7 @@ class PoolIndex:
 
     def update(self, node: Node) -> None:
         """Re-file a node after its free GPUs or cores changed."""
-        if self.key.get(node.idx) != (node.free_gpus, node.free_cores):
+        if self.key.get(node.idx) != (node.free_gpus, self._cores(node)):
             self.remove(node)
             self.add(node)
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from coda.policy import make_policy
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
@@ -52,6 +54,8 @@ class RunConfig:
     horizon: float | None = None
     warmup: float = DEFAULT_WARMUP  # share of first arrivals left out of the window
     samples: int = 1000
+    noise: float = 0.05  # relative std of one throughput sample the allocator sees
+    perturb: float = 0.0  # scale every profile value by U(1-p, 1+p) (robustness)
 
 
 @dataclass
@@ -114,6 +118,9 @@ def prepare(config: RunConfig) -> Prepared:
     if len(trace.jobs) == 0:
         raise ValueError(f"{trace_path}: no jobs left to simulate ({trace.report.as_dict()})")
     profiles = load_profile_set(config.profiles)
+    if config.perturb:
+        # Its own stream, so the same seed draws the same models with or without it.
+        profiles = profiles.perturbed(np.random.default_rng([config.seed, 7]), config.perturb)
     cluster = resolve_cluster(config.cluster, profiles.node_bw_gbps_per_core)
     jobs = trace.jobs
     notes = []
@@ -164,6 +171,8 @@ def run_policy(
         samples=config.samples,
         check_invariants=check_invariants,
         progress=progress,
+        noise=config.noise,
+        seed=config.seed,
     )
     result = sim.run()
     head = {

@@ -1,0 +1,202 @@
+"""CODA as plugins: the multi-array scheduler, wired to the adaptive CPU
+allocator (allocator.py) and the contention eliminator (eliminator.py).
+
+Scheduler rules (from the paper, docs/policies.md says why each is built so):
+- Two arrays (queues): DNN jobs and CPU jobs, each FIFO with backfill; a CPU
+  job preempted for a DNN job goes back to the head of the CPU array.
+- DNN jobs run on GPU nodes with the allocator's core count; PCIe-heavy jobs
+  are kept apart where there is a choice.
+- CPU jobs run on CPU nodes first, then on GPU nodes' free cores, beyond a
+  reserve for each node's idle GPUs.
+- A DNN job never waits for cores CPU jobs hold: those cores count as free for
+  it, and are taken back when it starts (shrink first, then preempt).
+- A CPU job preempted ``max_preemptions`` times runs on CPU nodes only, so no
+  CPU job can be preempted forever.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
+from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
+from coda.policy.feedback import ThroughputBook
+from coda.policy.framework import Action, Policy, Preempt, SetCores
+from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
+
+
+class PreemptedFirst:
+    """FIFO per array, but a CPU job that was preempted goes to the head."""
+
+    def key(self, job: Job) -> tuple:
+        return (0 if job.preemptions else 1, job.submit)
+
+
+@dataclass
+class ArrayPools:
+    """DNN jobs on GPU nodes; CPU jobs on CPU nodes, then (when co-locating) on
+    GPU nodes, unless they were preempted too often already."""
+
+    colocate: bool = True
+    max_preemptions: int = 2
+
+    def pools(self, job: Job) -> tuple[str, ...]:
+        if job.is_dnn:
+            return (GPU_POOL,)
+        if self.colocate and job.preemptions < self.max_preemptions:
+            return (CPU_POOL, GPU_POOL)
+        return (CPU_POOL,)
+
+
+@dataclass
+class IdleGpuReserve:
+    """A CPU job may take a GPU node's cores only beyond a reserve for the
+    node's idle GPUs, so a DNN job arriving there rarely has to reclaim."""
+
+    cores_per_idle_gpu: int = 2  # the median 1-GPU optimum in CODA's table
+
+    def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
+        if job.is_dnn or node.gpus == 0:
+            return True
+        return node.free_cores - cores_pn >= node.free_gpus * self.cores_per_idle_gpu
+
+
+class SpreadPcieHeavy:
+    """Score: keep two PCIe-heavy training jobs off one node where possible
+    (two of them lose 5-25% each; other pairs are unaffected)."""
+
+    def score(self, job: Job, node: Node, cores_pn: int) -> float:
+        if job.perf is None or not job.perf.pcie_heavy:
+            return 0.0
+        return -1.0 if node.pcie_heavy else 0.0
+
+
+@dataclass
+class ShrinkThenPreempt:
+    """Take cores back from a node's CPU jobs: shrink each down to
+    ``min_share`` of its request first (no work lost, it runs slower), then
+    preempt the most recently started (least work since a checkpoint is lost)."""
+
+    min_share: float = 0.5
+
+    def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
+        newest_first = sorted(
+            (j for j in node.jobs if not j.is_dnn), key=lambda j: (-j.start, -j.idx)
+        )
+
+        def spare(j: Job) -> int:  # cores a shrink can take from j
+            return max(0, j.cores_pn - max(1, math.ceil(self.min_share * j.cores_pn_req)))
+
+        # Preempt (newest first) only as many jobs as shrinking the rest cannot cover.
+        preempt: list[Job] = []
+        freed = 0
+        shrinkable = sum(spare(j) for j in newest_first)
+        for j in newest_first:
+            if freed + shrinkable >= cores_needed:
+                break
+            preempt.append(j)
+            freed += j.cores_pn
+            shrinkable -= spare(j)
+        actions: list[Action] = [Preempt(j) for j in preempt]
+        left = cores_needed - freed
+        for j in newest_first:
+            if left <= 0:
+                break
+            if j in preempt:
+                continue
+            give = min(left, spare(j))
+            if give > 0:
+                actions.append(SetCores(j, j.cores_pn - give))
+                left -= give
+        return actions
+
+
+class OracleCores:
+    """Upper bound: every job's true optimum, known in advance (reads the
+    performance model, which no real policy can)."""
+
+    def cores_per_node(self, job: Job) -> int:
+        if job.perf is not None:
+            return max(1, math.ceil(job.perf.c_opt))
+        return job.cores_pn_req
+
+    def group_key(self, job: Job) -> tuple:
+        return (job.model, job.cores_pn_req)
+
+
+def _coda(
+    name: str,
+    *,
+    slimming: bool = True,
+    colocation: bool = True,
+    eliminator: bool = True,
+    description: str,
+) -> Policy:
+    book = ThroughputBook()
+    # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
+    allocator = AdaptiveAllocator(
+        book, AllocatorConfig(search=slimming, max_windows=16, peak_windows=8)
+    )
+    control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
+    return Policy(
+        name=name,
+        queue_sort=PreemptedFirst(),
+        pools=ArrayPools(colocate=colocation),
+        core_count=allocator,  # without slimming it grants the request
+        filters=[IdleGpuReserve()] if colocation else [],
+        scores=[(SpreadPcieHeavy(), 1.0)],
+        candidates_to_score=4,
+        node_control=control,
+        job_control=allocator,
+        sample_period_s=control.period_s if control is not None else 10.0,
+        reclaim=ShrinkThenPreempt() if colocation else None,
+        description=description,
+    )
+
+
+def coda() -> Policy:
+    return _coda(
+        "coda",
+        description="CODA: slimmed cores (online search), CPU jobs on freed cores, "
+        "contention eliminator, DNN jobs reclaim CPU-held cores",
+    )
+
+
+def coda_no_slimming() -> Policy:
+    return _coda(
+        "coda-no-slimming",
+        slimming=False,
+        description="CODA without the allocator's search: DNN jobs keep the cores they asked for",
+    )
+
+
+def coda_no_colocation() -> Policy:
+    return _coda(
+        "coda-no-colocation",
+        colocation=False,
+        description="CODA without co-location: CPU jobs stay on CPU nodes",
+    )
+
+
+def coda_no_eliminator() -> Policy:
+    return _coda(
+        "coda-no-eliminator",
+        eliminator=False,
+        description="CODA without the contention eliminator: co-located CPU jobs never throttled",
+    )
+
+
+def oracle() -> Policy:
+    return Policy(
+        name="oracle",
+        queue_sort=PreemptedFirst(),
+        pools=ArrayPools(colocate=True),
+        core_count=OracleCores(),
+        filters=[IdleGpuReserve()],
+        scores=[(SpreadPcieHeavy(), 1.0)],
+        candidates_to_score=4,
+        reclaim=ShrinkThenPreempt(),
+        ideal_isolation=True,
+        description="upper bound: every job's optimal cores known, no search, no interference",
+    )

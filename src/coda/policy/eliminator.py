@@ -1,0 +1,520 @@
+"""The real-time contention eliminator: a periodic controller per GPU node.
+
+Signal: each training job's recent throughput against its own reference (set by
+the allocator once the job's cores converged), plus the node's memory-bandwidth
+share where the node reports one. Action: throttle the node's CPU jobs through
+their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md):
+
+- cut fast, grow slowly: a severe drop sends every CPU job to ``min_quota`` in
+  one tick; otherwise the heaviest bandwidth users step down by ``step_down``;
+  quotas come back by ``step_up`` only after ``restore_ticks`` healthy ticks in
+  a row and ``cooldown_s`` after the last throttle;
+- hysteresis: "degraded" and "healthy" are separate thresholds; in between the
+  controller holds. A drop must also stand out of the job's own sample noise;
+- every throttle is judged: if the worst ratio has not improved by
+  ``improve_min`` after ``revert_ticks`` ticks, the step goes back (the whole
+  chain of steps, if the chain did not help either) and the node backs off:
+  the slowdown comes from elsewhere, e.g. two PCIe-heavy training jobs;
+- degradation at a level a restore set undoes that restore and doubles the
+  healthy ticks needed to reach that level again (lower levels come back at the
+  base pace), so a level just too high is probed ever more rarely instead of
+  oscillated around; a probe that holds resets the pace.
+
+Pure decision code: samples come from the ThroughputBook, time from the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from coda.policy.feedback import ThroughputBook
+from coda.policy.framework import Action, SetQuota
+from coda.policy.state import CPU, DNN, Job, Node
+
+_EPS = 1e-9
+
+
+@dataclass
+class EliminatorConfig:
+    period_s: float = 10.0
+    window: int = 2  # recent samples averaged per DNN job (only those after the last action)
+    drop_tolerance: float = 0.05  # degraded: some ratio recent/reference < 1 - drop_tolerance
+    healthy_tolerance: float = 0.025  # healthy: every ratio >= 1 - healthy_tolerance
+    severe_drop: float = 0.20  # fast path: ratio < 1 - severe_drop -> CPU jobs to min_quota
+    bw_high: float = 0.85  # bandwidth share that counts as saturated (early warning)
+    step_down: float = 0.25  # quota decrease per step (absolute)
+    min_quota: float = 0.1
+    step_up: float = 0.1  # quota increase per restore step
+    restore_ticks: int = 3  # consecutive healthy ticks before a restore step
+    cooldown_s: float = 30.0  # no restore within this long after a throttle
+    revert_ticks: int = 3  # ticks after a throttle to judge whether it helped
+    improve_min: float = 0.02  # ratio gain that counts as "it helped"
+    backoff_s: float = 300.0  # after a revert, no throttle here unless the signal worsens
+    # Beyond the core knobs:
+    noise_z: float = 2.0  # a drop must exceed this many standard errors of sample noise
+    heavy_share: float = 0.5  # a step throttles the heaviest CPU jobs drawing this bw share
+    max_restore_ticks: int = 192  # cap on the doubled healthy-tick requirement
+    max_backoff_doublings: int = 3  # repeated reverts back off up to 2**this x backoff_s
+    calm_s: float = 600.0  # forget a node this long after its last action once all is restored
+    history: int = 1000  # decisions kept for display
+
+
+@dataclass(slots=True)
+class _Signal:
+    """The worst training job's numbers on a node (ratios to reference)."""
+
+    mean: float | None  # window mean; None while some job's window is not full
+    partial: float  # mean over whatever fresh samples there are
+    upper: float  # mean plus its noise margin: "degraded" is judged on it
+    since: float  # mean over every sample since the last action: judges a throttle
+    base: float  # the level before acting, as well as noise lets us tell
+    severe: bool
+    share: float | None  # node bandwidth share, None when the node does not report it
+
+
+@dataclass(slots=True)
+class _Judgement:
+    before: float  # worst ratio when the throttle (chain) began
+    prior: dict[Job, float]  # quotas before it: what a revert puts back
+    ticks: int = 0  # ticks with fresh samples since
+
+
+@dataclass(slots=True)
+class _NodeState:
+    restore_need: int  # healthy ticks a restore needs to reach a level that relapsed
+    last_action: str = ""
+    last_action_t: float = -math.inf  # samples at or before this are stale
+    last_throttle_t: float = -math.inf
+    cpu_at_action: frozenset[int] = frozenset()  # CPU job idx present at the last action
+    healthy_run: int = 0
+    held: dict[Job, None] = field(default_factory=dict)  # CPU jobs this node throttled
+    undo: dict[Job, float] = field(default_factory=dict)  # quotas before the last restore
+    bad: dict[Job, float] = field(default_factory=dict)  # quota levels that relapsed
+    pending: _Judgement | None = None  # the last throttle step, not judged yet
+    chain: _Judgement | None = None  # consecutive throttle steps of this episode
+    backoff_until: float = -math.inf
+    backoff_level: float = 0.0
+    reverts_in_row: int = 0
+
+
+def _noise(ratios: list[float]) -> float:
+    """Std of one sample from the median successive difference: robust to the
+    level shifts actions cause. 0 until there are enough samples."""
+    if len(ratios) < 4:
+        return 0.0
+    diffs = sorted(abs(b - a) for a, b in zip(ratios, ratios[1:], strict=False))
+    n = len(diffs)
+    med = diffs[n // 2] if n % 2 else 0.5 * (diffs[n // 2 - 1] + diffs[n // 2])
+    return med / 0.9539  # median |N(0, 2 s^2)| = 0.6745 * sqrt(2) * s
+
+
+class ContentionEliminator:
+    """Throttles co-located CPU jobs while training jobs run slower than their reference."""
+
+    def __init__(self, book: ThroughputBook, config: EliminatorConfig | None = None) -> None:
+        self.book = book
+        self.config = config or EliminatorConfig()
+        self.period_s = self.config.period_s
+        self.decisions: deque[dict] = deque(maxlen=self.config.history)
+        self._nodes: dict[Node, _NodeState] = {}
+        self._holders: dict[Job, set[Node]] = {}  # nodes holding each throttled job low
+        self._counts = dict.fromkeys(
+            ("ticks", "throttle_steps", "fast_paths", "restores", "reverts", "relapses"), 0
+        )
+        self._counts["releases"] = 0
+
+    # ------------------------------------------------------------- protocol
+    def watching(self, node: Node) -> bool:
+        has_dnn = has_cpu = throttled = False
+        for j in node.jobs:
+            if j.kind == DNN:
+                has_dnn = True
+            elif j.kind == CPU:
+                has_cpu = True
+                throttled = throttled or j.quota < 1.0 - _EPS
+        if not has_cpu:
+            self.forget_node(node)  # nothing left to control: free its state now
+            return False
+        st = self._nodes.get(node)
+        return has_dnn or throttled or (st is not None and st.pending is not None)
+
+    def control(self, node: Node, now: float) -> list[Action]:
+        self._counts["ticks"] += 1
+        st = self._nodes.get(node)
+        if st is not None:
+            self._prune(node, st)
+        cpu = [j for j in node.jobs if j.kind == CPU]
+        if not cpu:
+            self.forget_node(node)
+            return []
+        if not any(j.kind == DNN for j in node.jobs):
+            # Nothing left to protect: every CPU job gets its share back at once.
+            acts = [SetQuota(j, 1.0) for j in cpu if j.quota < 1.0 - _EPS and self._only(j, node)]
+            self.forget_node(node)
+            if acts:
+                self._counts["releases"] += 1
+                self._log(now, node, "release", acts, {})
+            return acts
+        if st is None:
+            st = self._nodes[node] = _NodeState(self.config.restore_ticks)
+        for j in cpu:  # throttled by nobody we know (a forgotten state): adopt it
+            if j.quota < 1.0 - _EPS and j not in self._holders:
+                self._hold(node, st, j)
+        sig = self._signal(node, st)
+        acts = self._decide(node, st, now, sig, cpu) if sig is not None else []
+        if self._idle(st, now):
+            self.forget_node(node)
+        return acts
+
+    def forget_node(self, node: Node) -> None:
+        """Drop a node's state (the driver may call this when a node goes away)."""
+        st = self._nodes.pop(node, None)
+        if st is not None:
+            for j in list(st.held):
+                self._unhold(node, st, j)
+
+    def forget_job(self, job: Job) -> None:
+        """Drop every reference to a job (optional: each tick prunes departed jobs too)."""
+        for node in self._holders.pop(job, set()):
+            st = self._nodes.get(node)
+            if st is not None:
+                self._strip(st, job)
+
+    def stats(self) -> dict:
+        out: dict = dict(self._counts)
+        out["nodes_throttled_now"] = sum(
+            any(j.quota < 1.0 - _EPS for j in st.held) for st in self._nodes.values()
+        )
+        out["nodes_tracked"] = len(self._nodes)
+        return out
+
+    # ------------------------------------------------------------- signal
+    def _signal(self, node: Node, st: _NodeState) -> _Signal | None:
+        cfg = self.config
+        means, uppers, longs, bases = [], [], [], []
+        full, severe = True, False
+        for j in node.jobs:
+            if j.kind != DNN:
+                continue
+            ref = self.book.reference(j)
+            if not ref or ref <= 0:
+                continue  # no reference yet: nothing to compare against
+            samples = self.book.samples(j)
+            kept = [v / ref for t, v in samples if t > st.last_action_t]
+            if not kept:
+                continue
+            fresh = kept[-cfg.window :]
+            nw, nl = len(fresh), len(kept)
+            mean, long = sum(fresh) / nw, sum(kept) / nl
+            full = full and nw >= cfg.window
+            # A drop counts only once it stands out of the job's own sample noise,
+            # in the window or over every sample since the last action.
+            sigma = cfg.noise_z * _noise([v / ref for _, v in samples])
+            upper = max(mean, min(mean + sigma / math.sqrt(nw), long + sigma / math.sqrt(nl)))
+            # The window that triggers an action was picked for being low; unless
+            # it differs from the longer mean by more than noise, the longer mean
+            # is the fairer "before" to judge the action against.
+            if sigma > 0 and abs(long - mean) <= sigma * math.sqrt(1 / nw - 1 / nl):
+                bases.append(long)
+            else:
+                bases.append(mean)
+            means.append(mean)
+            uppers.append(upper)
+            longs.append(long)
+            # One severe sample acts at once, as long as the window agrees it is a drop.
+            severe_at = 1.0 - cfg.severe_drop
+            severe = severe or (
+                mean < 1.0 - cfg.drop_tolerance
+                and (fresh[-1] + sigma < severe_at or upper < severe_at)
+            )
+        if not means:
+            return None
+        return _Signal(
+            mean=min(means) if full else None,
+            partial=min(means),
+            upper=min(uppers),
+            since=min(longs),
+            base=min(bases),
+            severe=severe,
+            share=node.bw_used / node.bw_gbps if node.bw_gbps > 0 else None,
+        )
+
+    # ------------------------------------------------------------- decisions
+    def _decide(
+        self, node: Node, st: _NodeState, now: float, sig: _Signal, cpu: list[Job]
+    ) -> list[Action]:
+        cfg = self.config
+        healthy_at = 1.0 - cfg.healthy_tolerance
+        p = st.pending
+        if p is not None:
+            p.ticks += 1
+            # Judged on every sample since the step: less noisy than one window.
+            judge = sig.mean is not None or p.ticks >= cfg.revert_ticks
+            if judge and (sig.since >= p.before + cfg.improve_min or sig.since >= healthy_at):
+                st.pending = None  # it helped
+            elif p.ticks >= cfg.revert_ticks:
+                return self._revert(node, st, now, sig)
+            elif sig.severe and sig.partial < p.before - cfg.improve_min and self._above_min(cpu):
+                return self._throttle(node, st, now, sig, cpu, fast=True)  # worse meanwhile
+            else:
+                return []  # still judging
+        if sig.severe:
+            st.healthy_run = 0
+            if self._backing_off(st, now, sig.upper, cpu) or not self._above_min(cpu):
+                return []
+            if self._relapse(st, cpu):
+                self._slow_restores(node, st)
+            return self._throttle(node, st, now, sig, cpu, fast=True)
+        r, upper = sig.mean, sig.upper
+        if r is None:
+            return []  # wait for a full window after the last action
+        hot = sig.share is not None and sig.share >= cfg.bw_high
+        # Early warning: on a saturated memory bus a small drop already is contention.
+        if upper < 1.0 - (cfg.healthy_tolerance if hot else cfg.drop_tolerance):
+            st.healthy_run = 0
+            if self._backing_off(st, now, upper, cpu):
+                return []
+            if self._relapse(st, cpu):
+                self._slow_restores(node, st)
+                acts = self._undo_restore(node, st, now, sig)
+                if acts:
+                    return acts
+            if not self._above_min(cpu):
+                # All at the floor and still degraded: if the chain as a whole did
+                # not help either, the CPU jobs are not the cause.
+                if st.chain is not None and sig.since < st.chain.before + cfg.improve_min:
+                    return self._revert(node, st, now, sig)
+                return []
+            return self._throttle(node, st, now, sig, cpu, fast=False)
+        if r < healthy_at:
+            st.healthy_run = 0  # inside the hysteresis band: hold
+            return []
+        st.chain = None  # the episode is over: judged steps stay
+        st.healthy_run += 1
+        st.reverts_in_row = 0
+        if st.bad and st.last_action == "restore" and st.healthy_run >= cfg.restore_ticks:
+            # A level that relapsed before now held through a healthy stretch: the
+            # contention really fell, so restores may go at the base pace again.
+            st.bad = {j: q for j, q in st.bad.items() if j.quota < q - _EPS}
+            if not st.bad:
+                st.restore_need = cfg.restore_ticks
+        return self._restore(node, st, now, sig)
+
+    def _throttle(
+        self, node: Node, st: _NodeState, now: float, sig: _Signal, cpu: list[Job], fast: bool
+    ) -> list[Action]:
+        cfg = self.config
+        cands = [j for j in cpu if j.quota > cfg.min_quota + _EPS]
+        targets = cands if fast else self._heaviest(cands)
+        before = sig.base
+        # A fast path that overrides a step still being judged reverts to before both.
+        prior = dict(st.pending.prior) if st.pending is not None else {}
+        if st.chain is None:
+            st.chain = _Judgement(before, {})
+        acts: list[Action] = []
+        for j in targets:
+            prior.setdefault(j, j.quota)
+            st.chain.prior.setdefault(j, j.quota)
+            q = cfg.min_quota if fast else max(cfg.min_quota, round(j.quota - cfg.step_down, 6))
+            acts.append(SetQuota(j, q))
+            self._hold(node, st, j)
+        st.pending = _Judgement(before, prior)
+        kind = "fast_path" if fast else "throttle"
+        self._acted(st, now, kind, cpu)
+        st.last_throttle_t = now
+        self._counts["fast_paths" if fast else "throttle_steps"] += 1
+        self._log(now, node, kind, acts, self._reason(sig))
+        return acts
+
+    def _restore(self, node: Node, st: _NodeState, now: float, sig: _Signal) -> list[Action]:
+        cfg = self.config
+        if st.healthy_run < cfg.restore_ticks or now - st.last_throttle_t < cfg.cooldown_s:
+            return []
+        mine: list[Job] = []
+        for j in list(st.held):
+            if j.quota < 1.0 - _EPS and self._only(j, node):
+                mine.append(j)
+            else:
+                self._unhold(node, st, j)  # at full quota, or another node still needs it low
+        if not mine:
+            return []
+        new = {j: min(1.0, round(j.quota + cfg.step_up, 6)) for j in mine}
+        # Levels below one that relapsed come back at the base pace; reaching that
+        # level again needs the (doubled) longer healthy stretch.
+        if st.healthy_run < st.restore_need and any(
+            q >= st.bad.get(j, math.inf) - _EPS for j, q in new.items()
+        ):
+            return []
+        if node.bw_gbps > 0:
+            # Bandwidth scales with quota: do not restore onto a saturated bus.
+            extra = sum(j.bw_pn * (new[j] / j.quota - 1.0) for j in mine if j.quota > 0)
+            if (node.bw_used + extra) / node.bw_gbps >= cfg.bw_high:
+                return []
+        st.undo = {j: j.quota for j in mine}
+        acts: list[Action] = [SetQuota(j, q) for j, q in new.items()]
+        for j, q in new.items():
+            if q >= 1.0 - _EPS:
+                self._unhold(node, st, j)
+        self._acted(st, now, "restore", [j for j in node.jobs if j.kind == CPU])
+        self._counts["restores"] += 1
+        self._log(now, node, "restore", acts, self._reason(sig))
+        return acts
+
+    def _undo_restore(self, node: Node, st: _NodeState, now: float, sig: _Signal) -> list[Action]:
+        """Degraded right after a restore: back to the quotas that were fine."""
+        acts: list[Action] = []
+        for j, q in st.undo.items():
+            if j in node.jobs and j.quota > q + _EPS:
+                acts.append(SetQuota(j, q))
+                self._hold(node, st, j)
+        st.undo = {}
+        if acts:
+            self._acted(st, now, "relapse", None)
+            st.last_throttle_t = now
+            self._counts["relapses"] += 1
+            self._log(now, node, "relapse", acts, self._reason(sig))
+        return acts
+
+    def _revert(self, node: Node, st: _NodeState, now: float, sig: _Signal) -> list[Action]:
+        """A throttle did not help: put the quotas back and leave this node alone.
+
+        Only the last step goes back if the chain of steps as a whole helped;
+        otherwise the whole chain does (noise can pass a useless step or two)."""
+        cfg = self.config
+        step, chain = st.pending, st.chain
+        st.pending = st.chain = None
+        whole = chain is not None and sig.since < chain.before + cfg.improve_min
+        judged = chain if whole or step is None else step
+        if judged is None:
+            return []
+        acts: list[Action] = []
+        for j, q in judged.prior.items():
+            if abs(j.quota - q) > _EPS:
+                acts.append(SetQuota(j, q))
+            if q >= 1.0 - _EPS:
+                self._unhold(node, st, j)
+        doublings = min(st.reverts_in_row, cfg.max_backoff_doublings)
+        st.backoff_until = now + cfg.backoff_s * 2**doublings
+        st.backoff_level = min(judged.before, sig.since)
+        st.reverts_in_row += 1
+        st.undo = {}
+        self._acted(st, now, "revert", [j for j in node.jobs if j.kind == CPU])
+        self._counts["reverts"] += 1
+        reason = self._reason(sig) | {"before": round(judged.before, 4), "whole_chain": whole}
+        self._log(now, node, "revert", acts, reason)
+        return acts
+
+    # ------------------------------------------------------------- helpers
+    def _backing_off(self, st: _NodeState, now: float, r: float, cpu: list[Job]) -> bool:
+        if now >= st.backoff_until:
+            return False
+        worse = r < st.backoff_level - self.config.drop_tolerance
+        new_job = any(j.idx not in st.cpu_at_action for j in cpu)
+        return not (worse or new_job)
+
+    def _relapse(self, st: _NodeState, cpu: list[Job]) -> bool:
+        """Degradation came back at a level a restore set, with no new CPU job to
+        blame: that level is too high (however long it looked fine under noise)."""
+        return st.last_action == "restore" and all(j.idx in st.cpu_at_action for j in cpu)
+
+    def _slow_restores(self, node: Node, st: _NodeState) -> None:
+        """A restore relapsed: remember the levels it set as too high, and make
+        the next attempt at them wait twice as long."""
+        base = st.restore_need if st.bad else self.config.restore_ticks
+        st.restore_need = min(2 * base, self.config.max_restore_ticks)
+        for j in st.undo:
+            if j in node.jobs:
+                st.bad[j] = j.quota
+
+    def _heaviest(self, jobs: list[Job]) -> list[Job]:
+        """The heaviest bandwidth users that together draw ``heavy_share`` of the
+        CPU jobs' bandwidth (near-ties kept together); all of them if none is known."""
+        total = sum(max(0.0, j.bw_pn) for j in jobs)
+        if total <= 0:
+            return jobs
+        picked: list[Job] = []
+        acc, last = 0.0, math.inf
+        for j in sorted(jobs, key=lambda j: -j.bw_pn):
+            if j.bw_pn <= 0 or (acc >= self.config.heavy_share * total and j.bw_pn < 0.9 * last):
+                break
+            picked.append(j)
+            acc += j.bw_pn
+            last = j.bw_pn
+        return picked
+
+    def _above_min(self, cpu: list[Job]) -> bool:
+        return any(j.quota > self.config.min_quota + _EPS for j in cpu)
+
+    def _acted(self, st: _NodeState, now: float, kind: str, cpu: list[Job] | None) -> None:
+        st.last_action = kind
+        st.last_action_t = now
+        st.healthy_run = 0
+        if cpu is not None:
+            st.cpu_at_action = frozenset(j.idx for j in cpu)
+
+    def _idle(self, st: _NodeState, now: float) -> bool:
+        return (
+            not st.held
+            and st.pending is None
+            and st.chain is None
+            and now >= st.backoff_until
+            and now - st.last_action_t >= self.config.calm_s
+        )
+
+    def _only(self, job: Job, node: Node) -> bool:
+        """No other node holds this job low (a gang CPU job spans nodes)."""
+        return self._holders.get(job, set()) <= {node}
+
+    def _hold(self, node: Node, st: _NodeState, job: Job) -> None:
+        st.held[job] = None
+        self._holders.setdefault(job, set()).add(node)
+
+    def _unhold(self, node: Node, st: _NodeState, job: Job) -> None:
+        st.held.pop(job, None)
+        nodes = self._holders.get(job)
+        if nodes is not None:
+            nodes.discard(node)
+            if not nodes:
+                del self._holders[job]
+
+    def _strip(self, st: _NodeState, job: Job) -> None:
+        st.held.pop(job, None)
+        st.undo.pop(job, None)
+        st.bad.pop(job, None)
+        for name in ("pending", "chain"):
+            judged = getattr(st, name)
+            if judged is not None:
+                judged.prior.pop(job, None)
+                if not judged.prior:
+                    setattr(st, name, None)
+
+    def _prune(self, node: Node, st: _NodeState) -> None:
+        """Jobs leave between ticks: node.jobs is the truth."""
+        known = set(st.held) | set(st.undo) | set(st.bad)
+        for judged in (st.pending, st.chain):
+            if judged is not None:
+                known.update(judged.prior)
+        for j in known:
+            if j not in node.jobs:
+                self._unhold(node, st, j)
+                self._strip(st, j)
+
+    def _reason(self, sig: _Signal) -> dict:
+        out = {"min_ratio": round(sig.mean if sig.mean is not None else sig.partial, 4)}
+        if sig.share is not None:
+            out["bw_share"] = round(sig.share, 4)
+        return out
+
+    def _log(self, now: float, node: Node, action: str, acts: list[Action], reason: dict) -> None:
+        self.decisions.append(
+            {
+                "time": now,
+                "node": node.name,
+                "action": action,
+                "jobs": [a.job.job_id for a in acts],
+                "quotas": [a.quota for a in acts if isinstance(a, SetQuota)],
+                "reason": reason,
+            }
+        )
