@@ -119,24 +119,30 @@ class LearnedProfiles:
     def __init__(self, confident_after: int = 3) -> None:
         self.confident_after = confident_after
         self._seen: dict[Shape, dict[int, int]] = {}  # shape -> {cores: jobs}
+        self._median: dict[Shape, int] = {}  # cache: asked for at every placement attempt
 
     def record(self, key: Shape, cores: int) -> None:
         if int(cores) < 1:
             raise ValueError(f"cores must be >= 1, got {cores}")
         seen = self._seen.setdefault(tuple(key), {})
         seen[int(cores)] = seen.get(int(cores), 0) + 1
+        self._median.pop(tuple(key), None)
 
     def count(self, key: Shape) -> int:
         return sum(self._seen.get(tuple(key), {}).values())
 
     def cores(self, key: Shape) -> int | None:
         """The upper median of the recorded values; None if the shape is unknown."""
+        hit = self._median.get(key)
+        if hit is not None:
+            return hit
         seen = self._seen.get(tuple(key))
         if not seen:
             return None
         i = sum(seen.values()) // 2
         for c in sorted(seen):
             if i < seen[c]:
+                self._median[tuple(key)] = c
                 return c
             i -= seen[c]
         raise AssertionError("unreachable")
@@ -271,7 +277,13 @@ class AdaptiveAllocator:
         return job.cores_pn_req if learned is None else learned
 
     def group_key(self, job: Job) -> tuple:
-        # cores_per_node depends on the shape (model, gpus_pn, nodes) and the request only.
+        # cores_per_node depends on the shape (model, gpus_pn, nodes) and, until the
+        # shape is learned, the request; learned values are never forgotten, so once
+        # learned every job of the shape gets the same answer: fewer queue buckets.
+        if job.kind == CPU or not self.config.search:
+            return (job.cores_pn_req,)
+        if self.learned.cores(self._key(job)) is not None:
+            return (job.model,)
         return (job.model, job.cores_pn_req)
 
     # ----------------------------------------------------------- JobControl

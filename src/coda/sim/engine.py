@@ -913,10 +913,14 @@ class Simulator:
         return x
 
     def _sample_all(self) -> None:
-        """One throughput sample per DNN job on a watched node: the work it did
-        since its last sample, in its own units (an arbitrary per-job rate, so
-        the policy cannot read the model's scale), with measurement noise."""
+        """One throughput sample per DNN job on a watched node that needs one (its
+        allocator is searching, or a CPU job shares a node with it and there is
+        an eliminator): the work it did since its last sample, in its own units
+        (an arbitrary per-job rate, so the policy cannot read the model's
+        scale), with measurement noise. A converged job away from CPU jobs is
+        not sampled in the simulator (its speed only changes with co-runners)."""
         control = self.policy.job_control
+        eliminator = self.policy.node_control is not None
         now = self.now
         noise = self.noise
         for node in list(self.watched):
@@ -925,8 +929,16 @@ class Simulator:
             for job in list(node.jobs):
                 if not job.is_dnn or job.placement[0] is not node or job.sample_t >= now:
                     continue
-                self._settle(job)
-                done = job.work - job.remaining
+                done = job.work - job.remaining + job.speed * (now - job.last_update)
+                if not (
+                    control.wants_samples(job)
+                    or (eliminator and any(n.cpu_job_cores for n in job.placement))
+                ):
+                    # Neither its allocator nor the eliminator needs this window:
+                    # skip it (a sample costs a policy call) and start the next.
+                    job.sample_t = now
+                    job.sample_work = done
+                    continue
                 rate = (done - job.sample_work) / (now - job.sample_t)
                 job.sample_t = now
                 job.sample_work = done
