@@ -74,7 +74,7 @@ def test_simulate_writes_outputs(runner, trace, tmp_path):
     result = simulate(runner, trace, out, "--load", "0.5", "--seed", "1")
     assert result.exit_code == 0, result.output
     printed = " ".join(result.output.split())  # rich wraps lines at the console width
-    assert "static-separate" in printed
+    assert "coda" in printed
     assert CLUSTER in printed
     assert "load 0.5" in printed
     assert "seed 1" in printed
@@ -82,7 +82,7 @@ def test_simulate_writes_outputs(runner, trace, tmp_path):
         assert (out / name).is_file(), name
         assert (out / name).stat().st_size > 0, name
     s = json.loads((out / "summary.json").read_text())
-    assert s["policy"] == "static-separate"
+    assert s["policy"] == "coda"  # the default policy
     assert s["cluster"]["spec"] == CLUSTER
     assert (s["cluster"]["nodes"], s["cluster"]["gpus"], s["cluster"]["cores"]) == (3, 8, 96)
     assert s["load"] == 0.5
@@ -204,7 +204,7 @@ def test_compare_rejects_repeated_policy(runner, trace, tmp_path):
 
 def test_simulate_defaults_on_bundled_trace(runner, tmp_path):
     out = tmp_path / "default"
-    result = runner.invoke(main, ["simulate", "--out", str(out)])
+    result = runner.invoke(main, ["simulate", "--policy", "static-separate", "--out", str(out)])
     assert result.exit_code == 0, result.output
     s = json.loads((out / "summary.json").read_text())
     assert s["trace"] == "bundled:alibaba-openb-2023"

@@ -17,7 +17,9 @@ from coda.sim.run import DEFAULT_CLUSTER, DEFAULT_LOAD, Prepared, RunConfig, pre
 from coda.workload.jobs import TraceFormatError
 from coda.workload.traces import FORMATS
 
-console = Console()
+# Piped or captured output has no terminal width; rich would then assume 80
+# columns and squeeze the label column of a many-policy table to nothing.
+console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True)
 
 
@@ -180,7 +182,7 @@ def main() -> None:
 
 @main.command()
 @_trace_options
-@click.option("--policy", default="static-separate", show_default=True, help="Scheduling policy.")
+@click.option("--policy", default="coda", show_default=True, help="Scheduling policy.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -205,9 +207,9 @@ def simulate(policy: str, out: str, **kw) -> None:
 @_trace_options
 @click.option(
     "--policies",
-    default="static-separate,static-shared",
+    default="static-separate,static-shared,coda",
     show_default=True,
-    help="Comma-separated policies, run on the same workload.",
+    help="Comma-separated policies, run on the same workload (the first is the baseline).",
 )
 @click.option("--out", type=click.Path(file_okay=False), default="out/compare", show_default=True)
 def compare(policies: str, out: str, **kw) -> None:

@@ -205,6 +205,7 @@ def _verdict_section(result: ExperimentResult) -> list[str]:
             + ". See [Where the gain comes from](#where-the-gain-comes-from)."
         )
         lines.append("")
+        lines += _headroom_lines(result, v.load)
     rows = []
     for x in a.verdicts.values():
         cond = {c.key: c for c in x.conditions}
@@ -247,6 +248,43 @@ def _verdict_section(result: ExperimentResult) -> list[str]:
     if a.robustness is not None:
         lines += [a.robustness.summary + ".", ""]
     return lines
+
+
+def _headroom_lines(result: ExperimentResult, load: float) -> list[str]:
+    """Why a missed gain target was (or was not) within reach: the oracle's gain, and
+    where the baseline loses GPU capacity, from the runs themselves."""
+    a = result.analysis
+    base = a.stats.get((a.base, load), {})
+    oracle = a.gains.get(("oracle", load), {}).get("gpu_util_effective")
+    eff, alloc = base.get("gpu_util_effective"), base.get("gpu_util_allocated")
+    cores, cont = base.get("gpu_lost_cores"), base.get("gpu_lost_contention")
+    if (
+        oracle is None
+        or oracle.mean is None
+        or any(e is None or e.mean is None for e in (eff, alloc, cores, cont))
+    ):
+        return []
+    o_alloc = a.stats.get(("oracle", load), {}).get("gpu_util_allocated")
+    text = (
+        f"Why: the `oracle` (every job's optimal cores known, no search, no interference at "
+        f"all) gains {oracle.mean:+.1f}% at load {load:g}, so "
+        + (
+            "no policy could reach the target here"
+            if oracle.mean < PAPER_GAIN_PCT
+            else "the target is within the oracle's reach"
+        )
+        + f". `{a.base}` holds {alloc.mean:.1%} of GPUs and uses {eff.mean:.1%}: it loses "
+        f"{cores.mean * 100:.1f} pp to too few cores (what slimming can win back) and "
+        f"{cont.mean * 100:.1f} pp to interference, most of it between training jobs on "
+        "the same node (memory bandwidth, PCIe), which throttling CPU jobs cannot remove."
+    )
+    if o_alloc is not None and o_alloc.mean is not None:
+        text += (
+            f" GPUs allocated: {alloc.mean:.1%} under `{a.base}`, {o_alloc.mean:.1%} under "
+            "`oracle`: where these are equal, cores do not keep GPUs idle on this cluster "
+            "(the trace's requests fit its nodes), so freeing cores admits no extra jobs."
+        )
+    return [text, ""]
 
 
 def _what_was_run(result: ExperimentResult, command: str) -> list[str]:
@@ -418,6 +456,14 @@ def _decomposition_section(result: ExperimentResult) -> list[str]:
     return lines
 
 
+def _jct_delta(base: float | None, other: float | None) -> str:
+    """The difference itself: two means of hours can print alike and still differ."""
+    if base is None or other is None or not base:
+        return MISSING
+    d = other - base
+    return f"{'+' if d >= 0 else '-'}{fmt_duration(abs(d))} ({d / base:+.2%})"
+
+
 def _robustness_section(result: ExperimentResult) -> list[str]:
     r = result.analysis.robustness
     if r is None:
@@ -433,6 +479,7 @@ def _robustness_section(result: ExperimentResult) -> list[str]:
             fmt_duration(s.subject_cpu_queue),
             fmt_duration(s.base_dnn_jct),
             fmt_duration(s.subject_dnn_jct),
+            _jct_delta(s.base_dnn_jct, s.subject_dnn_jct),
             _yes(s.holds),
             _yes(s.meets_target),
         ]
@@ -448,6 +495,7 @@ def _robustness_section(result: ExperimentResult) -> list[str]:
             f"{r.subject} CPU queuing",
             f"{r.base} DNN JCT",
             f"{r.subject} DNN JCT",
+            "DNN JCT Δ",
             "holds",
             f">= {PAPER_GAIN_PCT:g}%",
         ],

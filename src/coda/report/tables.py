@@ -402,7 +402,7 @@ def comparison_table(summaries: list[dict], baseline: str | None = None) -> Tabl
     base = _baseline_index(summaries, baseline)
     shared, differing = _shared_context(summaries)
     table = _titled_table(f"Policy comparison · baseline {_policy(summaries[base])}", shared)
-    table.add_column("Metric")
+    table.add_column("Metric", min_width=24)
     for i, s in enumerate(summaries):
         header = _policy(s) + (" (baseline)" if i == base and len(summaries) > 1 else "")
         table.add_column(Text(header), justify="right", no_wrap=True)

@@ -974,8 +974,6 @@ class Simulator:
             return False
         if delta > 0 and any(n.free_cores < delta for n in job.placement):
             return False  # not enough free cores: the driver never over-commits
-        if delta < 0 and not job.is_dnn:
-            self._detected(job)
         self.cores_useful -= self._useful_cores(job)
         for node in job.placement:
             node.free_cores -= delta
@@ -1002,7 +1000,8 @@ class Simulator:
 
     # ----------------------------------------------------- interference episodes
     def _detected(self, cpu_job: Job) -> None:
-        """A co-runner was throttled: open episodes on its nodes count as detected."""
+        """A co-runner's quota was cut (the eliminator acted): open episodes on its
+        nodes count as detected. Reclaim shrinks for a starting DNN job do not count."""
         for node in cpu_job.placement:
             for job in node.jobs:
                 ep = self._episodes.get(job)
