@@ -234,3 +234,14 @@ def test_trace_command_shows_bad_rows_when_skipping(runner, tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "skipped bad rows │ 1" in text and "bad row:" in text
+
+
+def test_noise_and_perturbation_reach_the_run(runner, trace, tmp_path):
+    out = tmp_path / "noisy"
+    result = simulate(runner, trace, out, "--noise", "0.1", "--perturb", "0.3")
+    assert result.exit_code == 0, result.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["config"]["noise"] == 0.1 and s["config"]["perturb"] == 0.3
+    assert "perturbed" in s["profile_set"]
+    bad = simulate(runner, trace, tmp_path / "bad", "--perturb", "1.5")
+    assert bad.exit_code != 0 and "--perturb" in bad.output

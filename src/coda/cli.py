@@ -122,7 +122,27 @@ def _config(kw: dict) -> RunConfig:
         censored=kw["censored"],
         horizon=kw["horizon"],
         warmup=kw["warmup"],
+        noise=kw.get("noise", 0.05),
+        perturb=kw.get("perturb", 0.0),
     )
+
+
+def _model_options(f: Callable) -> Callable:
+    """Measurement noise and profile perturbation (simulate, compare)."""
+    f = click.option(
+        "--perturb",
+        type=click.FloatRange(0.0, 1.0, max_open=True),
+        default=0.0,
+        show_default=True,
+        help="Scale every profile value by its own U(1-P, 1+P) draw (seeded).",
+    )(f)
+    return click.option(
+        "--noise",
+        type=click.FloatRange(min=0.0),
+        default=0.05,
+        show_default=True,
+        help="Relative noise of each throughput sample the allocator sees.",
+    )(f)
 
 
 @contextmanager
@@ -182,6 +202,7 @@ def main() -> None:
 
 @main.command()
 @_trace_options
+@_model_options
 @click.option("--policy", default="coda", show_default=True, help="Scheduling policy.")
 @click.option(
     "--out",
@@ -205,6 +226,7 @@ def simulate(policy: str, out: str, **kw) -> None:
 
 @main.command()
 @_trace_options
+@_model_options
 @click.option(
     "--policies",
     default="static-separate,static-shared,coda",

@@ -255,7 +255,7 @@ def _headroom_lines(result: ExperimentResult, load: float) -> list[str]:
     where the baseline loses GPU capacity, from the runs themselves."""
     a = result.analysis
     base = a.stats.get((a.base, load), {})
-    oracle = a.gains.get(("oracle", load), {}).get("gpu_util_effective")
+    oracle = a.gains.get(("oracle", load), {}).get("gpu_gain_pct")
     eff, alloc = base.get("gpu_util_effective"), base.get("gpu_util_allocated")
     cores, cont = base.get("gpu_lost_cores"), base.get("gpu_lost_contention")
     if (
