@@ -414,3 +414,22 @@ def test_notes_shared_by_every_run_are_listed_once():
     b = {"policy": "b", "notes": ["workload note"]}
     assert _notes([a, b], with_policy=True) == ["workload note", "a: only a"]
     assert _notes([a], with_policy=False) == ["workload note", "only a"]
+
+
+def test_coda_mechanism_rows_show_when_a_run_reports_them() -> None:
+    base = fake_result("static-separate").summary
+    coda = fake_result("coda", seed=1).summary
+    coda["preemption"] = {"count": 3, "jobs": 2, "lost_core_s": 120.0}
+    coda["contention"] = {"episodes": 7, "detected": 5, "detect_s": describe(np.array([20.0]))}
+    coda["contention"]["recover_s"] = describe(np.array([40.0, 60.0]))
+    coda["policy_stats"] = {
+        "allocator": {"searches": 9, "converged": 8, "reference_only": 6, "probes": 4},
+        "eliminator": {"throttle_steps": 11, "nodes_tracked": 0},
+    }
+    md = markdown_comparison([base, coda])
+    assert "| preemptions | — | 3 |" in md
+    assert "| detected (co-runner throttled) | — | 5 |" in md
+    assert "| converged | — | 8 |" in md and "| from a learned profile | — | 6 |" in md
+    assert "| throttle steps | — | 11 |" in md and "nodes tracked" not in md
+    # Runs without them (the baselines alone) show none of these sections.
+    assert "Allocator" not in markdown_comparison([base])

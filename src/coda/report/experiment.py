@@ -6,6 +6,7 @@ renders them. Like every other report, each title states trace, cluster, loads, 
 from __future__ import annotations
 
 import csv
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -124,7 +125,9 @@ def _context(result: ExperimentResult) -> dict[str, str]:
 
 def _title(result: ExperimentResult) -> str:
     c = _context(result)
-    return f"{c['trace']} · {c['cluster']}\nloads {c['loads']} · seeds {c['seeds']}"
+    # A cluster given as a long node spec would stretch the figure to its width.
+    cluster = textwrap.fill(c["cluster"], 110, break_on_hyphens=False)
+    return f"{c['trace']} · {cluster}\nloads {c['loads']} · seeds {c['seeds']}"
 
 
 def _present_metrics(a: Analysis) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -870,7 +873,7 @@ def plot_robustness(result: ExperimentResult, path: Path) -> Path:
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(
         f"Robustness at load {r.load:g}: profiles ±{100 * r.perturb:g}%, sample noise "
-        f"{r.noise:g} — " + _title(result).replace("\n", " · ")
+        f"{r.noise:g}\n" + _title(result)
     )
     fig.tight_layout()
     return _save(fig, path)

@@ -280,7 +280,7 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
             _Row("work lost (core-s)", _key("preemption", "lost_core_s"), fmt_number),
         ]
     if any(lookup(s, "contention", "episodes") for s in summaries):
-        rows.append(_Row("Interference episodes (DNN job >5% slower)"))
+        rows.append(_Row("Interference from CPU co-runners (DNN job >5% slower)"))
         rows += [
             _Row("episodes", _key("contention", "episodes")),
             _Row("detected (co-runner throttled)", _key("contention", "detected")),
@@ -291,12 +291,14 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
     if any(lookup(s, "policy_stats", "allocator") for s in summaries):
         rows.append(_Row("Allocator"))
         rows += [
-            _Row("searches converged", _key("policy_stats", "allocator", "searches_converged")),
+            _Row("searches", _key("policy_stats", "allocator", "searches")),
+            _Row("converged", _key("policy_stats", "allocator", "converged")),
+            _Row("from a learned profile", _key("policy_stats", "allocator", "reference_only")),
             _Row("probes", _key("policy_stats", "allocator", "probes")),
             _Row("probe windows", _key("policy_stats", "allocator", "probe_windows")),
             _Row(
-                "throughput lost (windows)",
-                _key("policy_stats", "allocator", "throughput_lost"),
+                "throughput lost (full windows)",
+                _key("policy_stats", "allocator", "lost_windows"),
                 fmt_number,
             ),
             _Row("re-tunes", _key("policy_stats", "allocator", "retunes")),
@@ -304,8 +306,9 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
     if any(lookup(s, "policy_stats", "eliminator") for s in summaries):
         rows.append(_Row("Eliminator"))
         rows += [
-            _Row(f"{k}", _key("policy_stats", "eliminator", k))
+            _Row(k.replace("_", " "), _key("policy_stats", "eliminator", k))
             for k in _scalar_subkeys(summaries, "policy_stats", "eliminator")
+            if k not in ("nodes_throttled_now", "nodes_tracked")  # end-of-run state
         ]
 
     trace_rows = [
