@@ -306,12 +306,24 @@ def test_reclaim_of_a_gang_cpu_job_frees_it_on_every_node():
 # ---------------------------------------------------------------- IdleGpuReserve
 @pytest.mark.parametrize(
     ("free_gpus", "cores_pn", "ok"),
-    [(4, 24, True), (4, 25, False), (2, 28, True), (2, 29, False), (0, 32, True)],
+    [(4, 20, True), (4, 21, False), (2, 20, True), (2, 24, True), (0, 24, True)],
 )
 def test_idle_gpu_reserve_keeps_cores_for_idle_gpus(free_gpus, cores_pn, ok):
     node = gpu_node(gpus=4, cores=32)
+    node.free_cores = 28  # a CPU job holds 4
     node.free_gpus = free_gpus
     assert IdleGpuReserve().filter(cpu_job(0, cores_pn), node, cores_pn) is ok
+
+
+def test_a_cpu_job_too_big_for_any_reserve_is_not_starved_by_it():
+    # 4 GPUs x 2 = 8 reserved of 32: a 25-core job could never fit beside the full
+    # reserve, so the reserve does not apply to it (DNN jobs reclaim its cores).
+    node = gpu_node(gpus=4, cores=32)
+    assert IdleGpuReserve().filter(cpu_job(0, 25), node, 25) is True
+    assert IdleGpuReserve().filter(cpu_job(0, 24), node, 24) is True
+    node.free_cores = 30
+    assert IdleGpuReserve().filter(cpu_job(0, 24), node, 24) is False
+    assert IdleGpuReserve().filter(cpu_job(0, 25), node, 25) is True
 
 
 @settings(max_examples=200, deadline=None)
@@ -328,7 +340,8 @@ def test_idle_gpu_reserve_property(gpus, cores, busy_gpus, used, cores_pn, per_g
     node.free_gpus = max(0, gpus - busy_gpus)
     node.free_cores = max(0, cores - used)
     f = IdleGpuReserve(cores_per_idle_gpu=per_gpu)
-    want = node.free_cores - cores_pn >= node.free_gpus * per_gpu
+    never_fits_beside_reserve = cores_pn > cores - gpus * per_gpu
+    want = never_fits_beside_reserve or node.free_cores - cores_pn >= node.free_gpus * per_gpu
     assert f.filter(cpu_job(0, cores_pn), node, cores_pn) is want
     # DNN jobs and CPU nodes are never filtered.
     assert f.filter(dnn_job(1, 1, cores_pn), node, cores_pn) is True
@@ -340,8 +353,9 @@ def test_idle_gpu_reserve_property(gpus, cores, busy_gpus, used, cores_pn, per_g
 def test_idle_gpu_reserve_in_policy_allows():
     policy = make_policy("coda")
     node = gpu_node(gpus=4, cores=32)  # reserve 4 x 2 = 8
-    assert policy.allows(cpu_job(0, 24), node, 24)
-    assert not policy.allows(cpu_job(0, 25), node, 25)
+    node.free_cores = 30
+    assert policy.allows(cpu_job(0, 22), node, 22)
+    assert not policy.allows(cpu_job(0, 23), node, 23)
     assert policy.allows(dnn_job(1, 1, 32), node, 32)
     assert make_policy("coda-no-colocation").filters == []
 
@@ -586,3 +600,24 @@ def test_random_node_history_keeps_books_balanced():
                 apply(reclaim.reclaim(job, node, cores - node.free_cores, float(t)))
             run_on(job, node, cores, start=float(t))
         assert_books(node)
+
+
+def test_over_preempted_cpu_jobs_keep_gpu_nodes_when_no_cpu_node_fits_them():
+    pools = ArrayPools(max_preemptions=1)
+    pools.observe_cluster([gpu_node(0, cores=32), cpu_node(1, cores=16)])
+    small, big = cpu_job(0, 8), cpu_job(1, 24)
+    small.preemptions = big.preemptions = 1
+    assert pools.pools(small) == (CPU_POOL,)
+    # CPU-only would leave it nowhere to run: it keeps both pools (and reclaim
+    # picks jobs preempted fewer times first).
+    assert pools.pools(big) == (CPU_POOL, GPU_POOL)
+
+
+def test_reclaim_spares_jobs_already_preempted():
+    node = gpu_node(gpus=4, cores=32)
+    old = run_on(cpu_job(0, 8), node, 8, start=0.0)
+    veteran = run_on(cpu_job(1, 8), node, 8, start=5.0)  # newest, but preempted before
+    veteran.preemptions = 1
+    actions = ShrinkThenPreempt(min_share=1.0).reclaim(dnn_job(9), node, 8, 10.0)
+    assert [type(a).__name__ for a in actions] == ["Preempt"]
+    assert actions[0].job is old

@@ -17,6 +17,7 @@ Scheduler rules (from the paper, docs/policies.md says why each is built so):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
@@ -36,17 +37,33 @@ class PreemptedFirst:
 @dataclass
 class ArrayPools:
     """DNN jobs on GPU nodes; CPU jobs on CPU nodes, then (when co-locating) on
-    GPU nodes, unless they were preempted too often already."""
+    GPU nodes, unless they were preempted too often already and a CPU node can
+    host them (the driver shows the plugin its nodes through observe_cluster)."""
 
     colocate: bool = True
     max_preemptions: int = 2
+    # (cores, memory MiB; 0 = unconstrained) of each CPU node; None = not told.
+    cpu_nodes: list[tuple[int, int]] | None = None
+
+    def observe_cluster(self, nodes: Sequence[Node]) -> None:
+        self.cpu_nodes = [(n.cores, n.mem_mib) for n in nodes if n.pool == CPU_POOL]
+
+    def _fits_cpu_nodes(self, job: Job) -> bool:
+        if self.cpu_nodes is None:
+            return True
+        room = sum(
+            1 for c, m in self.cpu_nodes if c >= job.cores_pn_req and (m == 0 or m >= job.mem_pn)
+        )
+        return room >= job.nodes
 
     def pools(self, job: Job) -> tuple[str, ...]:
         if job.is_dnn:
             return (GPU_POOL,)
-        if self.colocate and job.preemptions < self.max_preemptions:
-            return (CPU_POOL, GPU_POOL)
-        return (CPU_POOL,)
+        if not self.colocate:
+            return (CPU_POOL,)
+        if job.preemptions >= self.max_preemptions and self._fits_cpu_nodes(job):
+            return (CPU_POOL,)  # preempted enough: out of DNN jobs' way from now on
+        return (CPU_POOL, GPU_POOL)
 
 
 @dataclass
@@ -58,6 +75,10 @@ class IdleGpuReserve:
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
         if job.is_dnn or node.gpus == 0:
+            return True
+        if cores_pn > node.cores - node.gpus * self.cores_per_idle_gpu:
+            # It could never fit beside a full reserve: the reserve would starve it
+            # while the node's GPUs stand idle. It may go; DNN jobs reclaim later.
             return True
         return node.free_cores - cores_pn >= node.free_gpus * self.cores_per_idle_gpu
 
@@ -76,13 +97,15 @@ class SpreadPcieHeavy:
 class ShrinkThenPreempt:
     """Take cores back from a node's CPU jobs: shrink each down to
     ``min_share`` of its request first (no work lost, it runs slower), then
-    preempt the most recently started (least work since a checkpoint is lost)."""
+    preempt the most recently started (least work since a checkpoint is lost),
+    jobs preempted fewer times first (so no job bears every preemption)."""
 
     min_share: float = 0.5
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
         newest_first = sorted(
-            (j for j in node.jobs if not j.is_dnn), key=lambda j: (-j.start, -j.idx)
+            (j for j in node.jobs if not j.is_dnn),
+            key=lambda j: (j.preemptions, -j.start, -j.idx),
         )
 
         def spare(j: Job) -> int:  # cores a shrink can take from j

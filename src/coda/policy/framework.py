@@ -9,7 +9,8 @@ return actions (throttle a job, change its cores). A policy is a bundle of
 plugins; a new policy is a few small classes, not a fork of the driver.
 
 Capacity (GPUs, cores, memory) and backfill reservations are checked by the
-driver itself: no plugin can over-commit a node.
+driver itself: no plugin can over-commit a node. A plugin that needs the
+cluster's shape defines ``observe_cluster(nodes)``; the driver calls it once.
 """
 
 from __future__ import annotations

@@ -146,6 +146,14 @@ class Simulator:
             key = (node.gpus, node.cores, node.mem_mib)
             shapes[key] = shapes.get(key, 0) + 1
         self.total_gpus = sum(n.gpus for n in self.nodes)
+        # Plugins that want the cluster's shape (kube: the framework's node lister) get it once.
+        for part in (
+            policy.queue_sort, policy.pools, policy.core_count, *policy.filters,
+            policy.reclaim, policy.node_control, policy.job_control,
+        ):  # fmt: skip
+            hook = getattr(part, "observe_cluster", None)
+            if hook is not None:
+                hook(self.nodes)
         self.total_cores = sum(n.cores for n in self.nodes)
 
         jobs = workload.jobs
@@ -194,6 +202,7 @@ class Simulator:
         self._noise_buf = np.zeros(0)
         self._noise_i = 0
         self.requeue: list[Job] = []  # preempted jobs, queued again after the cycle
+        self._carry: set[Job] = set()  # requeued jobs still owed a full search
         self._armed = {_TICK: False, _SAMPLE: False}  # a tick of this kind is in the heap
         self.running = 0
         self._fit_cache: dict[tuple, bool] = {}
@@ -281,7 +290,7 @@ class Simulator:
                     if self.watched:
                         self._armed[kind] = True
                         self._push(t + period, kind, None, 0)
-            if self.dirty or new_jobs:
+            if self.dirty or new_jobs or self._carry:
                 self._schedule(new_jobs)
                 new_jobs = []
                 if self.check:
@@ -392,7 +401,8 @@ class Simulator:
         A cycle thus costs the queue's bucket fronts and what changed, not the
         length of the queue or the size of the cluster.
         """
-        fresh = set(new_jobs)
+        fresh = set(new_jobs) | self._carry
+        self._carry = set()
         for _ in range(_MAX_ROUNDS):
             dirty = list(self.dirty)
             self.dirty = {}
@@ -407,9 +417,11 @@ class Simulator:
                 self.requeue = []
             elif not self.dirty:
                 break
-        # Nodes a depth-limited sweep did not get to: retried at the next event.
+        # Nodes a depth-limited sweep did not get to: retried at the next event;
+        # so are requeued jobs the round limit left without their full search.
         self.dirty.update(self._deferred)
         self._deferred = {}
+        self._carry = {job for job in fresh if job.start < 0}
 
     def _cycle(self, dirty: list[Node], fresh: set[Job]) -> None:
         policy = self.policy
