@@ -359,6 +359,20 @@ def test_no_free_cores_means_no_growth_beyond_what_it_holds() -> None:
     assert alloc.stats()["learned"] == {}  # held back by the node: nothing learned
 
 
+def test_with_reclaim_cores_cpu_jobs_hold_count_as_room_to_grow() -> None:
+    # Same node, but the 6 missing cores are a CPU job's: a driver with reclaim
+    # takes them back, so the allocator may ask for them.
+    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(reclaim_cpu_cores=True))
+    d = Driver(alloc, 6, 2, noise=0.03)
+    d.nodes[0].free_cores = 0
+    d.nodes[0].cpu_job_cores = 6
+    grew = False
+    for _ in range(40):
+        d.run(1)
+        grew = grew or d.max_asked > 2
+    assert grew
+
+
 def test_cores_taken_by_a_neighbour_hold_the_job_until_they_come_back() -> None:
     alloc = AdaptiveAllocator(ThroughputBook())
     d = Driver(alloc, 6, 8, noise=0.03, greedy_neighbour=True)

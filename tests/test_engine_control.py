@@ -234,3 +234,40 @@ def test_unwatched_nodes_are_not_ticked():
     rows = [(0, 100, 1, 2), (0, 100, 0, 4), (0, 100, 1, 2)]
     run(rows, "1x1g8c,1x1g8c", policy)
     assert counter.nodes == {"n00000"}  # only the node with both a DNN and a CPU job
+
+
+class _GrowTo:
+    """Job control that asks for ``cores`` at its first sample."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+
+    def cores_per_node(self, job: Job) -> int:
+        return job.cores_pn_req
+
+    def on_start(self, job, now):
+        return []
+
+    def on_sample(self, job, now, throughput):
+        return [SetCores(job, self.cores)] if job.is_dnn and job.cores_pn < self.cores else []
+
+    def on_finish(self, job, now):
+        pass
+
+    def wants_samples(self, job):
+        return True
+
+
+def test_a_growing_dnn_job_takes_cores_back_from_cpu_jobs_under_reclaim():
+    # DNN job with 2 cores, CPU job with the other 6; at t=10 the DNN job asks for 6.
+    rows = [(0, 100, 1, 2), (0, 1000, 0, 6)]
+    policy = shared_with(_PreemptAll())
+    policy.job_control = _GrowTo(6)
+    sim, res = run(rows, "1x1g8c", policy, mix={"AlexNet": 1.0})
+    assert res.summary["preemption"]["count"] == 1  # freed by reclaim, not refused
+    # Without reclaim the driver refuses: no preemption, the DNN job stays at 2 cores.
+    plain = make_policy("static-shared")
+    plain.job_control = _GrowTo(6)
+    _, res2 = run(rows, "1x1g8c", plain, mix={"AlexNet": 1.0})
+    assert res2.summary["preemption"]["count"] == 0
+    assert res2.jobs["end"][0] > res.jobs["end"][0]  # AlexNet 1 GPU: 6 cores is faster

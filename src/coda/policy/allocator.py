@@ -93,6 +93,9 @@ class AllocatorConfig:
     shift_z: float = 3.0  # ... and beyond this many relative stds of the job's noise
     confident_after: int = 3  # converged jobs of a shape before its learned value is trusted
     verify_every: int = 10  # every n-th job of a confident shape still verifies (c-1 / c+1)
+    # The driver reclaims CPU jobs' cores when a DNN job grows (policies with a
+    # Reclaim plugin): growth may count them as available.
+    reclaim_cpu_cores: bool = False
     search: bool = True  # False: keep the request, only measure the reference (ablation)
     peak_windows: int = 4  # windows at the best level so far before others are judged by it
     settle_windows: int = 0  # windows discarded after a core change (0: driver cuts at windows)
@@ -549,7 +552,13 @@ class AdaptiveAllocator:
         if self.config.max_cores is not None:
             limit = min(limit, self.config.max_cores)
         if room:
-            limit = min(limit, job.cores_pn + min((n.free_cores for n in nodes), default=0))
+            # With reclaim, cores CPU jobs hold are the DNN job's for the asking too.
+            extra = (
+                (lambda n: n.free_cores + n.cpu_job_cores)
+                if self.config.reclaim_cpu_cores
+                else (lambda n: n.free_cores)
+            )
+            limit = min(limit, job.cores_pn + min((extra(n) for n in nodes), default=0))
             limit = limit if t.cap is None else min(limit, t.cap)
         return max(job.cores_pn, limit)
 

@@ -159,7 +159,10 @@ def _coda(
     book = ThroughputBook()
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
     allocator = AdaptiveAllocator(
-        book, AllocatorConfig(search=slimming, max_windows=16, peak_windows=8)
+        book,
+        AllocatorConfig(
+            search=slimming, max_windows=16, peak_windows=8, reclaim_cpu_cores=colocation
+        ),
     )
     control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
     return Policy(

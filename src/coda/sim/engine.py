@@ -985,7 +985,17 @@ class Simulator:
         if delta == 0:
             return False
         if delta > 0 and any(n.free_cores < delta for n in job.placement):
-            return False  # not enough free cores: the driver never over-commits
+            # A DNN job may take back what CPU jobs hold (policies with reclaim);
+            # otherwise the driver never over-commits: refused.
+            if not (
+                job.is_dnn
+                and self.dnn_index is not None
+                and all(n.free_cores + n.cpu_job_cores >= delta for n in job.placement)
+            ):
+                return False
+            for node in job.placement:
+                if node.free_cores < delta:
+                    self._reclaim(job, node, delta - node.free_cores)
         self.cores_useful -= self._useful_cores(job)
         for node in job.placement:
             node.free_cores -= delta
