@@ -260,6 +260,9 @@ class AdaptiveAllocator:
         learned: LearnedProfiles | None = None,
     ) -> None:
         self.book = book
+        # Bumped whenever a learned core count changes, so a driver knows that queued
+        # jobs may now need fewer (or more) cores than when they last failed to fit.
+        self.generation = 0
         self.config = config or AllocatorConfig()
         self.learned = (
             learned if learned is not None else LearnedProfiles(self.config.confident_after)
@@ -582,7 +585,10 @@ class AdaptiveAllocator:
             self._n[k] += v - t.counted.get(k, 0)
         t.counted = cost
         if t.kind in ("full", "verify", "resize") and not t.limited and self.config.search:
+            before = self.learned.cores(t.key)
             self.learned.record(t.key, t.level)
+            if self.learned.cores(t.key) != before:
+                self.generation += 1  # queued jobs of this shape may fit elsewhere now
         t.phase, t.reference, t.since, t.run = "converged", ref, 0, 0
         t.base_sum, t.base_n = t.obs[t.level].s1, float(t.obs[t.level].n)
         t.recent.clear()

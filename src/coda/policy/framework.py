@@ -40,7 +40,9 @@ class CoreCount(Protocol):
     Jobs with equal GPUs per node, node count and ``group_key`` must get equal
     answers at any one moment: the driver queues such jobs together and judges
     them by the first. A plugin without ``group_key`` is taken to depend on the
-    job's requested cores per node only.
+    job's requested cores per node only. A plugin whose answers change over time
+    (one that learns) exposes an int ``generation`` bumped on each change: the
+    driver then retries queued jobs everywhere, not only where room grew.
     """
 
     def cores_per_node(self, job: Job) -> int: ...

@@ -14,7 +14,7 @@ import heapq
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,6 +203,9 @@ class Simulator:
         self._noise_i = 0
         self.requeue: list[Job] = []  # preempted jobs, queued again after the cycle
         self._carry: set[Job] = set()  # requeued jobs still owed a full search
+        self._generation = getattr(policy.core_count, "generation", None)
+        # Checkpoints of preemptable CPU jobs are tracked only where preemption exists.
+        self._checkpoints = policy.reclaim is not None
         self._armed = {_TICK: False, _SAMPLE: False}  # a tick of this kind is in the heap
         self.running = 0
         self._fit_cache: dict[tuple, bool] = {}
@@ -239,6 +242,7 @@ class Simulator:
         self.waited = np.zeros(self.n)  # time queued, summed over requeues
         self.preempted = np.zeros(self.n, dtype=np.int32)
         self._requeued_at: dict[Job, float] = {}
+        self._ckpt: dict[Job, tuple[float, float]] = {}  # CPU job -> its last checkpoint
         self.lost_core_s = 0.0  # CPU-job work lost to preemption, core-seconds
         # Interference episodes: job -> [onset, first throttle on its nodes or None].
         self._episodes: dict[Job, list] = {}
@@ -287,9 +291,16 @@ class Simulator:
                         period = self.policy.sample_period_s
                     # Ticks run only while some node is watched (the first node
                     # watched re-arms them), so an idle cluster costs no events.
-                    if self.watched:
+                    if self.watched and not self._armed[kind]:
                         self._armed[kind] = True
                         self._push(t + period, kind, None, 0)
+            generation = getattr(self.policy.core_count, "generation", None)
+            if generation != self._generation:
+                # Core counts changed (the allocator learned a shape): queued jobs
+                # may fit where they failed before, so every node is worth a retry.
+                self._generation = generation
+                for node in self.nodes:
+                    self.dirty[node] = None
             if self.dirty or new_jobs or self._carry:
                 self._schedule(new_jobs)
                 new_jobs = []
@@ -615,17 +626,24 @@ class Simulator:
                     and n.free_gpus >= job.gpus_pn
                     and (n.free_cores + n.cpu_job_cores if reclaim else n.free_cores) >= cores_pn
                 ),
-                key=lambda n: (pools.index(n.pool), n.free_gpus, n.free_cores, n.idx),
+                # Nodes where it would have to reclaim CPU jobs' cores come last.
+                key=lambda n: (
+                    pools.index(n.pool),
+                    n.free_cores < cores_pn,
+                    n.free_gpus,
+                    n.free_cores,
+                    n.idx,
+                ),
             )
             streams = [cands]
         else:
-            streams = [
-                (self.dnn_index if reclaim and p == GPU_POOL else self.index[p]).best_fit(
-                    job.gpus_pn, cores_pn
-                )
-                for p in pools
-                if p in self.index
-            ]
+            streams = []
+            for p in pools:
+                if p in self.index:
+                    streams.append(self.index[p].best_fit(job.gpus_pn, cores_pn))
+                    if reclaim and p == GPU_POOL:
+                        # Then the nodes that fit only once CPU jobs give cores back.
+                        streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
         mem = job.mem_pn
         finish_by = self.now + job.estimate
         key = job.queue_key
@@ -636,7 +654,10 @@ class Simulator:
                     continue
                 held = active.get(node.idx)
                 if held is not None and any(
-                    owner is not job and okey < key and finish_by > shadow
+                    owner is not job
+                    and okey < key
+                    and finish_by > shadow
+                    and self._binds(owner, job)
                     for shadow, okey, owner in held
                 ):
                     continue  # would delay an earlier job's reservation
@@ -650,6 +671,16 @@ class Simulator:
         if len(found) < need:
             return None
         return policy.pick(job, found, cores_pn, need)
+
+    def _needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
+        for node in self.dnn_index.best_fit(gpus, cores_pn):
+            if node.free_cores < cores_pn:
+                yield node
+
+    def _binds(self, owner: Job, job: Job) -> bool:
+        """Whether owner's reservation binds job. A CPU job's does not bind a DNN
+        job where the policy reclaims: the DNN job would take those cores back."""
+        return owner.is_dnn or not job.is_dnn or self.dnn_index is None
 
     def _reserve_for(
         self, job: Job, cores_pn: int, active: dict[int, list[tuple]]
@@ -678,7 +709,10 @@ class Simulator:
             for node in index.most_free():
                 if len(times) >= _RESERVATION_CANDIDATES:
                     break
-                if any(okey < key for _, okey, _ in active.get(node.idx, ())):
+                if any(
+                    okey < key and self._binds(owner, job)
+                    for _, okey, owner in active.get(node.idx, ())
+                ):
                     continue
                 if policy.filters and not policy.allows(job, node, cores_pn):
                     continue
@@ -739,6 +773,8 @@ class Simulator:
         job.last_update = now
         job.sample_t = now
         job.sample_work = job.work - job.remaining
+        if self._checkpoints and not job.is_dnn:
+            self._ckpt[job] = (now, job.work - job.remaining)  # (last checkpoint, work done)
         self.count[f"{job.kind}_queued"] -= 1
         self.count[f"{job.kind}_running"] += 1
         self.running += 1
@@ -771,6 +807,11 @@ class Simulator:
         self.gpu_alloc += job.gpus
         self.cores_alloc += cores_pn * job.nodes
         self.cores_useful += self._useful_cores(job)
+        if job.is_dnn and self.policy.filters:
+            # Filters may depend on idle GPUs (CODA's reserve for them shrinks
+            # when they are taken), so queued jobs are worth a retry here.
+            for node in nodes:
+                self._mark_dirty(node)
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._refresh(nodes)
@@ -796,6 +837,7 @@ class Simulator:
         self.count[f"{job.kind}_running"] -= 1
         self.running -= 1
         self._close_episode(job, finished=True)
+        self._ckpt.pop(job, None)
         nodes = job.placement
         job.placement = []
         for node in nodes:
@@ -844,9 +886,9 @@ class Simulator:
         now = self.now
         self._settle(job)
         done = job.work - job.remaining
-        since_ckpt = (now - job.start) % self.policy.checkpoint_s
-        lost = min(done, job.speed * since_ckpt)
+        lost = done - self._ckpt.pop(job, (now, done))[1]
         job.remaining += lost
+        job.queue_key = ()  # its old queue entry is dead from now on
         self.lost_core_s += lost * job.cores_pn_req * job.nodes
         nodes = self._release(job)
         for r in self.policy.reserve:
@@ -939,7 +981,8 @@ class Simulator:
             if node not in self.watched:
                 continue
             for job in list(node.jobs):
-                if not job.is_dnn or job.placement[0] is not node or job.sample_t >= now:
+                # sample_t >= now: sampled already this tick (a gang job on two nodes).
+                if not job.is_dnn or job.sample_t >= now:
                     continue
                 done = job.work - job.remaining + job.speed * (now - job.last_update)
                 if not (
@@ -1112,8 +1155,20 @@ class Simulator:
     def _settle(self, job: Job) -> None:
         now = self.now
         if now > job.last_update:
+            if self._checkpoints and job in self._ckpt:
+                self._checkpoint(job, now)
             job.remaining -= job.speed * (now - job.last_update)
             job.last_update = now
+
+    def _checkpoint(self, job: Job, now: float) -> None:
+        """Record the last checkpoint (every checkpoint_s of its run) up to now;
+        speed is constant since the last settle, so the work then is exact."""
+        every = self.policy.checkpoint_s
+        last = job.start + math.floor((now - job.start) / every) * every
+        if last > self._ckpt[job][0]:
+            # Settles happen at every speed change, so last >= last_update here.
+            done = job.work - job.remaining + job.speed * (last - job.last_update)
+            self._ckpt[job] = (last, done)
 
     def _set_speed(self, job: Job, speed: float) -> None:
         self._settle(job)
@@ -1212,6 +1267,8 @@ class Simulator:
         while self.sample_i < len(self.sample_times):
             self._sample(self.sample_i)
             self.sample_i += 1
+        for job, since in self._requeued_at.items():  # preempted, not restarted by the end
+            self.waited[job.idx] += max(0.0, self.now - since)
         summary = {
             "jobs": {
                 "dnn": int(is_dnn.sum()),
