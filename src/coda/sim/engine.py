@@ -296,11 +296,13 @@ class Simulator:
                         self._push(t + period, kind, None, 0)
             generation = getattr(self.policy.core_count, "generation", None)
             if generation != self._generation:
-                # Core counts changed (the allocator learned a shape): queued jobs
-                # may fit where they failed before, so every node is worth a retry.
+                # Core counts changed (the allocator learned a shape): queued DNN
+                # jobs may fit where they failed before, i.e. on any node with an
+                # idle GPU (only DNN jobs' core counts are learned).
                 self._generation = generation
                 for node in self.nodes:
-                    self.dirty[node] = None
+                    if node.free_gpus:
+                        self.dirty[node] = None
             if self.dirty or new_jobs or self._carry:
                 self._schedule(new_jobs)
                 new_jobs = []
