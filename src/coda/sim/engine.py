@@ -809,11 +809,12 @@ class Simulator:
         self.gpu_alloc += job.gpus
         self.cores_alloc += cores_pn * job.nodes
         self.cores_useful += self._useful_cores(job)
-        if job.is_dnn and self.policy.filters:
+        if job.is_dnn and self.policy.filters and self.count["cpu_queued"]:
             # Filters may depend on idle GPUs (CODA's reserve for them shrinks
-            # when they are taken), so queued jobs are worth a retry here.
+            # when they are taken), so queued CPU jobs are worth a retry here.
             for node in nodes:
-                self._mark_dirty(node)
+                if node.free_cores:
+                    self._mark_dirty(node)
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._refresh(nodes)
