@@ -499,5 +499,14 @@ def headline(
 headline.params = [p for p in headline.params if p.name not in ("load", "native_time", "seed")]
 
 
+def _register_runtime() -> None:
+    from coda.runtime.cli import register
+
+    register(main)
+
+
+_register_runtime()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -376,6 +376,23 @@ class AdaptiveAllocator:
         t = self._tracks.get(job)
         return "idle" if t is None else t.phase
 
+    def explain(self, job: Job) -> dict[str, Any]:
+        """Why the job holds its cores: the search's phase and bounds, and the mean
+        throughput and windows measured at each core count (JSON-able, for humans)."""
+        t = self._tracks.get(job)
+        if t is None:
+            return {"phase": "idle"}
+        return {
+            "phase": t.phase,
+            "search": t.kind,
+            "level": t.level,
+            "lo": t.lo,
+            "hi": t.hi,
+            "short": sorted(t.below),
+            "levels": {c: [round(lv.mean, 4), lv.n] for c, lv in sorted(t.obs.items()) if lv.n},
+            "reference": round(t.reference, 4) if t.phase == "converged" else None,
+        }
+
     def stats(self) -> dict:
         """JSON-able counters. searches: all started (incl. reference-only, re-tunes);
         converged; probes: levels measured other than a search's start level, and

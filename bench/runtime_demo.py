@@ -1,0 +1,463 @@
+# ruff: noqa: E501  (markdown table rows in report())
+"""The node runtime on real processes: the numbers behind issue 4's closing note.
+
+    sudo .venv/bin/python bench/runtime_demo.py                 # every part, ~10 min
+    sudo .venv/bin/python bench/runtime_demo.py --parts curve,allocator
+
+Parts (each on the real kernel: root, cgroup v1 or v2 with cpuset and cpu):
+- curve: the training-like workload's throughput at 1..N CPUs (pinned, no agent),
+  per setting; the "right" core count is the smallest within 5% of the best.
+- allocator: a `coda agent` slims each setting's job (asked for every CPU); the
+  cores it settles on against the curve's answer, and how long the search took.
+- eliminator: a setting the allocator slims to fewer cores, then a memory-bandwidth
+  hog on the freed core: the training job's throughput and the hog's quota over
+  time, with the eliminator and without (policy coda-no-eliminator); time to
+  detect (hog start -> first throttle written) and to recover (-> throughput back
+  within 5% of its reference).
+- restart: the agent killed (SIGKILL) with two jobs running, restarted: same
+  processes, re-adopted, each job started once and finished once.
+
+Writes ``--out``/results.json, report.md and timeline.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Settings of the training-like workload (measured on a 2-CPU machine: see report.md).
+SETTINGS: dict[str, list[str]] = {
+    # Data preparation well under the GPU step: one CPU keeps up.
+    "light": ["--workers", "2", "--gpu-ms", "50", "--batch-images", "16"],
+    # Preparation about 3.7x the GPU step per batch: two workers need both CPUs.
+    "heavy": ["--workers", "2", "--gpu-ms", "10", "--batch-images", "32"],
+    # One worker with heavy batched augmentation (~16 MB per batch, cache-resident
+    # alone): a second CPU does not help, and a co-runner that thrashes the shared
+    # L3 slows it.
+    "contended": [
+        "--workers",
+        "1",
+        "--gpu-ms",
+        "30",
+        "--batch-images",
+        "16",
+        "--augment-passes",
+        "6",
+    ],
+}
+CONTENDED = "contended"
+TRAIN = [sys.executable, "-m", "coda.runtime.workloads.train"]
+# Two 32 MiB buffers: streams through the shared L3 all the time (measured here: a
+# stronger co-runner for a cache-resident batch than 256 MiB buffers that mostly miss).
+HOG = [sys.executable, "-m", "coda.runtime.workloads.membw", "--mib", "32", "--quiet"]
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+# ------------------------------------------------------------------- curve
+def curve(settings: dict[str, list[str]], point_s: float, repeats: int) -> dict:
+    cpus = sorted(os.sched_getaffinity(0))
+    out: dict = {}
+    for name, args in settings.items():
+        points = {}
+        for n in range(1, len(cpus) + 1):
+            runs = []
+            for _ in range(repeats):
+                mask = set(cpus[:n])
+                res = subprocess.run(
+                    [*TRAIN, *args, "--seconds", str(point_s), "--quiet"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    preexec_fn=lambda m=mask: os.sched_setaffinity(0, m),
+                )
+                summary = json.loads(res.stdout.strip().splitlines()[-1])
+                runs.append(summary["samples_per_s"])
+            points[n] = {"samples_per_s": round(statistics.median(runs), 2), "runs": runs}
+            log(f"curve {name}: {n} CPU(s) -> {points[n]['samples_per_s']} samples/s {runs}")
+        best = max(p["samples_per_s"] for p in points.values())
+        right = min(n for n, p in points.items() if p["samples_per_s"] >= 0.95 * best)
+        out[name] = {"points": points, "right_cores": right, "args": args}
+    return out
+
+
+# ------------------------------------------------------------------- agent
+class Agent:
+    def __init__(self, root: Path, policy: str = "coda", tag: str = "") -> None:
+        self.state = root / f"state{tag}"
+        self.parent = f"coda-demo-{os.getpid()}{tag}"
+        self.policy = policy
+        self.logf = root / f"agent{tag}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.store = None
+
+    def start(self) -> None:
+        with open(self.logf, "ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "coda.cli",
+                    "agent",
+                    "--state-dir",
+                    str(self.state),
+                    "--cgroup-parent",
+                    self.parent,
+                    "--gpus",
+                    "1",
+                    "--policy",
+                    self.policy,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait(lambda: (self.state / "agent.pid").exists(), 30)
+        if self.store is None:
+            from coda.runtime.store import Store
+
+            self.store = Store(self.state / "coda.db")
+
+    def submit(self, name: str, cores: int, gpus: int, argv: list[str], model: str = "") -> int:
+        from coda.runtime.store import JobSpec
+
+        spec = JobSpec(argv=argv, name=name, cores=cores, gpus=gpus, model=model)
+        return self.store.submit(spec)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+    def cancel_all(self) -> None:
+        for r in self.store.jobs(("queued", "starting", "running")):
+            self.store.request_cancel(r.id)
+        wait(lambda: not self.store.jobs(("starting", "running")), 60)
+
+    def start_time(self, job: int) -> float:
+        return next(d["t"] for d in self.store.decisions(200, job) if d["action"] == "start")
+
+
+def wait(cond, timeout: float, poll: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(poll)
+    return False
+
+
+def allocator(root: Path, curve_out: dict, timeout: float) -> dict:
+    ncpu = len(os.sched_getaffinity(0))
+    a = Agent(root)
+    a.start()
+    out = {}
+    try:
+        for name, args in SETTINGS.items():
+            jid = a.submit(f"train-{name}", ncpu, 1, [*TRAIN, *args, "--quiet"], model=name)
+            ok = wait(lambda j=jid: a.store.job(j).phase == "converged", timeout, 0.25)
+            row = a.store.job(jid)
+            moves = [d for d in a.store.decisions(200, jid) if d["action"] == "set-cores"]
+            why = moves[-1]["detail"].get("why", {}) if moves else {}
+            t_conv = time.time() - a.start_time(jid)
+            chosen = (
+                len(row.cpus.split(","))
+                if "-" not in row.cpus
+                else (int(row.cpus.split("-")[1]) - int(row.cpus.split("-")[0]) + 1)
+            )
+            out[name] = {
+                "converged": ok,
+                "asked": ncpu,
+                "chosen_cores": chosen,
+                "curve_right_cores": curve_out.get(name, {}).get("right_cores"),
+                "seconds_to_converge": round(t_conv, 1) if ok else None,
+                "measured_levels": why.get("levels"),
+                "reference": row.reference,
+            }
+            log(
+                f"allocator {name}: chose {chosen} (curve says {out[name]['curve_right_cores']}),"
+                f" {out[name]['seconds_to_converge']} s"
+            )
+            a.cancel_all()
+    finally:
+        a.stop()
+    return out
+
+
+def seed_learned(state: Path, model: str, cores: int) -> None:
+    """Start the agent as if three earlier jobs of ``model`` had converged at ``cores``
+    (the allocator part shows how it gets there): the job starts slimmed and only
+    measures its reference, so the freed core is there for the co-runner at once."""
+    from coda.policy.allocator import LearnedProfiles
+    from coda.runtime.agent import LEARNED_KEY
+    from coda.runtime.store import Store
+
+    learned = LearnedProfiles()
+    for _ in range(learned.confident_after):
+        learned.record((model, 1, 1), cores)
+    store = Store(state / "coda.db")
+    store.set_meta(LEARNED_KEY, json.dumps(learned.to_dict()))
+    store.close()
+
+
+def contention_run(root: Path, policy: str, observe_s: float, tag: str) -> dict:
+    ncpu = len(os.sched_getaffinity(0))
+    a = Agent(root, policy=policy, tag=tag)
+    seed_learned(a.state, CONTENDED, 1)
+    a.start()
+    timeline: list[tuple[float, float | None, float | None]] = []
+    try:
+        dnn = a.submit("train", ncpu, 1, [*TRAIN, *SETTINGS[CONTENDED], "--quiet"], model=CONTENDED)
+        if not wait(lambda: a.store.job(dnn).phase == "converged", 300, 0.25):
+            return {"error": "allocator did not converge"}
+        ref = a.store.job(dnn).reference
+        time.sleep(6)
+        hog = a.submit("membw", 1, 0, HOG)
+        if not wait(lambda: a.store.job(hog).state == "running", 30):
+            return {"error": "the hog found no free core (the job was not slimmed)"}
+        t0 = a.start_time(hog)
+        end = time.time() + observe_s
+        while time.time() < end:
+            r, h = a.store.job(dnn), a.store.job(hog)
+            timeline.append((round(time.time() - t0, 2), r.throughput, h.quota))
+            time.sleep(0.25)
+        decs = a.store.decisions(500, hog)
+        throttles = [
+            d for d in decs if d["action"] == "set-quota" and d["component"] == "eliminator"
+        ]
+        t_thr = throttles[0]["t"] - t0 if throttles else None
+        recovered = None
+        if t_thr is not None:
+            recovered = next(
+                (
+                    t
+                    for t, thr, _ in timeline
+                    if t > t_thr and thr is not None and thr >= 0.95 * ref
+                ),
+                None,
+            )
+        during = [thr / ref for t, thr, _ in timeline if thr is not None and t > 4]
+        first = [thr / ref for t, thr, _ in timeline if thr is not None and 2 < t < 8]
+        return {
+            "policy": policy,
+            "reference": ref,
+            "dnn_cores": len(a.store.job(dnn).cpus.split(",")),
+            "hog_cpus": a.store.job(hog).cpus,
+            "slowdown_first_s": round(1 - min(first), 3) if first else None,
+            "mean_ratio_after_4s": round(statistics.mean(during), 3) if during else None,
+            "detect_s": round(t_thr, 2) if t_thr is not None else None,
+            "recover_s": recovered,
+            "throttle_decisions": len(throttles),
+            "final_quota": a.store.job(hog).quota,
+            "timeline": timeline,
+        }
+    finally:
+        a.cancel_all()
+        a.stop()
+
+
+def eliminator(root: Path, observe_s: float) -> dict:
+    with_e = contention_run(root, "coda", observe_s, "-elim")
+    log(
+        f"eliminator: detect {with_e.get('detect_s')} s, recover {with_e.get('recover_s')} s, "
+        f"mean ratio {with_e.get('mean_ratio_after_4s')}"
+    )
+    without = contention_run(root, "coda-no-eliminator", observe_s, "-noelim")
+    log(f"no eliminator: mean ratio {without.get('mean_ratio_after_4s')}")
+    return {"with": with_e, "without": without}
+
+
+def restart(root: Path) -> dict:
+    ncpu = len(os.sched_getaffinity(0))
+    a = Agent(root, tag="-restart")
+    a.start()
+    try:
+        dnn = a.submit(
+            "train",
+            ncpu,
+            1,
+            [*TRAIN, *SETTINGS["light"], "--seconds", "40", "--quiet"],
+            model="light-r",
+        )
+        cpu = a.submit("cpu", 1, 0, ["sleep", "30"])
+        # The CPU job starts on the core slimming frees; kill the agent once both run.
+        wait(lambda: a.store.job(cpu).state == "running", 180)
+        time.sleep(3)
+        from coda.runtime.cgroups import detect
+
+        drv = detect(parent=a.parent)
+        before = {j: sorted(drv.pids(f"job-{j}")) for j in (dnn, cpu)}
+        a.stop(signal.SIGKILL)
+        t_kill = time.time()
+        time.sleep(3)
+        alive_while_down = {
+            j: all(Path(f"/proc/{p}").exists() for p in ps) for j, ps in before.items()
+        }
+        a.start()
+        t_back = time.time()
+        wait(
+            lambda: all(a.store.job(j).state in ("done", "failed", "lost") for j in (dnn, cpu)), 120
+        )
+        rows = {j: a.store.job(j) for j in (dnn, cpu)}
+        acts = {j: [d["action"] for d in a.store.decisions(500, j)] for j in (dnn, cpu)}
+        after = {j: rows[j].shim_pid for j in rows}
+    finally:
+        a.cancel_all()
+        a.stop()
+    return {
+        "jobs": {
+            str(j): {
+                "pids_before_kill": before[j],
+                "alive_while_agent_down": alive_while_down[j],
+                "state": rows[j].state,
+                "exit_code": rows[j].exit_code,
+                "launches": rows[j].launches,
+                "starts": acts[j].count("start"),
+                "adoptions": acts[j].count("adopt"),
+                "finishes": acts[j].count("finish"),
+                "same_supervisor": after[j] in before[j],
+            }
+            for j in rows
+        },
+        "agent_down_s": round(t_back - t_kill, 1),
+    }
+
+
+# ------------------------------------------------------------------ report
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for key, style in (("with", "-"), ("without", "--")):
+        run = results["eliminator"][key]
+        if "timeline" not in run:
+            continue
+        t = [p[0] for p in run["timeline"] if p[1] is not None]
+        r = [p[1] / run["reference"] for p in run["timeline"] if p[1] is not None]
+        ax1.plot(t, r, style, label=f"{run['policy']}")
+        ax2.plot(
+            [p[0] for p in run["timeline"]],
+            [p[2] for p in run["timeline"]],
+            style,
+            label=run["policy"],
+        )
+    ax1.axhline(0.95, color="grey", lw=0.8, ls=":")
+    ax1.set_ylabel("training throughput / reference")
+    ax1.legend()
+    ax2.set_ylabel("hog's CPU quota")
+    ax2.set_xlabel("seconds since the memory-bandwidth hog started")
+    ax2.legend()
+    fig.suptitle("Contention eliminator on real processes (2-CPU machine)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(results: dict) -> str:
+    lines = ["# Node runtime on real processes", ""]
+    lines.append(f"Machine: {os.cpu_count()} CPUs; command: `{' '.join(sys.argv)}`.")
+    if "curve" in results:
+        lines += [
+            "",
+            "## Throughput curve vs the allocator's choice",
+            "",
+            "| setting | samples/s by CPUs | right cores (within 5% of best) | allocator chose | search time |",
+            "|---|---|---|---|---|",
+        ]
+        for name, c in results["curve"].items():
+            pts = ", ".join(f"{n}: {p['samples_per_s']}" for n, p in c["points"].items())
+            al = results.get("allocator", {}).get(name, {})
+            lines.append(
+                f"| {name} (`{' '.join(c['args'])}`) | {pts} | {c['right_cores']} | "
+                f"{al.get('chosen_cores', '-')} | {al.get('seconds_to_converge', '-')} s |"
+            )
+    if "eliminator" in results:
+        w, wo = results["eliminator"]["with"], results["eliminator"]["without"]
+        lines += [
+            "",
+            "## Contention eliminator",
+            "",
+            f"Setting `{CONTENDED}` at {w.get('dnn_cores')} core(s) (started from a learned profile: three earlier jobs at 1 core, as in the allocator part); a memory-bandwidth "
+            f"hog (`membw --mib 32`) started on the freed CPU {w.get('hog_cpus')}.",
+            "",
+            "| policy | slowdown in the first seconds | mean throughput / reference after 4 s | detect | recover | throttles |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in (w, wo):
+            lines.append(
+                f"| {r.get('policy')} | {r.get('slowdown_first_s')} | "
+                f"{r.get('mean_ratio_after_4s')} | {r.get('detect_s')} s | "
+                f"{r.get('recover_s')} s | {r.get('throttle_decisions')} |"
+            )
+        lines += ["", "![timeline](timeline.png)"]
+    if "restart" in results:
+        lines += [
+            "",
+            "## Agent killed and restarted",
+            "",
+            f"Agent down {results['restart']['agent_down_s']} s.",
+            "",
+            "| job | alive while down | state | exit | launches | starts | adoptions | finishes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for j, r in results["restart"]["jobs"].items():
+            lines.append(
+                f"| {j} | {r['alive_while_agent_down']} | {r['state']} | {r['exit_code']} | "
+                f"{r['launches']} | {r['starts']} | {r['adoptions']} | {r['finishes']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="out/runtime-demo")
+    ap.add_argument("--parts", default="curve,allocator,eliminator,restart")
+    ap.add_argument("--point-s", type=float, default=15.0, help="seconds per curve point")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--observe-s", type=float, default=60.0)
+    ap.add_argument("--timeout", type=float, default=300.0, help="allocator convergence limit")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("runtime_demo: needs root (it creates cgroups)")
+    parts = set(args.parts.split(","))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="coda-demo-") as tmp:
+        root = Path(tmp)
+        if "curve" in parts:
+            results["curve"] = curve(SETTINGS, args.point_s, args.repeats)
+            save(out, results)
+        if "allocator" in parts:
+            results["allocator"] = allocator(root, results.get("curve", {}), args.timeout)
+            save(out, results)
+        if "eliminator" in parts:
+            results["eliminator"] = eliminator(root, args.observe_s)
+            plot(results, out / "timeline.png")
+            save(out, results)
+        if "restart" in parts:
+            results["restart"] = restart(root)
+            log(f"restart: {json.dumps(results['restart'])}")
+    save(out, results)
+    print(report(results))
+
+
+def save(out: Path, results: dict) -> None:
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "report.md").write_text(report(results))
+
+
+if __name__ == "__main__":
+    main()

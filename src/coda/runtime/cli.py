@@ -1,0 +1,557 @@
+"""Command line of the node runtime: ``coda agent``, ``submit``, ``run``, ``status``, ``cancel``.
+
+Registered on the main ``coda`` group by ``register``; imports stay lazy so the
+simulator's commands do not pay for them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from coda.runtime.store import ACTIVE, FINAL, JobSpec, SpecError, Store
+
+
+def default_state_dir() -> str:
+    env = os.environ.get("CODA_STATE_DIR")
+    if env:
+        return env
+    if os.geteuid() == 0:
+        return "/var/lib/coda"
+    return str(Path.home() / ".local" / "state" / "coda")
+
+
+def _state_dir_option(f: Callable) -> Callable:
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=default_state_dir,
+        show_default="$CODA_STATE_DIR, else /var/lib/coda as root, else ~/.local/state/coda",
+        help="Where the agent keeps its database, job logs and progress files.",
+    )(f)
+
+
+def _open_store(state_dir: str, create: bool = False) -> Store:
+    db = Path(state_dir) / "coda.db"
+    if not create and not db.exists():
+        raise click.ClickException(
+            f"no CODA state in {state_dir} "
+            f"(start an agent there first: coda agent --state-dir {state_dir})"
+        )
+    Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Store(db)
+
+
+class AgentLock:
+    """One agent per state directory: an exclusive flock held for the agent's life."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "agent.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise click.ClickException(
+                f"another agent is running on {self.path.parent} (lock {self.path} is held)"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @staticmethod
+    def held(state_dir: Path) -> bool:
+        path = state_dir / "agent.lock"
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+
+def _parse_cpu_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    from coda.runtime.agent import parse_cpus
+
+    try:
+        cpus = parse_cpus(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a CPU list like 0-3,6") from None
+    if not cpus:
+        raise click.BadParameter("the CPU list is empty")
+    return cpus
+
+
+def register(main: click.Group) -> None:
+    main.add_command(agent)
+    main.add_command(submit)
+    main.add_command(run)
+    main.add_command(status)
+    main.add_command(cancel)
+
+
+# ------------------------------------------------------------------- agent
+@click.command()
+@_state_dir_option
+@click.option("--policy", default="coda", show_default=True, help="Policy (coda policies list).")
+@click.option(
+    "--period",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Control period, seconds.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Throughput window, seconds: one allocator sample per window.",
+)
+@click.option(
+    "--stall",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="Seconds without progress after which a job's samples are not trusted.",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    help="GPUs on this node [default: /dev/nvidia0.. devices found].",
+)
+@click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
+@click.option(
+    "--cgroup",
+    "cg_version",
+    type=click.Choice(["auto", "v1", "v2"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--cgroup-parent",
+    default="coda",
+    show_default=True,
+    help="Parent group the agent creates its job groups under.",
+)
+@click.option(
+    "--cgroup-mounts",
+    default="/proc/self/mounts",
+    show_default=True,
+    help="Mount table to find cgroup mounts in (a fake tree's, for tests and benchmarks).",
+)
+@click.option("--cgroup-prefix", default="", help="Prefix every mount path with this directory.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free port).",
+)
+@click.option(
+    "--stop-jobs-on-exit",
+    is_flag=True,
+    help="Kill running jobs when the agent stops [default: leave them to the next agent].",
+)
+@click.option("--quiet", is_flag=True)
+def agent(
+    state_dir: str,
+    policy: str,
+    period: float,
+    window: float,
+    stall: float,
+    gpus: int | None,
+    cpu_list: str | None,
+    cg_version: str,
+    cgroup_parent: str,
+    cgroup_mounts: str,
+    cgroup_prefix: str,
+    metrics_port: int | None,
+    stop_jobs_on_exit: bool,
+    quiet: bool,
+) -> None:
+    """Run the node agent: start queued jobs in their own cgroups, slim DNN jobs'
+    cpusets (allocator) and throttle co-located CPU jobs (eliminator)."""
+    from coda.policy import POLICIES
+    from coda.runtime.agent import AgentConfig, NodeAgent
+    from coda.runtime.cgroups import CgroupError, detect
+    from coda.runtime.metrics import MetricsServer, render, write_file
+    from coda.runtime.resctrl import Resctrl
+
+    if policy not in POLICIES:
+        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if window < period:
+        raise click.BadParameter("--window must be at least --period")
+    sd = Path(state_dir)
+    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = AgentLock(sd)
+    lock.acquire()
+    if gpus is None:
+        gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
+    try:
+        cg = detect(
+            cgroup_mounts,
+            parent=cgroup_parent,
+            prefix=cgroup_prefix,
+            prefer=None if cg_version == "auto" else cg_version,
+        )
+    except CgroupError as e:
+        lock.release()
+        raise click.ClickException(f"cgroups: {e}") from None
+    if cgroup_prefix:  # a fake tree: emulate the kernel's process lists (see faketree.py)
+        from coda.runtime.faketree import LiveProcs
+
+        cg = LiveProcs(cg)
+    store = Store(sd / "coda.db")
+    say = (lambda m: None) if quiet else (lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}"))
+    cfg = AgentConfig(
+        period_s=period,
+        window_s=window,
+        stall_s=stall,
+        policy=policy,
+        gpus=gpus,
+        cpus=_parse_cpu_list(cpu_list),
+    )
+    node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+    stop = {"flag": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = MetricsServer("127.0.0.1", metrics_port) if metrics_port is not None else None
+    try:
+        node_agent.start()
+    except CgroupError as e:
+        lock.release()
+        raise click.ClickException(f"cgroups: {e}") from None
+    node = node_agent.node
+    assert node is not None
+    say(
+        f"agent on {node.name}: {node.cores} cores, {node.gpus} GPUs, cgroup v{cg.version}, "
+        f"policy {policy}, period {period:g} s, state {sd}"
+        + (f", metrics on :{server.port}" if server else "")
+    )
+    (sd / "agent.pid").write_text(f"{os.getpid()}\n")
+    metrics_path = sd / "metrics.prom"
+
+    real_tick = node_agent.tick
+
+    def tick_and_export() -> None:
+        real_tick()
+        write_file(node_agent, metrics_path)
+        if server is not None:
+            server.update(render(node_agent))
+
+    node_agent.tick = tick_and_export  # type: ignore[method-assign]
+    try:
+        node_agent.run(lambda: stop["flag"])
+    finally:
+        node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
+        if server is not None:
+            server.close()
+        (sd / "agent.pid").unlink(missing_ok=True)
+        store.close()
+        lock.release()
+        left = len(node_agent.running)
+        say("agent stopped" + (f"; {left} job(s) left running for the next agent" if left else ""))
+
+
+# ------------------------------------------------------------ submit / run
+def _spec_options(f: Callable) -> Callable:
+    opts = [
+        click.option("--name", default="", help="Job name [default: the program's name]."),
+        click.option("--cores", type=int, default=None, help="Cores asked for [default: 1]."),
+        click.option("--gpus", type=int, default=None, help="GPUs asked for; > 0 makes a DNN job."),
+        click.option(
+            "--model",
+            default="",
+            help="Model name: jobs of one model share what the allocator learns.",
+        ),
+        click.option(
+            "--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra environment."
+        ),
+        click.option("--cwd", type=click.Path(exists=True, file_okay=False), default=None),
+        click.option(
+            "--spec",
+            "spec_file",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="Job spec as JSON: {argv, name, cores, gpus, model, cwd, env}.",
+        ),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _build_spec(kw: dict[str, Any]) -> JobSpec:
+    spec_file = kw.get("spec_file")
+    if spec_file:
+        try:
+            data = json.loads(Path(spec_file).read_text())
+        except json.JSONDecodeError as e:
+            raise click.ClickException(f"{spec_file}: not valid JSON: {e}") from None
+        try:
+            spec = JobSpec.from_dict(data)
+        except SpecError as e:
+            raise click.ClickException(f"{spec_file}: {e}") from None
+        if kw["command"]:
+            raise click.UsageError("give the command either in --spec or after --, not both")
+    else:
+        spec = JobSpec(argv=list(kw["command"]))
+    for key, opt in (
+        ("name", "name"),
+        ("cores", "cores"),
+        ("gpus", "gpus"),
+        ("model", "model"),
+        ("cwd", "cwd"),
+    ):
+        if kw.get(opt) not in (None, ""):
+            setattr(spec, key, kw[opt])
+    for pair in kw.get("env_pairs", ()):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"--env {pair!r}: expected KEY=VALUE")
+        spec.env[key] = value
+    if spec.cwd:
+        spec.cwd = os.path.abspath(spec.cwd)
+    return spec
+
+
+def _validate(spec: JobSpec, store: Store) -> None:
+    node_cores = node_gpus = None
+    info = store.meta("agent")
+    if info:
+        a = json.loads(info)
+        from coda.runtime.agent import parse_cpus
+
+        node_cores, node_gpus = len(parse_cpus(a.get("cpus", ""))) or None, a.get("gpus")
+    try:
+        spec.validate(node_cores, node_gpus)
+    except SpecError as e:
+        raise click.ClickException(str(e)) from None
+    prog = spec.argv[0]
+    if "/" in prog:
+        path = prog if os.path.isabs(prog) else os.path.join(spec.cwd, prog)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise click.ClickException(f"program {prog!r} is not an executable file")
+    elif shutil.which(prog, path=spec.env.get("PATH", os.environ.get("PATH"))) is None:
+        raise click.ClickException(f"program {prog!r} is not on PATH")
+
+
+def _submit(state_dir: str, kw: dict[str, Any]) -> tuple[Store, int]:
+    spec = _build_spec(kw)
+    store = _open_store(state_dir, create=True)
+    _validate(spec, store)
+    job_id = store.submit(spec)
+    if not AgentLock.held(Path(state_dir)):
+        click.echo(
+            f"warning: no agent is running on {state_dir}; job {job_id} waits until one "
+            f"starts (coda agent --state-dir {state_dir})",
+            err=True,
+        )
+    return store, job_id
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@_state_dir_option
+@_spec_options
+def submit(state_dir: str, **kw: Any) -> None:
+    """Queue a job: coda submit --cores 4 --gpus 1 -- python train.py. Prints its id."""
+    store, job_id = _submit(state_dir, kw)
+    store.close()
+    click.echo(job_id)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@_state_dir_option
+@_spec_options
+@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+def run(state_dir: str, poll: float, **kw: Any) -> None:
+    """Submit a job and wait for it, showing what CODA decides; exits with its status.
+    Ctrl-C cancels the job."""
+    store, job_id = _submit(state_dir, kw)
+    click.echo(f"job {job_id} submitted")
+    seen = 0
+    state = ""
+    try:
+        while True:
+            row = store.job(job_id)
+            assert row is not None
+            for d in store.decisions(limit=50, job_id=job_id):
+                if d["id"] > seen:
+                    seen = d["id"]
+                    click.echo(f"  {_fmt_decision(d)}")
+            if row.state != state:
+                state = row.state
+                click.echo(f"job {job_id}: {state}" + (f" ({row.message})" if row.message else ""))
+            if row.state in FINAL:
+                break
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        store.request_cancel(job_id)
+        click.echo(f"job {job_id}: cancel requested", err=True)
+        sys.exit(130)
+    finally:
+        store.close()
+    code = row.exit_code if row.exit_code is not None else 1
+    sys.exit(0 if row.state == "done" else (code if 0 < code < 256 else 1))
+
+
+# --------------------------------------------------------- status / cancel
+def _fmt_decision(d: dict[str, Any]) -> str:
+    t = time.strftime("%H:%M:%S", time.localtime(d["t"]))
+    detail = {k: v for k, v in d["detail"].items() if k != "mono"}
+    why = detail.pop("why", None)
+    text = " ".join(f"{k}={v}" for k, v in detail.items())
+    if isinstance(why, dict) and why.get("levels"):
+        lv = ", ".join(f"{c}c: {m[0]:.4g}/s x{m[1]}" for c, m in why["levels"].items())
+        text += f" [{why.get('phase')}; measured {lv}]"
+    elif why:
+        text += f" [{why}]"
+    job = f"job {d['job_id']} " if d["job_id"] is not None else ""
+    return f"{t} {job}{d['component']}: {d['action']} {text}".rstrip()
+
+
+@click.command()
+@_state_dir_option
+@click.argument("job_id", type=int, required=False)
+@click.option("--all", "show_all", is_flag=True, help="Also list finished jobs (last 50).")
+@click.option(
+    "--decisions",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Recent decisions to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(
+    state_dir: str, job_id: int | None, show_all: bool, decisions: int, as_json: bool
+) -> None:
+    """Jobs, the cores and quota each holds, throughput, and why (recent decisions)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    store = _open_store(state_dir)
+    try:
+        if job_id is not None:
+            row = store.job(job_id)
+            if row is None:
+                raise click.ClickException(f"no job {job_id}")
+            rows = [row]
+        elif show_all:
+            rows = store.jobs(limit=50)
+        else:
+            rows = store.jobs(("queued", *ACTIVE))
+        decs = store.decisions(limit=decisions, job_id=job_id)
+        agent_info = json.loads(store.meta("agent") or "{}")
+        running = AgentLock.held(Path(state_dir))
+    finally:
+        store.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "agent": {**agent_info, "running": running},
+                    "jobs": [r.as_dict() for r in rows],
+                    "decisions": decs,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    head = "agent running" if running else "NO AGENT RUNNING"
+    if agent_info:
+        head += (
+            f" on {agent_info.get('node')} (CPUs {agent_info.get('cpus')}, "
+            f"{agent_info.get('gpus')} GPUs, policy {agent_info.get('policy')})"
+        )
+    console.print(head)
+    table = Table(box=None, header_style="bold")
+    for col in (
+        "id",
+        "name",
+        "kind",
+        "state",
+        "cores",
+        "cpus",
+        "quota",
+        "throughput",
+        "reference",
+        "allocator",
+        "note",
+    ):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            str(r.id),
+            r.name,
+            r.kind,
+            r.state,
+            f"{len(_cpus(r.cpus))}/{r.cores}" if r.cpus else f"-/{r.cores}",
+            r.cpus or "-",
+            f"{r.quota:.2f}" if r.state in ACTIVE else "-",
+            f"{r.throughput:.4g}/s" if r.throughput is not None else "-",
+            f"{r.reference:.4g}/s" if r.reference is not None else "-",
+            r.phase or "-",
+            r.message or (f"exit {r.exit_code}" if r.exit_code is not None else ""),
+        )
+    console.print(table)
+    if decs:
+        console.print("\nrecent decisions:")
+        for d in decs:
+            console.print(f"  {_fmt_decision(d)}", markup=False, highlight=False)
+
+
+def _cpus(text: str) -> list[int]:
+    from coda.runtime.agent import parse_cpus
+
+    return parse_cpus(text)
+
+
+@click.command()
+@_state_dir_option
+@click.argument("job_ids", type=int, nargs=-1, required=True)
+def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
+    """Cancel jobs: queued ones at once, running ones by the agent (SIGTERM, then SIGKILL)."""
+    store = _open_store(state_dir)
+    try:
+        for j in job_ids:
+            try:
+                row = store.request_cancel(j)
+            except KeyError:
+                raise click.ClickException(f"no job {j}") from None
+            click.echo(
+                f"job {j}: {row.state}" + (" (cancel requested)" if row.state in ACTIVE else "")
+            )
+    finally:
+        store.close()

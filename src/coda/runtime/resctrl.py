@@ -1,0 +1,125 @@
+"""Intel RDT through resctrl: memory-bandwidth caps (MBA) and MBM counters per group.
+
+Optional: most machines have no resctrl, so nothing here fails at import or
+construction; ``available``/``mba_available``/``mon_available`` say what exists.
+A group is a directory under the resctrl root; the root may be a fake tree (tests).
+MB values are percentages (Intel); AMD's absolute values are not handled.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from coda.runtime.cgroups import read_file, safe_child, write_file
+
+
+class ResctrlError(RuntimeError):
+    """A resctrl operation failed; the message names the file and the value."""
+
+
+class Resctrl:
+    def __init__(self, root: str | Path = "/sys/fs/resctrl") -> None:
+        self.root = Path(root)
+
+    @property
+    def available(self) -> bool:
+        return (self.root / "info").is_dir()
+
+    @property
+    def mba_available(self) -> bool:
+        return (self.root / "info" / "MB").is_dir()
+
+    @property
+    def mon_available(self) -> bool:
+        return (self.root / "info" / "L3_MON").is_dir()
+
+    def _group(self, name: str) -> Path:
+        if not self.available:
+            raise ResctrlError(f"resctrl not mounted at {self.root}")
+        return safe_child(self.root, name)
+
+    def create(self, name: str) -> None:
+        path = self._group(name)
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError as e:  # e.g. ENOSPC: out of hardware CLOSIDs
+            raise ResctrlError(f"mkdir {path}: {os.strerror(e.errno or 0)}") from e
+
+    def remove(self, name: str) -> None:
+        """Remove the group; the kernel moves its tasks back to the default group."""
+        path = self._group(name)
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise ResctrlError(f"rmdir {path}: {os.strerror(e.errno or 0)}") from e
+            # resctrl drops a group with its files; only a plain tree (tests) says
+            # ENOTEMPTY, and there the files are ours.
+            shutil.rmtree(path)
+
+    def assign(self, name: str, pids: Iterable[int]) -> None:
+        """Move tasks into the group: the kernel takes one pid per write."""
+        path = self._group(name) / "tasks"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ResctrlError(f"open {path}: {os.strerror(e.errno or 0)}") from e
+        try:
+            for pid in pids:
+                try:
+                    os.write(fd, f"{int(pid)}\n".encode())
+                except ProcessLookupError:
+                    continue  # exited meanwhile
+                except OSError as e:
+                    raise ResctrlError(f"write {pid} to {path}: {os.strerror(e.errno or 0)}") from e
+        finally:
+            os.close(fd)
+
+    def _mb_info(self, leaf: str) -> int:
+        return int(read_file(self.root / "info" / "MB" / leaf, ResctrlError))
+
+    def mb_value(self, percent: int) -> int:
+        """The value the hardware takes: rounded up to the granularity, within [min, 100]."""
+        gran = self._mb_info("bandwidth_gran")
+        value = math.ceil(percent / gran) * gran
+        return min(100, max(self._mb_info("min_bandwidth"), value))
+
+    def mb(self, name: str) -> dict[int, int]:
+        """The group's MB line as {domain: percent}."""
+        path = self._group(name) / "schemata"
+        for line in read_file(path, ResctrlError).splitlines():
+            res, _, doms = line.strip().partition(":")
+            if res.strip() == "MB":
+                out: dict[int, int] = {}
+                for item in doms.split(";"):
+                    dom, _, val = item.partition("=")
+                    out[int(dom)] = int(val)
+                return out
+        raise ResctrlError(f"{path} has no MB line")
+
+    def set_mb(self, name: str, percent: int) -> None:
+        """Cap the group's memory bandwidth on every domain it lists."""
+        if not self.mba_available:
+            raise ResctrlError(f"no MBA support under {self.root / 'info'}")
+        value = self.mb_value(percent)
+        doms = sorted(self.mb(name))
+        line = "MB:" + ";".join(f"{d}={value}" for d in doms) + "\n"
+        write_file(self._group(name) / "schemata", line, ResctrlError)
+
+    def mbm_bytes(self, name: str) -> int:
+        """Cumulative memory traffic of the group, summed over L3 domains (0 if unmonitored)."""
+        if not self.mon_available:
+            return 0
+        total = 0
+        for f in sorted((self._group(name) / "mon_data").glob("mon_L3_*/mbm_total_bytes")):
+            text = read_file(f, ResctrlError)
+            if text.isdigit():  # "Unavailable" while the counter is not ready
+                total += int(text)
+        return total

@@ -1,0 +1,50 @@
+"""A fake cgroup tree in a temp directory (Koordinator style): the same driver code
+runs on it in tests and on the real kernel in production."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CG = "/sys/fs/cgroup"
+
+
+class Affinity:
+    """Records setaffinity calls; tids in ``gone`` behave like exited threads."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, set[int]]] = []
+        self.gone: set[int] = set()
+
+    def __call__(self, tid: int, cpus: set[int]) -> None:
+        if tid in self.gone:
+            raise ProcessLookupError(tid)
+        self.calls.append((tid, set(cpus)))
+
+
+def v1_tree(tmp_path: Path, comount: bool = False, freezer: bool = True) -> Path:
+    """Build a v1 tree under tmp_path and return the mounts file describing it."""
+    cpu = ["cpu,cpuacct"] if comount else ["cpu", "cpuacct"]
+    dirs = ["cpuset", *cpu, "memory"] + (["freezer"] if freezer else [])
+    lines = [f"tmpfs {CG} tmpfs rw,nosuid 0 0"]
+    for d in dirs:
+        (tmp_path / CG.lstrip("/") / d).mkdir(parents=True)
+        lines.append(f"cgroup {CG}/{d} cgroup rw,nosuid,relatime,{d} 0 0")
+    (tmp_path / CG.lstrip("/") / "cpuset" / "cpuset.cpus").write_text("0-3\n")
+    (tmp_path / CG.lstrip("/") / "cpuset" / "cpuset.mems").write_text("0\n")
+    lines.append(f"cgroup2 {CG}/unified cgroup2 rw,nosuid 0 0")
+    (tmp_path / CG.lstrip("/") / "unified").mkdir()
+    (tmp_path / CG.lstrip("/") / "unified" / "cgroup.controllers").write_text("")
+    mounts = tmp_path / "mounts"
+    mounts.write_text("\n".join(lines) + "\n")
+    return mounts
+
+
+def v2_tree(tmp_path: Path, controllers: str = "cpuset cpu io memory pids") -> Path:
+    root = tmp_path / CG.lstrip("/")
+    root.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text(controllers + "\n")
+    (root / "cgroup.subtree_control").write_text("memory\n")
+    (root / "cpuset.cpus.effective").write_text("0-3\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"sysfs /sys sysfs rw 0 0\ncgroup2 {CG} cgroup2 rw,nsdelegate 0 0\n")
+    return mounts

@@ -1,0 +1,406 @@
+"""The node agent on a fake cgroup tree with real processes: launch, reap, cancel,
+the allocator's cpuset changes, the eliminator's throttles, stalls, reclaim,
+crash and re-adoption, spec validation, metrics. Real-kernel versions are in
+tests/test_runtime_kernel.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import CG, Affinity, v1_tree
+
+from coda.runtime.agent import AgentConfig, Managed, NodeAgent
+from coda.runtime.cgroups import CgroupV1, detect
+from coda.runtime.faketree import LiveProcs
+from coda.runtime.metrics import render
+from coda.runtime.progress import read_progress
+from coda.runtime.shim import alive
+from coda.runtime.store import JobSpec, SpecError, Store
+
+HERE = Path(__file__).parent
+SYNTH = str(HERE / "synthetic_job.py")
+
+
+def make_driver(tmp_path: Path) -> LiveProcs:
+    mounts = v1_tree(tmp_path)
+    drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
+    assert isinstance(drv, CgroupV1)
+    return LiveProcs(drv)
+
+
+FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    drv = make_driver(tmp_path)
+    store = Store(tmp_path / "state" / "coda.db")
+    agents: list[NodeAgent] = []
+
+    def new_agent(**cfg) -> NodeAgent:
+        a = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**{**FAST, **cfg}))
+        a.start()
+        agents.append(a)
+        return a
+
+    yield tmp_path, drv, store, new_agent
+    for a in agents:  # kill whatever a test left running, by the pids the cgroups hold
+        for m in list(a.running.values()):
+            a._kill(m, 9)
+    time.sleep(0.05)
+    store.close()
+
+
+def cg_file(tmp_path: Path, job_id: int, ctl: str, name: str) -> Path:
+    return tmp_path / CG.lstrip("/") / ctl / "coda" / f"job-{job_id}" / name
+
+
+def tick_until(agent: NodeAgent, cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        agent.tick()
+        if cond():
+            return
+        time.sleep(agent.config.period_s)
+    raise AssertionError("condition not reached in time")
+
+
+def submit(store: Store, argv: list[str], **kw) -> int:
+    return store.submit(JobSpec(argv=argv, **kw))
+
+
+def py(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+# ------------------------------------------------------------------ lifecycle
+def test_job_runs_in_its_cgroup_and_is_reaped(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    code = "import os; print(os.environ['CODA_JOB_ID'], os.environ['CODA_PROGRESS_FILE'])"
+    jid = submit(store, py("-c", code), name="hello", cores=2)
+    agent.tick()
+    row = store.job(jid)
+    assert row.state == "running" and row.launches == 1
+    assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() in ("2-3", "2,3")
+    procs = cg_file(tmp, jid, "cpuset", "cgroup.procs").read_text().split()
+    assert procs == [str(row.shim_pid)]  # joined before exec
+    tick_until(agent, lambda: store.job(jid).state == "done")
+    row = store.job(jid)
+    assert row.exit_code == 0 and row.message == "exited 0"
+    out = (tmp / "state" / "jobs" / str(jid) / "stdout").read_text().split()
+    assert out[0] == str(jid) and out[1].endswith(f"jobs/{jid}/progress")
+    assert not cg_file(tmp, jid, "cpuset", "").exists()  # cgroup removed
+    assert agent.node.free_cores == 4
+
+
+def test_failing_and_missing_programs(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    bad = submit(store, py("-c", "raise SystemExit(3)"), name="bad")
+    missing = submit(store, ["/nonexistent/program"], name="missing")
+    tick_until(
+        agent, lambda: store.job(bad).state == "failed" and store.job(missing).state == "failed"
+    )
+    assert store.job(bad).exit_code == 3
+    assert store.job(missing).exit_code == 127
+    err = (tmp / "state" / "jobs" / str(missing) / "stderr").read_text()
+    assert "cannot start '/nonexistent/program'" in err
+
+
+def test_cancel_stops_every_process(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = submit(store, ["sleep", "60"], name="sleeper")
+    agent.tick()
+    shim = store.job(jid).shim_pid
+    store.request_cancel(jid)
+    tick_until(agent, lambda: store.job(jid).state == "cancelled")
+    assert not alive(shim, store.job(jid).shim_start)
+
+
+def test_queued_job_cancels_at_once(env) -> None:
+    tmp, drv, store, new_agent = env
+    jid = submit(store, ["sleep", "1"], name="q")
+    assert store.request_cancel(jid).state == "cancelled"
+
+
+def test_cpu_jobs_queue_fifo_when_cores_run_out(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent(gpus=0)
+    a = submit(store, ["sleep", "30"], name="a", cores=3)
+    b = submit(store, ["sleep", "30"], name="b", cores=2)
+    c = submit(store, ["sleep", "30"], name="c", cores=1)
+    agent.tick()
+    # FIFO within the CPU array: c fits but waits behind b.
+    assert [store.job(j).state for j in (a, b, c)] == ["running", "queued", "queued"]
+    store.request_cancel(a)
+    tick_until(agent, lambda: store.job(b).state == "running" and store.job(c).state == "running")
+
+
+def test_oversized_job_fails_with_reason(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = submit(store, ["sleep", "1"], name="big", cores=8)
+    agent.tick()
+    row = store.job(jid)
+    assert row.state == "failed" and "node has 1 / 4" in row.message
+
+
+# ------------------------------------------------------------------ allocator
+def synth(tmp: Path, jid: int, *extra: str) -> list[str]:
+    return py(SYNTH, "--cpuset-file", str(cg_file(tmp, jid, "cpuset", "cpuset.cpus")), *extra)
+
+
+def test_allocator_slims_to_the_optimum_and_frees_cores(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = 1
+    assert (
+        submit(
+            store,
+            synth(tmp, jid, "--optimum", "2", "--seconds", "60"),
+            name="train",
+            cores=4,
+            gpus=1,
+            model="synth",
+        )
+        == jid
+    )
+    tick_until(agent, lambda: store.job(jid).phase == "converged", timeout=40)
+    row = store.job(jid)
+    assert row.cpus == "0-1"
+    assert agent.node.free_cores == 2
+    decisions = store.decisions(limit=50, job_id=jid)
+    moves = [d for d in decisions if d["action"] == "set-cores"]
+    assert moves and moves[-1]["detail"]["to"] == 2
+    assert moves[-1]["detail"]["why"]["levels"]  # the measurements behind it
+    assert row.reference == pytest.approx(1000, rel=0.1)
+    # What it learned is kept: the next agent starts jobs of this model at 2 cores.
+    assert json.loads(store.meta("learned_profiles"))["profiles"][0]["cores"] == [[2, 1]]
+
+
+def test_eliminator_throttles_a_corunner_that_slows_training(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    dnn = 1
+    cpu_job = 2
+    extra = [
+        "--optimum",
+        "2",
+        "--seconds",
+        "90",
+        "--contention",
+        "0.4",
+        "--corunner",
+        str(cg_file(tmp, cpu_job, "cpu", "")),
+        "--corunner-cpuset",
+        str(cg_file(tmp, cpu_job, "cpuset", "cpuset.cpus")),
+    ]
+    submit(store, synth(tmp, dnn, *extra), name="train", cores=4, gpus=1, model="synth")
+    tick_until(agent, lambda: store.job(dnn).phase == "converged", timeout=40)
+    submit(store, ["sleep", "60"], name="hog", cores=2)
+    tick_until(agent, lambda: store.job(cpu_job).state == "running")
+    assert store.job(cpu_job).cpus == "2-3"  # on the cores slimming freed
+    tick_until(agent, lambda: store.job(cpu_job).quota < 1.0, timeout=15)
+    quota = int(cg_file(tmp, cpu_job, "cpu", "cpu.cfs_quota_us").read_text())
+    assert 0 < quota < 200_000
+    throttles = [d for d in store.decisions(limit=50, job_id=cpu_job) if d["action"] == "set-quota"]
+    assert throttles[0]["component"] == "eliminator"
+    assert throttles[0]["detail"]["min_ratio"] < 0.9
+    # The training job's throughput comes back.
+    ref = store.job(dnn).reference
+    tick_until(agent, lambda: (store.job(dnn).throughput or 0) > 0.9 * ref, timeout=10)
+
+
+def test_a_silent_job_is_not_trusted(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = 1
+    submit(
+        store,
+        synth(tmp, jid, "--optimum", "2", "--seconds", "60", "--silent-after", "1.0"),
+        name="quiet",
+        cores=2,
+        gpus=1,
+        model="q",
+    )
+    tick_until(agent, lambda: store.job(jid).phase == "stalled", timeout=10)
+    kinds = [d["action"] for d in store.decisions(limit=20, job_id=jid)]
+    assert "stalled" in kinds
+    assert agent.running[jid].job.cores_pn == 2  # back to / kept at its request
+    assert render(agent).count('coda_job_stalled{job="1"') == 1
+
+
+def test_dnn_job_reclaims_cores_from_cpu_jobs(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    hog = submit(store, ["sleep", "60"], name="hog", cores=4)
+    agent.tick()
+    # IdleGpuReserve: a 4-core CPU job cannot fit beside the idle GPU's reserve, so it
+    # may go; the DNN job arriving later takes cores back (shrink to half, then preempt).
+    assert store.job(hog).state == "running"
+    dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(dnn).state == "running"
+    row = store.job(hog)
+    assert row.state == "queued" and row.preemptions == 1
+    acts = [d["action"] for d in store.decisions(limit=20, job_id=hog)]
+    assert "preempt" in acts
+
+
+def test_shrink_before_preempt(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    hog = submit(store, ["sleep", "60"], name="hog", cores=4)
+    agent.tick()
+    dnn = submit(store, ["sleep", "60"], name="train", cores=2, gpus=1)
+    agent.tick()
+    assert store.job(dnn).state == "running"
+    row = store.job(hog)
+    assert row.state == "running" and row.cpus == "2-3"  # shrunk to half its request
+    assert cg_file(tmp, hog, "cpuset", "cpuset.cpus").read_text().strip() in ("2-3", "2,3")
+
+
+# ------------------------------------------------------------------ restart
+def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
+    tmp, drv, store, new_agent = env
+    first = new_agent()
+    jid = submit(store, py("-c", "import time; time.sleep(2.5)"), name="long", cores=2)
+    first.tick()
+    row = store.job(jid)
+    # The first agent dies without a word: no shutdown, its in-memory state is gone.
+    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    second.start()
+    assert jid in second.running and second.running[jid].shim_pid == row.shim_pid
+    assert second.node.free_cores == 2
+    tick_until(second, lambda: store.job(jid).state == "done", timeout=10)
+    assert store.job(jid).launches == 1  # never started twice
+    acts = [d["action"] for d in store.decisions(limit=20, job_id=jid)]
+    assert acts.count("start") == 1 and "adopt" in acts
+
+
+def test_job_that_ended_while_no_agent_ran_is_recorded(env) -> None:
+    tmp, drv, store, new_agent = env
+    first = new_agent()
+    jid = submit(store, py("-c", "raise SystemExit(4)"), name="quick")
+    first.tick()
+    m: Managed = first.running[jid]
+    m.popen.wait(timeout=10)
+    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    second.start()
+    row = store.job(jid)
+    assert row.state == "failed" and row.exit_code == 4
+    assert not cg_file(tmp, jid, "cpuset", "").exists()
+
+
+def test_interrupted_launch_is_requeued_not_doubled(env) -> None:
+    tmp, drv, store, new_agent = env
+    jid = submit(store, ["sleep", "1"], name="x")
+    store.update(jid, state="starting", launches=1)  # crashed before the process existed
+    agent = new_agent()
+    assert store.job(jid).state == "queued"
+    agent.tick()
+    assert store.job(jid).state == "running" and store.job(jid).launches == 2
+
+
+def test_vanished_supervisor_is_lost_not_restarted(env) -> None:
+    tmp, drv, store, new_agent = env
+    jid = submit(store, ["sleep", "1"], name="x")
+    (tmp / "state" / "jobs" / str(jid)).mkdir(parents=True)
+    (tmp / "state" / "jobs" / str(jid) / "shim.pid").write_text('{"pid": 1, "start": -5}')
+    store.update(jid, state="running", launches=1, shim_pid=1, shim_start=-5, cpus="0")
+    new_agent()
+    row = store.job(jid)
+    assert row.state == "lost" and row.launches == 1
+
+
+def test_shutdown_keeps_jobs_and_releases_throttles(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = submit(store, ["sleep", "30"], name="s", cores=1)
+    agent.tick()
+    m = agent.running[jid]
+    agent._set_quota(m, 0.3, time.monotonic(), "test", None)
+    assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == 30_000
+    agent.shutdown()
+    assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == -1
+    assert alive(m.shim_pid, m.shim_start)  # still running, for the next agent
+    assert cg_file(tmp, jid, "cpuset", "").exists()
+    agent.shutdown(stop_jobs=True)
+    assert store.job(jid).state == "cancelled"
+    assert not (tmp / CG.lstrip("/") / "cpuset" / "coda").exists()  # parent removed too
+
+
+# ------------------------------------------------------------------ specs
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        (dict(argv=[]), "command is empty"),
+        (dict(argv=["x"], name="../etc"), "not allowed"),
+        (dict(argv=["x"], name="a/b"), "not allowed"),
+        (dict(argv=["x"], name="-rf"), "not allowed"),
+        (dict(argv=["x"], cores=0), "cores must be"),
+        (dict(argv=["x"], gpus=-1), "gpus must be"),
+        (dict(argv=["x"], cwd="relative"), "working directory"),
+        (dict(argv=["x"], env={"CODA_JOB_ID": "7"}), "set by the agent"),
+        (dict(argv=["x"], env={"A B": "1"}), "not allowed"),
+        (dict(argv=["x\0y"]), "NUL"),
+        (dict(argv=["x"], model="../m"), "model name"),
+    ],
+)
+def test_bad_specs_are_refused(spec: dict, msg: str) -> None:
+    with pytest.raises(SpecError, match=msg):
+        JobSpec(**spec).validate()
+
+
+def test_spec_from_json_rejects_unknown_keys() -> None:
+    with pytest.raises(SpecError, match="unknown key"):
+        JobSpec.from_dict({"argv": ["x"], "shell": True})
+    with pytest.raises(SpecError, match="needs 'argv'"):
+        JobSpec.from_dict({"name": "x"})
+
+
+def test_spec_limits_from_the_node() -> None:
+    with pytest.raises(SpecError, match="this node has 2"):
+        JobSpec(argv=["x"], cores=3).validate(node_cores=2)
+
+
+def test_commands_never_go_through_a_shell(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    marker = tmp / "pwned"
+    jid = submit(store, ["echo", f"hi; touch {marker}"], name="echo")
+    tick_until(agent, lambda: store.job(jid).state == "done")
+    assert not marker.exists()
+    assert (
+        tmp / "state" / "jobs" / str(jid) / "stdout"
+    ).read_text().strip() == f"hi; touch {marker}"
+
+
+def test_metrics_render(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    submit(store, ["sleep", "5"], name="m", cores=1)
+    agent.tick()
+    text = render(agent)
+    assert "# TYPE coda_job_cores gauge" in text
+    assert 'coda_job_cores{job="1",name="m#1",kind="cpu"} 1' in text
+    assert "coda_node_free_cores 3" in text
+    assert 'coda_agent_decisions_total{component="scheduler",action="start"} 1' in text
+
+
+def test_progress_file_is_where_the_job_writes(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    code = "from coda.runtime.progress import Reporter; r = Reporter(); r.step(42); r.close()"
+    jid = submit(store, py("-c", code), name="p")
+    tick_until(agent, lambda: store.job(jid).state == "done")
+    rec = read_progress(tmp / "state" / "jobs" / str(jid) / "progress")
+    assert rec is not None and rec.samples == 42 and rec.pid != os.getpid()
