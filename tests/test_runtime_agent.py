@@ -404,3 +404,30 @@ def test_progress_file_is_where_the_job_writes(env) -> None:
     tick_until(agent, lambda: store.job(jid).state == "done")
     rec = read_progress(tmp / "state" / "jobs" / str(jid) / "progress")
     assert rec is not None and rec.samples == 42 and rec.pid != os.getpid()
+
+
+# ------------------------------------------------------------------ tuning
+def test_tune_policy_overrides_and_validates() -> None:
+    from coda.policy import make_policy
+    from coda.runtime.agent import tune_policy
+
+    pol = make_policy("coda")
+    tune_policy(
+        pol,
+        {
+            "eliminator.step_down": "0.5",
+            "allocator.max_windows": "24",
+            "allocator.search": "false",
+            "eliminator.period_s": "2",
+        },
+    )
+    assert pol.node_control.config.step_down == 0.5 and pol.node_control.period_s == 2.0
+    assert pol.job_control.config.max_windows == 24 and pol.job_control.config.search is False
+    with pytest.raises(ValueError, match="unknown field"):
+        tune_policy(pol, {"eliminator.nope": "1"})
+    with pytest.raises(ValueError, match="expected a float"):
+        tune_policy(pol, {"eliminator.step_down": "fast"})
+    with pytest.raises(ValueError, match=r"step_down must be in \(0, 1\]"):
+        tune_policy(pol, {"eliminator.step_down": "1.5"})
+    with pytest.raises(ValueError, match="has no 'eliminator'"):
+        tune_policy(make_policy("static-separate"), {"eliminator.window": "3"})

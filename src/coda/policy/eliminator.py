@@ -60,6 +60,22 @@ class EliminatorConfig:
     calm_s: float = 600.0  # forget a node this long after its last action once all is restored
     history: int = 1000  # decisions kept for display
 
+    def __post_init__(self) -> None:
+        fractions = ("drop_tolerance", "healthy_tolerance", "severe_drop", "bw_high",
+                     "step_down", "min_quota", "step_up", "improve_min", "heavy_share")  # fmt: skip
+        for name in fractions:
+            v = getattr(self, name)
+            if not 0.0 < v <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {v}")
+        counts = ("window", "restore_ticks", "revert_ticks", "max_restore_ticks", "history")
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.period_s <= 0 or min(self.cooldown_s, self.backoff_s, self.calm_s) < 0:
+            raise ValueError("period_s must be > 0; cooldown_s, backoff_s, calm_s >= 0")
+        if self.healthy_tolerance > self.drop_tolerance:
+            raise ValueError("healthy_tolerance must not exceed drop_tolerance (hysteresis)")
+
 
 @dataclass(slots=True)
 class _Signal:

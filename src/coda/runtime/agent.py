@@ -19,6 +19,7 @@ clock; they never learn that they run on a real node.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ class AgentConfig:
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long
+    # Policy knobs for this node, e.g. {"eliminator.step_down": "0.5"} (see tune_policy).
+    tune: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.period_s <= 0 or self.window_s < self.period_s:
@@ -111,6 +114,7 @@ class NodeAgent:
         self.wall = wall
         self.log = log or (lambda msg: None)
         self.policy: Policy = make_policy(self.config.policy)
+        tune_policy(self.policy, self.config.tune)
         self.node_name = node_name or os.uname().nodename
         self.node: Node | None = None
         self.running: dict[int, Managed] = {}
@@ -873,6 +877,45 @@ class NodeAgent:
         self.counters[f"{component}:{action}"] = self.counters.get(f"{component}:{action}", 0) + 1
         detail = {"mono": round(now, 3), **detail}
         self.store.log_decision(self.wall(), job_id, component, action, detail)
+
+
+def tune_policy(policy: Policy, tune: dict[str, str]) -> None:
+    """Override the allocator's or eliminator's config fields, e.g.
+    ``{"eliminator.step_down": "0.5", "allocator.max_windows": "24"}``: the defaults
+    suit the simulator's noise; a real node may need others. Values are checked by the
+    configs' own validation; unknown names are errors."""
+    targets = {"allocator": policy.job_control, "eliminator": policy.node_control}
+    for key, raw in tune.items():
+        part, _, name = key.partition(".")
+        obj = targets.get(part)
+        if obj is None or not hasattr(obj, "config"):
+            raise ValueError(f"{key}: the policy {policy.name!r} has no {part!r} to tune "
+                             f"(use allocator.<field> or eliminator.<field>)")  # fmt: skip
+        fields_ = {f.name: f for f in dataclasses.fields(obj.config)}
+        if name not in fields_:
+            raise ValueError(f"{key}: unknown field; {part} has {', '.join(sorted(fields_))}")
+        current = getattr(obj.config, name)
+        try:
+            if isinstance(current, bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                value: Any = raw.lower() in ("true", "1")
+            elif isinstance(current, int):
+                value = int(raw)
+            elif isinstance(current, float):
+                value = float(raw)
+            elif current is None:
+                value = None if raw.lower() == "none" else int(raw)
+            else:
+                raise ValueError(raw)
+        except ValueError:
+            raise ValueError(f"{key}={raw!r}: expected a {type(current).__name__}") from None
+        try:
+            obj.config = dataclasses.replace(obj.config, **{name: value})
+        except ValueError as e:
+            raise ValueError(f"{key}={raw}: {e}") from None
+        if part == "eliminator" and name == "period_s":
+            obj.period_s = value
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -177,6 +177,13 @@ def register(main: click.Group) -> None:
     is_flag=True,
     help="Kill running jobs when the agent stops [default: leave them to the next agent].",
 )
+@click.option(
+    "--tune",
+    "tunes",
+    multiple=True,
+    metavar="PART.FIELD=VALUE",
+    help="Override a policy knob, e.g. eliminator.step_down=0.5 (see docs/runtime.md).",
+)
 @click.option("--quiet", is_flag=True)
 def agent(
     state_dir: str,
@@ -192,6 +199,7 @@ def agent(
     cgroup_prefix: str,
     metrics_port: int | None,
     stop_jobs_on_exit: bool,
+    tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Run the node agent: start queued jobs in their own cgroups, slim DNN jobs'
@@ -206,6 +214,12 @@ def agent(
         raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if window < period:
         raise click.BadParameter("--window must be at least --period")
+    tune: dict[str, str] = {}
+    for item in tunes:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise click.BadParameter(f"{item!r}: expected PART.FIELD=VALUE", param_hint="--tune")
+        tune[key.strip()] = value.strip()
     sd = Path(state_dir)
     sd.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = AgentLock(sd)
@@ -235,8 +249,14 @@ def agent(
         policy=policy,
         gpus=gpus,
         cpus=_parse_cpu_list(cpu_list),
+        tune=tune,
     )
-    node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+    try:
+        node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+    except ValueError as e:
+        store.close()
+        lock.release()
+        raise click.BadParameter(str(e), param_hint="--tune") from None
     stop = {"flag": False}
 
     def on_signal(signum: int, _frame: object) -> None:
