@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -15,12 +18,13 @@ from pathlib import Path
 import pytest
 from fakes import CG, Affinity, v1_tree
 
+from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
-from coda.runtime.cgroups import CgroupV1, detect
+from coda.runtime.cgroups import CgroupV1, detect, parse_cpus
 from coda.runtime.faketree import LiveProcs
 from coda.runtime.metrics import render
 from coda.runtime.progress import read_progress
-from coda.runtime.shim import alive
+from coda.runtime.shim import alive, proc_start_time
 from coda.runtime.store import JobSpec, SpecError, Store
 
 HERE = Path(__file__).parent
@@ -431,3 +435,256 @@ def test_tune_policy_overrides_and_validates() -> None:
         tune_policy(pol, {"eliminator.step_down": "1.5"})
     with pytest.raises(ValueError, match="has no 'eliminator'"):
         tune_policy(make_policy("static-separate"), {"eliminator.window": "3"})
+
+
+# ------------------------------------------------------------------ review regressions
+
+
+def test_preexec_failure_fails_the_job_not_the_agent(env) -> None:
+    # The child could not join its cgroup: Popen raises SubprocessError, not OSError.
+    # That escaped the tick (agent crash), left the row 'starting' and, on restart,
+    # requeued it into the same crash.
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    drv.procs_files = lambda name: [str(tmp / "missing" / "cgroup.procs")]
+    jid = submit(store, ["sleep", "5"], name="nojoin")
+    agent.tick()
+    row = store.job(jid)
+    assert row.state == "failed" and "launch failed" in row.message
+    assert not agent.running and agent.node.free_cores == 4 and len(agent._free_cpus) == 4
+    assert not cg_file(tmp, jid, "cpuset", "").exists()
+
+
+def test_a_cancelled_job_never_starts_again(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    # Cancelled while running, then preempted (or its launch requeued): queued + cancel.
+    jid = submit(store, ["sleep", "30"], name="c")
+    store.update(jid, cancel=1)
+    agent.tick()
+    row = store.job(jid)
+    assert row.state == "cancelled" and row.launches == 0 and not agent.running
+    # `coda cancel` lands between _admit reading the queued row and the launch.
+    jid2 = submit(store, ["sleep", "30"], name="d")
+    real = agent._try_start
+
+    def racing(r, job, now):
+        store.request_cancel(r.id)
+        return real(r, job, now)
+
+    agent._try_start = racing
+    agent.tick()
+    row = store.job(jid2)
+    assert row.state == "cancelled" and row.launches == 0 and not agent.running
+    assert agent.node.free_cores == 4 and len(agent._free_cpus) == 4
+
+
+def test_readoption_restores_the_quota_the_database_has(env) -> None:
+    tmp, drv, store, new_agent = env
+    first = new_agent()
+    jid = submit(store, ["sleep", "30"], name="q", cores=1)
+    first.tick()
+    # The first agent throttled the job in the kernel and died before its flush.
+    cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").write_text("10000")
+    assert store.job(jid).quota == 1.0
+    second = new_agent()
+    assert second.running[jid].job.quota == 1.0
+    assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == -1
+
+
+def test_restart_with_fewer_cpus_keeps_the_books(env) -> None:
+    tmp, drv, store, new_agent = env
+    first = new_agent(gpus=0)
+    run = submit(store, ["sleep", "30"], name="run", cores=1)  # CPU jobs: from CPU 3 down
+    first.tick()
+    assert store.job(run).cpus == "3"
+    dead = submit(store, ["sleep", "30"], name="dead", cores=1)
+    store.update(dead, state="running", launches=1, shim_pid=1, shim_start=-5, cpus="2")
+    second = new_agent(gpus=0, cpus=[0, 1])  # restarted managing CPUs 0-1 only
+    assert store.job(dead).state == "lost"
+    m = second.running[run]
+    assert m.cpus == [1]  # moved onto a CPU it manages, in the kernel too
+    assert cg_file(tmp, run, "cpuset", "cpuset.cpus").read_text().strip() == "1"
+    assert second._free_cpus == {0} and second.node.free_cores == 1  # 2 and 3 are not ours
+
+
+def test_a_forged_shim_pid_file_is_not_signalled(env, tmp_path: Path) -> None:
+    # Crash between starting the shim and recording its pid: the agent reads the pid
+    # file, which the job itself can write. A pid outside the job's cgroup is ignored.
+    tmp, drv, store, new_agent = env
+    decoy = subprocess.Popen(["sleep", "30"])
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)"
+    stubborn = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        jid = submit(store, ["sleep", "30"], name="forged")
+        drv.setup()
+        drv.create(f"job-{jid}")
+        drv.set_cpus(f"job-{jid}", [3])
+        drv.add_pid(f"job-{jid}", stubborn.pid)
+        jdir = tmp / "state" / "jobs" / str(jid)
+        jdir.mkdir(parents=True)
+        forged = {"pid": decoy.pid, "start": proc_start_time(decoy.pid)}
+        (jdir / "shim.pid").write_text(json.dumps(forged))
+        store.update(jid, state="starting", launches=1, cpus="3")
+        time.sleep(0.2)  # let the stubborn job install its handler
+        agent = new_agent(kill_grace_s=0.3)
+        m = agent.running[jid]
+        assert m.shim_pid is None  # adopted by its cgroup, not by the forged file
+        store.request_cancel(jid)
+        # Adopted without a supervisor and deaf to SIGTERM: SIGKILL after the grace.
+        tick_until(agent, lambda: store.job(jid).state == "cancelled", timeout=10)
+        assert stubborn.wait(timeout=5) == -9
+        assert decoy.poll() is None  # never signalled
+    finally:
+        for p in (decoy, stubborn):
+            p.kill()
+            p.wait()
+
+
+def test_started_job_with_untrusted_pid_file_is_lost_not_requeued(env) -> None:
+    tmp, drv, store, new_agent = env
+    jid = submit(store, ["sleep", "30"], name="gone")
+    jdir = tmp / "state" / "jobs" / str(jid)
+    jdir.mkdir(parents=True)
+    (jdir / "shim.pid").write_text('{"pid": 1, "start": -5}')  # it started, then vanished
+    store.update(jid, state="starting", launches=1, cpus="3")
+    new_agent()
+    row = store.job(jid)
+    assert row.state == "lost" and row.launches == 1
+
+
+def test_the_shim_does_not_import_from_the_jobs_cwd(env, tmp_path: Path) -> None:
+    # `python -m` puts the cwd first on sys.path: a json.py there replaced the shim's.
+    tmp, drv, store, new_agent = env
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "json.py").write_text("raise SystemExit(42)\n")
+    agent = new_agent()
+    jid = submit(store, py("-c", "pass"), name="cwd", cwd=str(work))
+    tick_until(agent, lambda: store.job(jid).state in ("done", "failed", "lost"))
+    assert store.job(jid).state == "done"
+
+
+def check_invariants(agent: NodeAgent, tmp: Path, store: Store) -> None:
+    node = agent.node
+    assert node is not None
+    managed = set(range(node.cores))  # the fake tree has CPUs 0-3, all managed
+    held: list[int] = [c for m in agent.running.values() for c in m.cpus]
+    assert len(held) == len(set(held)), f"a CPU held twice: {sorted(held)}"
+    assert not set(held) & agent._free_cpus, "a held CPU is also free"
+    assert set(held) | agent._free_cpus == managed
+    assert len(held) == node.cores - node.free_cores
+    assert node.cpu_job_cores == sum(
+        len(m.cpus) for m in agent.running.values() if m.job.kind == "cpu"
+    )
+    gpus = [g for m in agent.running.values() for g in m.gpu_ids]
+    assert len(gpus) == len(set(gpus)) and not set(gpus) & agent._free_gpus
+    assert node.free_gpus == node.gpus - len(gpus) == len(agent._free_gpus)
+    assert set(node.jobs) == {m.job for m in agent.running.values()}
+    for m in agent.running.values():
+        assert m.job.cores_pn == len(m.cpus) >= 1
+        assert parse_cpus(cg_file(tmp, m.row_id, "cpuset", "cpuset.cpus").read_text()) == sorted(
+            m.cpus
+        )
+        q = int(cg_file(tmp, m.row_id, "cpu", "cpu.cfs_quota_us").read_text())
+        want = -1 if m.job.quota >= 1.0 else max(1000, round(m.job.quota * len(m.cpus) * 100_000))
+        assert q == want, (m.row_id, q, want)
+    active = {r.id for r in store.jobs(("starting", "running"))}
+    assert active == set(agent.running), (active, set(agent.running))
+
+
+def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
+    drv = make_driver(tmp_path)
+    store = Store(tmp_path / "state" / "coda.db")
+    cfg = AgentConfig(**{**FAST, "gpus": 2})
+    agents: list[NodeAgent] = []
+
+    def new_agent() -> NodeAgent:
+        a = NodeAgent(store, drv, tmp_path / "state", cfg)
+        a.start()
+        agents.append(a)
+        return a
+
+    rng = random.Random(7)
+    agent = new_agent()
+    end = time.monotonic() + 12
+    try:
+        step = 0
+        while time.monotonic() < end:
+            step += 1
+            op = rng.random()
+            jobs = list(agent.running.values())
+            if op < 0.3:
+                gpus = 1 if rng.random() < 0.4 else 0
+                secs = rng.choice(["0.2", "30"])
+                submit(store, ["sleep", secs], name=f"j{step}", cores=rng.randint(1, 4), gpus=gpus)
+            elif op < 0.4 and jobs:
+                store.request_cancel(rng.choice(jobs).row_id)
+            elif op < 0.55 and jobs:
+                m = rng.choice(jobs)
+                agent._apply([SetCores(m.job, rng.randint(1, 4))], time.monotonic(), "test")
+            elif op < 0.65 and jobs:
+                cpu = [j for j in jobs if j.job.kind == "cpu"]
+                if cpu:  # the eliminator throttles CPU jobs only
+                    q = rng.choice([0.1, 0.5, 1.0])
+                    agent._apply([SetQuota(rng.choice(cpu).job, q)], time.monotonic(), "test")
+            elif op < 0.7 and jobs:
+                for p in drv.pids(rng.choice(jobs).cgroup):
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            elif op < 0.75:
+                agent = new_agent()  # the old one "crashed": no shutdown
+            agent.tick()
+            check_invariants(agent, tmp_path, store)
+    finally:
+        for a in agents:
+            for m in list(a.running.values()):
+                a._kill(m, 9)
+        time.sleep(0.1)
+        store.close()
+
+
+def test_metrics_server_answers_between_ticks() -> None:
+    import threading
+    import urllib.request
+
+    from coda.runtime.metrics import MetricsServer
+
+    server = MetricsServer("127.0.0.1", 0)
+    server.update("coda_agent_ticks_total 3\n")
+    got: dict[str, object] = {}
+
+    def client() -> None:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            got["body"] = resp.read().decode()
+            got["type"] = resp.headers["Content-Type"]
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/nope", timeout=5)
+        except urllib.error.HTTPError as e:
+            got["404"] = e.code
+
+    t = threading.Thread(target=client)
+    t.start()
+    end = time.monotonic() + 10
+    while t.is_alive() and time.monotonic() < end:
+        server.wait(0.1)  # what the agent does between ticks
+    t.join(timeout=5)
+    server.close()
+    assert got == {
+        "body": "coda_agent_ticks_total 3\n",
+        "404": 404,
+        "type": "text/plain; version=0.0.4; charset=utf-8",
+    }
+
+
+def test_a_fifo_in_the_job_dir_cannot_stall_the_agent(tmp_path: Path) -> None:
+    from coda.runtime.shim import read_regular
+
+    fifo = tmp_path / "progress"
+    os.mkfifo(fifo)
+    assert read_progress(fifo) is None  # returns at once: no writer, no block
+    with pytest.raises(OSError, match="not a regular file"):
+        read_regular(fifo)

@@ -111,3 +111,50 @@ def test_agent_refuses_a_second_instance(tmp_path: Path) -> None:
     finally:
         lock.release()
     assert not AgentLock.held(tmp_path)
+
+
+# ------------------------------------------------------------------ review regressions
+def test_agent_start_errors_are_clear_and_release_everything(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+    import signal
+
+    from coda.runtime.cli import AgentLock
+    from coda.runtime.faketree import build_v1_tree
+
+    sd = tmp_path / "state"
+    code, out = run("agent", "--state-dir", str(sd), "--cgroup-parent", "../etc")
+    assert code != 0 and "invalid group name" in out and "Traceback" not in out
+    assert not AgentLock.held(sd)
+    # setup() fails with a plain OSError (as mkdir does without root): clear, lock free,
+    # and the caller's signal handlers untouched.
+    mounts = build_v1_tree(tmp_path / "tree", 2)
+    shutil.rmtree(tmp_path / "tree" / "sys" / "fs" / "cgroup" / "cpuset")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    before = signal.getsignal(signal.SIGINT)
+    args = ["--cgroup-mounts", str(mounts), "--cgroup-prefix", str(tmp_path / "tree")]
+    code, out = run("agent", "--state-dir", str(sd), "--gpus", "0", *args)
+    assert code != 0 and "cgroups:" in out and "needs root" in out, out
+    assert not AgentLock.held(sd)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_run_exits_128_plus_signal_for_a_killed_job(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    sd = tmp_path / "s"
+    Store(sd / "coda.db").close()
+
+    def fake_agent() -> None:  # the job gets killed by SIGKILL
+        store = Store(sd / "coda.db")
+        end = time.monotonic() + 10
+        while time.monotonic() < end and store.job(1) is None:
+            time.sleep(0.02)
+        store.update(1, state="failed", exit_code=-9, message="killed by signal 9")
+        store.close()
+
+    t = threading.Thread(target=fake_agent)
+    t.start()
+    code, out = run("run", "--state-dir", str(sd), "--poll", "0.05", "--", "true")
+    t.join()
+    assert code == 137, out

@@ -37,7 +37,7 @@ from coda.policy.framework import Action, Policy, Preempt, SetCores, SetQuota
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
 from coda.runtime.progress import ENV_FILE, Progress, read_progress
-from coda.runtime.shim import alive, proc_start_time
+from coda.runtime.shim import alive, proc_start_time, read_regular
 from coda.runtime.store import FINAL, JobRow, Store
 
 LEARNED_KEY = "learned_profiles"
@@ -193,8 +193,12 @@ class NodeAgent:
             except CgroupError as e:
                 self.log(f"cgroup parent kept: {e}")
 
-    def run(self, should_stop: Callable[[], bool]) -> None:
-        """Tick every period until ``should_stop()``; a slow tick does not pile up."""
+    def run(
+        self, should_stop: Callable[[], bool], idle: Callable[[float], None] = time.sleep
+    ) -> None:
+        """Tick every period until ``should_stop()``; a slow tick does not pile up.
+        ``idle(seconds)`` fills the time between ticks (the metrics server answers
+        requests there: the agent stays single-threaded, so forking jobs is safe)."""
         period = self.config.period_s
         nxt = time.monotonic()
         while not should_stop():
@@ -206,7 +210,7 @@ class NodeAgent:
                 continue
             end = time.monotonic() + delay
             while not should_stop() and time.monotonic() < end:
-                time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+                idle(min(0.1, max(0.0, end - time.monotonic())))
 
     # ----------------------------------------------------------------- tick
     def tick(self) -> None:
@@ -233,12 +237,16 @@ class NodeAgent:
                         self._kill(m, signal.SIGKILL)
                     continue
                 if m.shim_pid is None and self._cgroup_pids(m):
-                    continue  # adopted without a supervisor: ends when its cgroup empties
+                    # Adopted without a supervisor: ends when its cgroup empties (a cancel
+                    # still escalates to SIGKILL after the grace period).
+                    if m.kill_at is not None and now >= m.kill_at:
+                        self._kill(m, signal.SIGKILL)
+                    continue
             self._finish(m, now, code, final_state)
 
     def _exit_code(self, m: Managed) -> int | None:
         try:
-            return int((m.job_dir / "exit").read_text().strip())
+            return int(read_regular(m.job_dir / "exit").strip())
         except (OSError, ValueError):
             return None
 
@@ -253,7 +261,7 @@ class NodeAgent:
             time.sleep(0.02)
         row = self.store.job(m.row_id)
         cancelled = row is not None and row.cancel
-        if final_state is not None:
+        if final_state is not None and code != 0:  # SIGKILLed on exit; exit 0 came before
             state = final_state
         elif cancelled:
             state = "cancelled"
@@ -345,6 +353,12 @@ class NodeAgent:
                 del self._queued_jobs[rid]
         arrays: dict[str, list[tuple[JobRow, Job]]] = {DNN: [], CPU: []}
         for r in rows:
+            if r.cancel:
+                # Cancelled while running, then preempted (or its launch interrupted and
+                # requeued): the cancel stands; it must not start again.
+                self.store.update(r.id, state="cancelled", end_t=self.wall(), message="cancelled")
+                self._queued_jobs.pop(r.id, None)
+                continue
             job = self._queued_jobs.get(r.id)
             if job is None:
                 job = self._queued_jobs[r.id] = self._job_from_row(r)
@@ -415,8 +429,10 @@ class NodeAgent:
         for f in ("exit", "shim.pid", "progress"):
             (jdir / f).unlink(missing_ok=True)
         # Recorded before the process exists: a crash from here on is re-adopted or
-        # found never started (no shim.pid, empty cgroup), never run twice.
-        self.store.update(
+        # found never started (no shim.pid, empty cgroup), never run twice. Only a row
+        # still queued and not cancelled is claimed: `coda cancel` may have marked it
+        # cancelled since _admit read it.
+        claimed = self.store.claim(
             r.id,
             state="starting",
             launches=r.launches + 1,
@@ -426,6 +442,11 @@ class NodeAgent:
             start_t=self.wall(),
             message="",
         )
+        if not claimed:
+            self._free_cpus.update(cpus)
+            self._free_gpus.update(gpu_ids)
+            self._queued_jobs.pop(r.id, None)
+            return
         m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None)
         self._place(m, now)
         try:
@@ -433,7 +454,8 @@ class NodeAgent:
             self.cg.set_cpus(name, cpus)
             self.cg.set_quota(name, None)
             m.popen = self._spawn(r, m)
-        except (CgroupError, OSError) as e:
+        except (CgroupError, OSError, subprocess.SubprocessError) as e:
+            # SubprocessError: the child could not join its cgroup (preexec_fn failed).
             self._release(m, now)
             self.store.update(
                 r.id, state="failed", end_t=self.wall(), message=f"launch failed: {e}"
@@ -483,7 +505,9 @@ class NodeAgent:
         )
         with open(m.job_dir / "stdout", "ab") as out, open(m.job_dir / "stderr", "ab") as err:
             return subprocess.Popen(
-                [sys.executable, "-m", "coda.runtime.shim", str(m.job_dir), "--", *r.argv],
+                # -P: `-m` would put the job's cwd first on the shim's sys.path, so a
+                # json.py or signal.py there would replace the shim's own imports.
+                [sys.executable, "-P", "-m", "coda.runtime.shim", str(m.job_dir), "--", *r.argv],
                 cwd=r.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -742,8 +766,18 @@ class NodeAgent:
             for p in pids:
                 _signal(p, signal.SIGKILL)
             time.sleep(0.01)
-        if m.popen is not None:
-            m.popen.wait(timeout=5)
+        if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
+            _signal(m.shim_pid, signal.SIGKILL)
+        try:
+            if m.popen is not None:
+                m.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._cgroup_pids(m) or alive(m.shim_pid, m.shim_start):
+            # Not gone (a process stuck in the kernel): requeuing now could run it twice.
+            # It keeps its cores; the DNN job waits; the next tick reaps it as usual.
+            self._decide(now, m.row_id, source, "preempt-failed", {"why": "still running"})
+            return
         self._release(m, now)
         row = self.store.job(m.row_id)
         pre = (row.preemptions if row else 0) + 1
@@ -768,30 +802,44 @@ class NodeAgent:
     def _adopt(self, r: JobRow, now: float) -> None:
         jdir = self.job_dir(r.id)
         name = f"job-{r.id}"
-        pid, start = r.shim_pid, r.shim_start
-        try:
-            info = json.loads((jdir / "shim.pid").read_text())
-            pid, start = int(info["pid"]), info["start"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
         has_cg = self.cg.exists(name)
         pids = self.cg.pids(name) if has_cg else []
+        pid, start = r.shim_pid, r.shim_start
+        pid_file = jdir / "shim.pid"
+        if pid is None:
+            # Crashed between starting the shim and recording it: its pid file says. The
+            # job can write that file too, so the pid counts only if it is in the job's
+            # cgroup (the shim joins it before exec); else it could name any process.
+            try:
+                info = json.loads(read_regular(pid_file))
+                if int(info["pid"]) in pids:
+                    pid, start = int(info["pid"]), info["start"]
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
         exit_file = (jdir / "exit").exists()
         running = alive(pid, start) or (not exit_file and bool(pids))
-        if not running and r.state == "starting" and pid is None and not exit_file:
+        if not running and r.state == "starting" and not pid_file.exists() and not exit_file:
             # Crashed between recording the launch and starting the process: it never ran.
             if has_cg:
                 _quiet(lambda: self.cg.remove(name))
             self.store.update(r.id, state="queued", message="requeued: never started")
             self._decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
             return
-        cpus = (self.cg.cpus(name) if has_cg else []) or parse_cpus(r.cpus)
-        clash = set(cpus) - self._free_cpus
-        if clash and running:
-            self.log(f"job {r.id}: CPUs {format_cpus(clash)} also held by another job")
-        cpus_ok = [c for c in cpus if c in self._free_cpus] or cpus[:1]
-        gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g]
         job = self._job_from_row(r)
+        cpus = (self.cg.cpus(name) if has_cg else []) or parse_cpus(r.cpus)
+        # Only CPUs this agent manages and no other job holds go into the books: after a
+        # restart with other --cpus, or a clash, a CPU must neither count twice nor, once
+        # the job ends, be handed out although it is not ours.
+        cpus_ok = [c for c in cpus if c in self._free_cpus]
+        if running:
+            if not cpus_ok:
+                cpus_ok = self._take_cpus(1, job.kind)
+            if cpus_ok != cpus:
+                self.log(f"job {r.id}: CPUs {format_cpus(cpus)} -> {format_cpus(cpus_ok)}")
+                if has_cg and cpus_ok:
+                    _quiet(lambda: self.cg.set_cpus(name, cpus_ok))
+        # Only GPUs this node has and nobody holds (a restart may declare fewer).
+        gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self._free_gpus]
         m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start)
         self._free_cpus.difference_update(cpus_ok)
         self._free_gpus.difference_update(gpu_ids)
@@ -801,6 +849,16 @@ class NodeAgent:
             code = self._exit_code(m)
             self._finish(m, now, code, None)
             return
+        if has_cg and cpus_ok:
+            # The kernel may hold a quota the database never saw (a crash between the
+            # write and the flush): put the adopted one back, or nobody would restore it.
+            try:
+                if job.quota < 1.0:
+                    self._write_quota(m)
+                else:
+                    self.cg.set_quota(name, None)
+            except (CgroupError, OSError) as e:
+                self.log(f"job {r.id}: quota not rewritten: {e}")
         self.store.update(r.id, state="running", shim_pid=pid, shim_start=start)
         self._decide(
             now,

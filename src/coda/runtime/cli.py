@@ -233,7 +233,7 @@ def agent(
             prefix=cgroup_prefix,
             prefer=None if cg_version == "auto" else cg_version,
         )
-    except CgroupError as e:
+    except (CgroupError, ValueError) as e:  # ValueError: a bad --cgroup-parent name
         lock.release()
         raise click.ClickException(f"cgroups: {e}") from None
     if cgroup_prefix:  # a fake tree: emulate the kernel's process lists (see faketree.py)
@@ -262,14 +262,25 @@ def agent(
     def on_signal(signum: int, _frame: object) -> None:
         stop["flag"] = True
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server = MetricsServer("127.0.0.1", metrics_port) if metrics_port is not None else None
+    try:
+        server = MetricsServer("127.0.0.1", metrics_port) if metrics_port is not None else None
+    except OSError as e:
+        store.close()
+        lock.release()
+        raise click.ClickException(f"metrics port {metrics_port}: {e.strerror or e}") from None
     try:
         node_agent.start()
-    except CgroupError as e:
+    except (CgroupError, OSError) as e:
+        # OSError: e.g. mkdir of the parent group without root. Release everything.
+        if server is not None:
+            server.close()
+        store.close()
         lock.release()
-        raise click.ClickException(f"cgroups: {e}") from None
+        hint = "" if os.geteuid() == 0 else " (the agent needs root to manage cgroups)"
+        raise click.ClickException(f"cgroups: {e}{hint}") from None
+    # Handlers only once the agent is up: a failed start leaves the caller's as they were.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     node = node_agent.node
     assert node is not None
     say(
@@ -290,7 +301,7 @@ def agent(
 
     node_agent.tick = tick_and_export  # type: ignore[method-assign]
     try:
-        node_agent.run(lambda: stop["flag"])
+        node_agent.run(lambda: stop["flag"], idle=server.wait if server else time.sleep)
     finally:
         node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
         if server is not None:
@@ -442,6 +453,8 @@ def run(state_dir: str, poll: float, **kw: Any) -> None:
     finally:
         store.close()
     code = row.exit_code if row.exit_code is not None else 1
+    if code < 0:  # killed by signal N: exit 128 + N, as a shell reports it
+        code = 128 - code
     sys.exit(0 if row.state == "done" else (code if 0 < code < 256 else 1))
 
 

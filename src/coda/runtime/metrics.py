@@ -7,8 +7,9 @@ collector picks it up) and, with ``--metrics-port``, served over HTTP.
 from __future__ import annotations
 
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import select
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,20 +99,22 @@ def write_file(agent: NodeAgent, path: Path) -> None:
 
 
 class MetricsServer:
-    """Serves the last rendered text at /metrics from a daemon thread."""
+    """Serves the last rendered text at /metrics, from the agent's own thread: ``wait``
+    answers requests while the agent idles between ticks. No thread, because the agent
+    forks jobs (a fork while another thread holds a lock can deadlock the child)."""
 
     def __init__(self, host: str, port: int) -> None:
         self._text = ""
-        self._lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 2.0  # a client that stalls mid-request cannot hold the agent long
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return
-                with outer._lock:
-                    body = outer._text.encode()
+                body = outer._text.encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
@@ -121,15 +124,20 @@ class MetricsServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd = HTTPServer((host, port), Handler)
+        self.httpd.timeout = 0  # handle_request: only what select found ready
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
 
     def update(self, text: str) -> None:
-        with self._lock:
-            self._text = text
+        self._text = text
+
+    def wait(self, seconds: float) -> None:
+        """Idle up to ``seconds``, answering requests that arrive meanwhile."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.httpd.socket], [], [], left)
+            if ready:
+                self.httpd.handle_request()
 
     def close(self) -> None:
-        self.httpd.shutdown()
         self.httpd.server_close()

@@ -14,6 +14,7 @@ Outside CODA (no ``CODA_PROGRESS_FILE``) every call is a cheap no-op.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -60,10 +61,19 @@ def decode(raw: bytes) -> Progress | None:
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
     """The latest record in ``path``; None if there is none (yet) or it is unreadable."""
     try:
-        with open(path, "rb") as f:
-            return decode(f.read(RECORD_SIZE))
+        # Non-blocking, regular files only: a job must not be able to stall its reader
+        # by putting a FIFO where its progress file goes.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return decode(os.read(fd, RECORD_SIZE))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class Reporter:

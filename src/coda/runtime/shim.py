@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,18 @@ def alive(pid: int | None, start: int | None, proc: str = "/proc") -> bool:
         return raw[raw.rfind(")") + 2 :].split()[0] != "Z"
     except OSError:
         return False
+
+
+def read_regular(path: str | os.PathLike[str], limit: int = 4096) -> str:
+    """A small regular file's text. Job directories are writable by jobs: a FIFO or a
+    device planted there must not block or mislead the agent (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, limit).decode("ascii", "replace")
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -282,6 +282,16 @@ class Store:
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._db.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
+    def claim(self, job_id: int, **fields: Any) -> bool:
+        """Update a job that is still queued and not cancelled; False if it is not
+        (a cancel may land between the agent's read and its launch)."""
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        cur = self._db.execute(
+            f"UPDATE jobs SET {cols} WHERE id = ? AND state = 'queued' AND cancel = 0",
+            (*fields.values(), job_id),
+        )
+        return cur.rowcount == 1
+
     def request_cancel(self, job_id: int) -> JobRow:
         """Mark a job for cancelling (the agent acts on it); a queued job is cancelled now."""
         with self.tx():
