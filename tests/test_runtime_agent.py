@@ -688,3 +688,29 @@ def test_a_fifo_in_the_job_dir_cannot_stall_the_agent(tmp_path: Path) -> None:
     assert read_progress(fifo) is None  # returns at once: no writer, no block
     with pytest.raises(OSError, match="not a regular file"):
         read_regular(fifo)
+
+
+def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> None:
+    from coda.policy.framework import SetCores
+    from coda.runtime.cgroups import CgroupError
+
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = submit(store, ["sleep", "30"], name="w", cores=1, gpus=1)
+    agent.tick()
+    m = agent.running[jid]
+    real = drv._inner.set_cpus
+    calls: list[list[int]] = []
+
+    def half_works(name: str, cpus) -> None:  # writes the cpuset, then affinity fails
+        cpus = list(cpus)
+        calls.append(cpus)
+        real(name, cpus)
+        if len(calls) == 1:
+            raise CgroupError("sched_setaffinity failed")
+
+    drv._inner.set_cpus = half_works
+    agent._apply([SetCores(m.job, 3)], time.monotonic(), "test")
+    assert m.cpus == [0] and agent.node.free_cores == 3 and len(agent._free_cpus) == 3
+    assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() == "0"
+    assert calls == [[0, 1, 2], [0]]

@@ -692,6 +692,9 @@ class NodeAgent:
         except CgroupError as e:
             self._free_cpus.update(set(new) - set(old))
             self._free_cpus.difference_update(old)
+            # The cpuset may have been written before the failure (a widening whose
+            # sched_setaffinity failed): put the kernel back where the books are.
+            _quiet(lambda: self.cg.set_cpus(m.cgroup, old))
             self._decide(now, m.row_id, source, "error", {"error": str(e)})
             return
         m.cpus = new
