@@ -38,7 +38,7 @@ from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
 from coda.runtime.progress import ENV_FILE, Progress, read_progress
 from coda.runtime.shim import alive, proc_start_time, read_regular
-from coda.runtime.store import FINAL, JobRow, Store
+from coda.runtime.store import JobRow, Store
 
 LEARNED_KEY = "learned_profiles"
 
@@ -252,13 +252,7 @@ class NodeAgent:
 
     def _finish(self, m: Managed, now: float, code: int | None, final_state: str | None) -> None:
         # Anything the job left behind (a daemonised grandchild) belongs to it: stop it too.
-        for _ in range(50):
-            pids = self._cgroup_pids(m)
-            if not pids:
-                break
-            for p in pids:
-                _signal(p, signal.SIGKILL)
-            time.sleep(0.02)
+        self._kill_until_gone(m)
         row = self.store.job(m.row_id)
         cancelled = row is not None and row.cancel
         if final_state is not None and code != 0:  # SIGKILLed on exit; exit 0 came before
@@ -334,6 +328,15 @@ class NodeAgent:
             self._kill(m, signal.SIGTERM)
             m.kill_at = now + self.config.kill_grace_s
             self._decide(now, row.id, "agent", "cancel", {"signal": "SIGTERM"})
+
+    def _kill_until_gone(self, m: Managed, seconds: float = 1.0) -> None:
+        """SIGKILL the job's cgroup members until none is left (forks included), for at
+        most ``seconds``."""
+        end = time.monotonic() + seconds
+        while (pids := self._cgroup_pids(m)) and time.monotonic() < end:
+            for p in pids:
+                _signal(p, signal.SIGKILL)
+            time.sleep(0.01)
 
     def _kill(self, m: Managed, sig: int) -> None:
         """Signal every process of the job: the cgroup is the list (never names)."""
@@ -467,8 +470,6 @@ class NodeAgent:
         self.store.update(r.id, state="running", shim_pid=m.shim_pid, shim_start=m.shim_start)
         self._queued_jobs.pop(r.id, None)
         job.start = now
-        if self.policy.job_control is not None and job.kind == DNN:
-            pass  # the allocator starts once the job reports progress (see _sample)
         self._decide(
             now,
             r.id,
@@ -762,13 +763,7 @@ class NodeAgent:
         """Stop a CPU job at once and queue it again (it restarts from scratch: its own
         checkpoints are its business). Killed before the database says queued, so a
         crash in between leaves it 'lost', never running twice."""
-        for _ in range(100):
-            pids = self._cgroup_pids(m)
-            if not pids:
-                break
-            for p in pids:
-                _signal(p, signal.SIGKILL)
-            time.sleep(0.01)
+        self._kill_until_gone(m)
         if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
             _signal(m.shim_pid, signal.SIGKILL)
         try:
@@ -991,6 +986,3 @@ def _quiet(fn: Callable[[], Any]) -> None:
         fn()
     except (OSError, CgroupError):
         pass
-
-
-FINAL_STATES = FINAL

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from coda.runtime.cgroups import parse_cpus
 from coda.runtime.store import ACTIVE, FINAL, JobSpec, SpecError, Store
 
 
@@ -95,8 +96,6 @@ class AgentLock:
 def _parse_cpu_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    from coda.runtime.agent import parse_cpus
-
     try:
         cpus = parse_cpus(text)
     except ValueError:
@@ -381,8 +380,6 @@ def _validate(spec: JobSpec, store: Store) -> None:
     info = store.meta("agent")
     if info:
         a = json.loads(info)
-        from coda.runtime.agent import parse_cpus
-
         node_cores, node_gpus = len(parse_cpus(a.get("cpus", ""))) or None, a.get("gpus")
     try:
         spec.validate(node_cores, node_gpus)
@@ -550,7 +547,7 @@ def status(
             r.name,
             r.kind,
             r.state,
-            f"{len(_cpus(r.cpus))}/{r.cores}" if r.cpus else f"-/{r.cores}",
+            f"{len(parse_cpus(r.cpus))}/{r.cores}" if r.cpus else f"-/{r.cores}",
             r.cpus or "-",
             f"{r.quota:.2f}" if r.state in ACTIVE else "-",
             f"{r.throughput:.4g}/s" if r.throughput is not None else "-",
@@ -563,12 +560,6 @@ def status(
         console.print("\nrecent decisions:")
         for d in decs:
             console.print(f"  {_fmt_decision(d)}", markup=False, highlight=False)
-
-
-def _cpus(text: str) -> list[int]:
-    from coda.runtime.agent import parse_cpus
-
-    return parse_cpus(text)
 
 
 @click.command()
