@@ -300,8 +300,8 @@ def test_membw_processes_stop_on_sigterm(tmp_path):
 
 def test_membw_bad_options(capsys):
     for args, message in [
-        (["--mib", "-4"], "--mib: must be > 0"),
-        (["--threads", "two"], "--threads: not a valid int"),
+        (["--mib", "-4"], "--mib: must be >= 1"),
+        (["--threads", "two"], "--threads: not an integer"),
         (["--mib", str(2**40)], "more than the machine"),
     ]:
         with pytest.raises(SystemExit) as exc:

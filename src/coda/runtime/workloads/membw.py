@@ -27,11 +27,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from coda.runtime.progress import Reporter
+from coda.runtime.workloads._common import StopSignals, int_at_least, number_above
 
 STATUS_INTERVAL_S = 5.0
 MIB = 2**20
@@ -69,19 +70,6 @@ def _child(index: int, mib: int, reduce: bool, counts, stop_flag, parent_pid: in
             return
 
 
-def _positive(kind: type, strict: bool = True) -> Callable[[str], float]:
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a valid {kind.__name__}: {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (strict and value == 0):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} 0, got {text}")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m coda.runtime.workloads.membw",
@@ -89,12 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Reports MiB copied to CODA_PROGRESS_FILE.",
     )
     p.add_argument(
-        "--mib", type=_positive(int), default=256, help="size of each buffer in MiB (default 256)"
+        "--mib", type=int_at_least(1), default=256, help="size of each buffer in MiB (default 256)"
     )
-    p.add_argument("--seconds", type=_positive(float), help="stop after this many seconds")
+    p.add_argument(
+        "--seconds", type=number_above(0, strict=True), help="stop after this many seconds"
+    )
     p.add_argument(
         "--threads",
-        type=_positive(int),
+        type=int_at_least(1),
         default=1,
         help="copying processes, each with its own buffers (default 1)",
     )
@@ -124,12 +114,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop: dict[str, int | None] = {"signal": None}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["signal"] = signum
-
-    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop = StopSignals()
     ctx = mp.get_context("fork")
     counts = ctx.RawArray("q", args.threads)
     stop_flag = ctx.RawValue("b", 0)
@@ -167,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
         last_t, last_mib = t_start, 0
         n = 0
         while True:
-            if stop["signal"] is not None:
-                stopped_by = signal.Signals(stop["signal"]).name
+            if stop.signum is not None:
+                stopped_by = stop.name
                 break
             now = time.monotonic()
             if now >= deadline:
@@ -206,8 +191,7 @@ def run(args: argparse.Namespace) -> int:
             reporter.step(max(final - reported, 0))
             reporter.close()
         reported = max(final, reported)
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
+        stop.restore()
 
     seconds = t_end - t_start
     summary = {

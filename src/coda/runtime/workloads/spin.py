@@ -17,28 +17,15 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from coda.runtime.progress import Reporter
+from coda.runtime.workloads._common import StopSignals, number_above
 
 TICK_S = 0.1
 RATE_FILE_EVERY_S = 0.1  # a benchmark times the drop it causes: keep the lag small
-
-
-def _number(strict: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (strict and value == 0):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} 0, got {text}")
-        return value
-
-    return parse
 
 
 def read_rate(path: str) -> float | None:
@@ -57,9 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Report a set rate of progress to CODA_PROGRESS_FILE with almost no CPU.",
     )
     p.add_argument(
-        "--rate", type=_number(strict=False), default=100.0, help="samples/s (default 100)"
+        "--rate", type=number_above(0, strict=False), default=100.0, help="samples/s (default 100)"
     )
-    p.add_argument("--seconds", type=_number(strict=True), help="stop after this many seconds")
+    p.add_argument(
+        "--seconds", type=number_above(0, strict=True), help="stop after this many seconds"
+    )
     p.add_argument(
         "--rate-file",
         metavar="PATH",
@@ -70,12 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop: dict[str, int | None] = {"signal": None}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["signal"] = signum
-
-    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop = StopSignals()
     rate = args.rate
     if args.rate_file:
         rate = r if (r := read_rate(args.rate_file)) is not None else rate
@@ -94,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             n = int(credit)
             credit -= n
             reporter.step(n)
-            if stop["signal"] is not None:
-                stopped_by = signal.Signals(stop["signal"]).name
+            if stop.signum is not None:
+                stopped_by = stop.name
                 break
             if now >= deadline:
                 stopped_by = "seconds"
@@ -107,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         t_end = time.monotonic()
         reporter.close()
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
+        stop.restore()
     seconds = t_end - t_start
     summary = {
         "event": "summary",

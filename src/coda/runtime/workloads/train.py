@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coda.runtime.progress import Reporter
+from coda.runtime.workloads._common import StopSignals, int_at_least, number_above
 
 CHANNELS = 3
 POOL_SIZE = 8
@@ -307,34 +308,6 @@ def _describe_exit(code: int | None) -> str:
 # Command line
 
 
-def _int_at_least(lo: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {value}")
-        return value
-
-    return parse
-
-
-def _float_range(lo: float, *, strict: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not math.isfinite(value) or value < lo or (strict and value == lo):
-            raise argparse.ArgumentTypeError(
-                f"must be {'>' if strict else '>='} {lo:g}, got {text}"
-            )
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m coda.runtime.workloads.train",
@@ -343,41 +316,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--workers",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=2,
         help="data-loader worker processes (default 2)",
     )
     p.add_argument(
-        "--batch-images", type=_int_at_least(1), default=16, help="images per batch (default 16)"
+        "--batch-images", type=int_at_least(1), default=16, help="images per batch (default 16)"
     )
     p.add_argument(
         "--image-px",
-        type=_int_at_least(MIN_IMAGE_PX),
+        type=int_at_least(MIN_IMAGE_PX),
         default=224,
         help="side of the stored images; batches hold 7/8 crops (default 224)",
     )
     p.add_argument(
         "--augment-passes",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=1,
         help="batched colour-jitter + blur passes per batch (default 1)",
     )
     p.add_argument(
         "--gpu-ms",
-        type=_float_range(0.0, strict=False),
+        type=number_above(0.0, strict=False),
         default=50.0,
         help="GPU step time in ms (default 50)",
     )
     p.add_argument(
         "--prefetch",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=2,
         help="batches in flight per worker (default 2)",
     )
     p.add_argument(
-        "--seconds", type=_float_range(0.0, strict=True), help="stop after this many seconds"
+        "--seconds", type=number_above(0.0, strict=True), help="stop after this many seconds"
     )
-    p.add_argument("--batches", type=_int_at_least(1), help="stop after this many batches")
+    p.add_argument("--batches", type=int_at_least(1), help="stop after this many batches")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--gpu",
@@ -412,12 +385,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop: dict[str, int | None] = {"signal": None}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["signal"] = signum
-
-    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop = StopSignals()
     pool = make_pool(args.image_px, args.seed)
     n_workers, prefetch, b = args.workers, args.prefetch, args.batch_images
     shape = pool.batch_shape(b)
@@ -491,8 +459,8 @@ def run(args: argparse.Namespace) -> int:
         last_t, last_i = t_start, 0
         while True:
             now = time.monotonic()
-            if stop["signal"] is not None:
-                stopped_by = signal.Signals(stop["signal"]).name
+            if stop.signum is not None:
+                stopped_by = stop.name
                 break
             if i >= limit:
                 stopped_by = "batches"
@@ -541,8 +509,7 @@ def run(args: argparse.Namespace) -> int:
             buf.close()
         except BufferError:  # a view still exported: the process exit frees it
             pass
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
+        stop.restore()
 
     batches = stats["batches"]
     seconds = t_end - t_start
