@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from coda.runtime.cli import spawn_agent
 from coda.runtime.faketree import build_v1_tree
 
 CG = "sys/fs/cgroup"
@@ -50,15 +51,9 @@ class Bench:
         self.root = root
         self.state = root / "state"
         mounts = build_v1_tree(root, cpus)
-        self.log = open(root / "agent.log", "wb")
-        self.agent = subprocess.Popen(
+        self.agent = spawn_agent(
+            self.state,
             [
-                sys.executable,
-                "-m",
-                "coda.cli",
-                "agent",
-                "--state-dir",
-                str(self.state),
                 "--cgroup-mounts",
                 str(mounts),
                 "--cgroup-prefix",
@@ -72,11 +67,8 @@ class Bench:
                 "--stop-jobs-on-exit",
                 "--quiet",
             ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            root / "agent.log",
         )
-        self._wait(lambda: (self.state / "agent.pid").exists(), 30)
         from coda.runtime.store import Store
 
         self.store = Store(self.state / "coda.db")
@@ -103,7 +95,6 @@ class Bench:
         except subprocess.TimeoutExpired:
             self.agent.kill()
         self.store.close()
-        self.log.close()
 
 
 def spin(rate: float, rate_file: Path | None = None) -> list[str]:

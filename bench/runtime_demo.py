@@ -105,28 +105,11 @@ class Agent:
         self.store = None
 
     def start(self) -> None:
-        with open(self.logf, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "coda.cli",
-                    "agent",
-                    "--state-dir",
-                    str(self.state),
-                    "--cgroup-parent",
-                    self.parent,
-                    "--gpus",
-                    "1",
-                    "--policy",
-                    self.policy,
-                    *[x for t in self.tune for x in ("--tune", t)],
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        wait(lambda: (self.state / "agent.pid").exists(), 30)
+        from coda.runtime.cli import spawn_agent
+
+        args = ["--cgroup-parent", self.parent, "--gpus", "1", "--policy", self.policy]
+        args += [x for t in self.tune for x in ("--tune", t)]
+        self.proc = spawn_agent(self.state, args, self.logf)
         if self.store is None:
             from coda.runtime.store import Store
 

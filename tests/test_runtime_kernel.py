@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from coda.runtime.cgroups import CgroupError, detect, parse_cpus
+from coda.runtime.cli import spawn_agent
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
 
@@ -53,31 +54,19 @@ class Agent:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "coda.cli",
-                    "agent",
-                    "--state-dir",
-                    str(self.state),
-                    "--cgroup-parent",
-                    self.parent,
-                    "--gpus",
-                    "1",
-                    "--period",
-                    "0.2",
-                    "--window",
-                    "0.5",
-                    "--stall",
-                    "10",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        wait_for(lambda: (self.state / "agent.pid").exists(), 20, "agent start")
+        args = [
+            "--cgroup-parent",
+            self.parent,
+            "--gpus",
+            "1",
+            "--period",
+            "0.2",
+            "--window",
+            "0.5",
+            "--stall",
+            "10",
+        ]
+        self.proc = spawn_agent(self.state, args, self.log)
 
     def kill(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -149,27 +138,23 @@ def allowed(pid: int) -> list[int]:
     raise AssertionError("no Cpus_allowed_list")
 
 
-def test_allocator_slims_a_real_cpuset(node) -> None:
-    agent, submit, store = node
-    jid = submit(
-        "--name",
-        "train",
-        "--cores",
-        "2",
-        "--gpus",
-        "1",
-        "--model",
-        "synth1",
-        "--",
+def submit_training(agent: Agent, submit: Callable[..., int], model: str, *extra: str) -> int:
+    """Job 1: the synthetic training job (optimum 1 core), asking for 2 cores and a GPU."""
+    job = [
         sys.executable,
         SYNTH,
         "--cpuset-file",
         str(cpuset_file(agent.parent, 1)),
         "--optimum",
         "1",
-        "--seconds",
-        "60",
-    )
+        *extra,
+    ]
+    return submit("--name", "train", "--cores", "2", "--gpus", "1", "--model", model, "--", *job)
+
+
+def test_allocator_slims_a_real_cpuset(node) -> None:
+    agent, submit, store = node
+    jid = submit_training(agent, submit, "synth1", "--seconds", "60")
     assert jid == 1
     wait_for(lambda: store.job(jid).phase == "converged", 60, "the allocator to converge")
     row = store.job(jid)
@@ -183,31 +168,15 @@ def test_allocator_slims_a_real_cpuset(node) -> None:
 
 def test_eliminator_writes_a_real_quota(node) -> None:
     agent, submit, store = node
-    dnn = submit(
-        "--name",
-        "train",
-        "--cores",
-        "2",
-        "--gpus",
-        "1",
-        "--model",
-        "synth2",
-        "--",
-        sys.executable,
-        SYNTH,
-        "--cpuset-file",
-        str(cpuset_file(agent.parent, 1)),
-        "--optimum",
-        "1",
-        "--seconds",
-        "90",
+    corunner = [
         "--contention",
         "0.4",
         "--corunner",
         str(CG / "cpu" / agent.parent / "job-2"),
         "--corunner-cpuset",
         str(cpuset_file(agent.parent, 2)),
-    )
+    ]
+    dnn = submit_training(agent, submit, "synth2", "--seconds", "90", *corunner)
     wait_for(lambda: store.job(dnn).phase == "converged", 60, "the allocator to converge")
     hog = submit(
         "--name",

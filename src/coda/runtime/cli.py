@@ -11,9 +11,10 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,35 @@ class AgentLock:
             return True
         finally:
             os.close(fd)
+
+
+def spawn_agent(
+    state_dir: str | os.PathLike[str],
+    args: Sequence[str],
+    log: str | os.PathLike[str],
+    timeout: float = 30.0,
+) -> subprocess.Popen[bytes]:
+    """Start ``coda agent --state-dir STATE_DIR ARGS`` in a session of its own (output
+    appended to ``log``) and return once it is up: its agent.pid names this process (a
+    stale file from a killed agent does not count). For tests, benchmarks and scripts;
+    operators run `coda agent` under their service manager."""
+    argv = [sys.executable, "-m", "coda.cli", "agent", "--state-dir", str(state_dir), *args]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    pid_file = Path(state_dir) / "agent.pid"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"coda agent exited with status {proc.returncode}; see {log}")
+        try:
+            if pid_file.read_text().strip() == str(proc.pid):
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"coda agent did not start within {timeout:g} s; see {log}")
 
 
 def _parse_cpu_list(text: str | None) -> list[int] | None:
