@@ -35,14 +35,15 @@ from pathlib import Path
 
 from coda.runtime.cli import spawn_agent
 from coda.runtime.faketree import build_v1_tree
+from coda.runtime.shim import stat_fields
 
 CG = "sys/fs/cgroup"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rfind(")") + 2 :].split()
+    fields = stat_fields(pid)  # utime, stime: fields 14 and 15 of stat
+    assert fields is not None, f"process {pid} is gone"
     return (int(fields[11]) + int(fields[12])) / TICK
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coda.runtime.shim import stat_fields
+
 CG = "/sys/fs/cgroup"
 
 
@@ -35,11 +37,8 @@ def build_v1_tree(
 
 
 def _live(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def _descendants(pid: int) -> list[int]:

@@ -22,18 +22,23 @@ import sys
 from pathlib import Path
 
 
-def proc_start_time(pid: int, proc: str = "/proc") -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of stat):
-    with the pid it names one process for good, even after pid reuse."""
+def stat_fields(pid: int, proc: str = "/proc") -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on; None if the process is gone. The
+    command name (field 2) may hold spaces and parentheses: split after its last ')'."""
     try:
         with open(f"{proc}/{pid}/stat", "rb") as f:
             raw = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after its ')'.
-    fields = raw[raw.rfind(")") + 2 :].split()
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def proc_start_time(pid: int, proc: str = "/proc") -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of stat):
+    with the pid it names one process for good, even after pid reuse."""
+    fields = stat_fields(pid, proc)
     try:
-        return int(fields[19])
+        return int(fields[19]) if fields else None
     except (IndexError, ValueError):
         return None
 
@@ -42,14 +47,8 @@ def alive(pid: int | None, start: int | None, proc: str = "/proc") -> bool:
     """Whether the process ``pid`` that started at ``start`` still runs (not a zombie)."""
     if not pid or start is None:
         return False
-    if proc_start_time(pid, proc) != start:
-        return False
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            raw = f.read().decode("ascii", "replace")
-        return raw[raw.rfind(")") + 2 :].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = stat_fields(pid, proc)
+    return bool(fields) and len(fields) > 19 and fields[19] == str(start) and fields[0] != "Z"
 
 
 def read_regular(path: str | os.PathLike[str], limit: int = 4096) -> str:
