@@ -501,8 +501,10 @@ headline.params = [p for p in headline.params if p.name not in ("load", "native_
 
 def _register_runtime() -> None:
     from coda.runtime.cli import register
+    from coda.slurm.cli import register as register_slurm
 
     register(main)
+    register_slurm(main)
 
 
 _register_runtime()

@@ -298,13 +298,8 @@ class NodeAgent:
         for r in self.policy.reserve:
             r.unreserve(job, now)
         node.jobs.pop(job, None)
-        node.free_cores += len(m.cpus)
-        node.free_gpus += len(m.gpu_ids)
-        if job.kind == CPU:
-            node.cpu_job_cores -= len(m.cpus)
+        self._hold(m, -1)
         node.version += 1
-        self._free_cpus.update(m.cpus)
-        self._free_gpus.update(m.gpu_ids)
         job.placement = []
         job.cores_pn = 0
         if self.resctrl is not None and m.mb is not None:
@@ -413,6 +408,31 @@ class NodeAgent:
             return False
         self._launch(r, job, cores, now)
         return True
+
+    def _room(self, m: Managed) -> int:
+        """How many more cores ``m`` could get now."""
+        return self.node.free_cores if self.node is not None else 0
+
+    def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
+        """``k`` more CPUs for a growing job, or None if the node has not got them."""
+        if self.node is None or self.node.free_cores < k:
+            return None
+        return self._take_cpus(k, m.job.kind)
+
+    def _hold(self, m: Managed, sign: int) -> None:
+        """Count a job's CPUs and GPUs as taken (+1) or given back (-1) on the node."""
+        node = self.node
+        assert node is not None
+        node.free_cores -= sign * len(m.cpus)
+        node.free_gpus -= sign * len(m.gpu_ids)
+        if m.job.kind == CPU:
+            node.cpu_job_cores += sign * len(m.cpus)
+        if sign < 0:
+            self._free_cpus.update(m.cpus)
+            self._free_gpus.update(m.gpu_ids)
+
+    def _read_job_progress(self, m: Managed) -> Progress | None:
+        return read_progress(m.job_dir / "progress")
 
     def _take_cpus(self, n: int, kind: str) -> list[int]:
         # DNN jobs from the low end, CPU jobs from the high end: they stay apart.
@@ -529,10 +549,7 @@ class NodeAgent:
         job.quota = 1.0
         job.start = now
         node.jobs[job] = None
-        node.free_cores -= len(m.cpus)
-        node.free_gpus -= len(m.gpu_ids)
-        if job.kind == CPU:
-            node.cpu_job_cores += len(m.cpus)
+        self._hold(m, +1)
         node.version += 1
         m.last_change = now
         self.running[m.row_id] = m
@@ -546,7 +563,7 @@ class NodeAgent:
         for m in list(self.running.values()):
             if m.row_id not in self.running:
                 continue  # preempted by an action earlier in this loop
-            rec = read_progress(m.job_dir / "progress")
+            rec = self._read_job_progress(m)
             if rec is not None and (m.last is None or rec.samples != m.last.samples):
                 m.last_change = now
                 if m.stalled:
@@ -602,7 +619,7 @@ class NodeAgent:
             m.controlled = False
             want = m.job.cores_pn_req
             if want > m.job.cores_pn:
-                grow = min(want, m.job.cores_pn + self.node.free_cores)  # type: ignore[union-attr]
+                grow = min(want, m.job.cores_pn + self._room(m))
                 if grow > m.job.cores_pn:
                     self._apply(
                         [SetCores(m.job, grow)],
@@ -671,7 +688,8 @@ class NodeAgent:
         if n > cur and node.free_cores < n - cur and job.kind == DNN and self.policy.reclaim:
             acts = self.policy.reclaim.reclaim(job, node, n - cur - node.free_cores, now)
             self._apply(acts, now, "reclaim", reason={"for_job": m.row_id, "cores": n})
-        if n > cur and node.free_cores < n - cur:
+        add = self._cpus_to_add(m, n - cur) if n > cur else []
+        if add is None:
             self._decide(
                 now,
                 m.row_id,
@@ -687,7 +705,7 @@ class NodeAgent:
             self._free_cpus.update(set(m.cpus) - set(keep))
             new = keep
         else:
-            new = sorted(m.cpus + self._take_cpus(n - cur, job.kind))
+            new = sorted(m.cpus + add)
         try:
             self.cg.set_cpus(m.cgroup, new)
         except CgroupError as e:

@@ -57,8 +57,9 @@ def _open_store(state_dir: str, create: bool = False) -> Store:
 class AgentLock:
     """One agent per state directory: an exclusive flock held for the agent's life."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / "agent.lock"
+    def __init__(self, state_dir: Path, what: str = "agent") -> None:
+        self.path = state_dir / f"{what}.lock"
+        self.what = what
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -69,7 +70,7 @@ class AgentLock:
             os.close(self._fd)
             self._fd = None
             raise click.ClickException(
-                f"another agent is running on {self.path.parent} (lock {self.path} is held)"
+                f"another {self.what} is running on {self.path.parent} (lock {self.path} is held)"
             ) from None
         os.ftruncate(self._fd, 0)
         os.write(self._fd, f"{os.getpid()}\n".encode())
@@ -133,6 +134,17 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     if not cpus:
         raise click.BadParameter("the CPU list is empty")
     return cpus
+
+
+def parse_tunes(items: tuple[str, ...]) -> dict[str, str]:
+    """``--tune PART.FIELD=VALUE`` options as a dict (values checked by tune_policy)."""
+    tune: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise click.BadParameter(f"{item!r}: expected PART.FIELD=VALUE", param_hint="--tune")
+        tune[key.strip()] = value.strip()
+    return tune
 
 
 def register(main: click.Group) -> None:
@@ -243,12 +255,7 @@ def agent(
         raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if window < period:
         raise click.BadParameter("--window must be at least --period")
-    tune: dict[str, str] = {}
-    for item in tunes:
-        key, sep, value = item.partition("=")
-        if not sep or "." not in key:
-            raise click.BadParameter(f"{item!r}: expected PART.FIELD=VALUE", param_hint="--tune")
-        tune[key.strip()] = value.strip()
+    tune = parse_tunes(tunes)
     sd = Path(state_dir)
     sd.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = AgentLock(sd)

@@ -1,0 +1,351 @@
+"""The node agent for a Slurm node: CODA's allocator and eliminator on the jobs
+Slurm runs there.
+
+It is the node runtime's ``NodeAgent`` with Slurm as the source of jobs: Slurm
+starts, tracks and ends them; the agent only finds each running job's cgroup,
+reads the job's progress, and applies the policies' decisions to the job's own
+cpuset (``SetCores``) and CPU time (``SetQuota``). Differences from the
+stand-alone agent, and why:
+
+- A job may use only the CPUs Slurm granted it (its *grant*): narrowing frees
+  nothing Slurm could give away, but widening beyond the grant would take CPUs
+  Slurm may hand to the next job. Growth past the grant is refused, and the
+  allocator treats that like any refusal. Cores are freed for other jobs at
+  placement instead: the controller grants later jobs of a model what this
+  agent found (``settled=<cores>`` in the job's AdminComment).
+- No reclaim: CPU jobs keep their grants (Slurm owns them).
+- The grant is the job's cpuset when the agent first sees it, kept in the
+  agent's state so that a restarted agent knows it after narrowing.
+
+Progress: Slurm's TaskProlog points ``CODA_PROGRESS_FILE`` at
+``<progress dir>/job_<id>``; the agent trusts the file only if it is a regular file
+owned by the job's user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coda.policy.framework import SetCores
+from coda.policy.state import CPU, DNN, Job, Node
+from coda.runtime.agent import AgentConfig, Managed, NodeAgent
+from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
+from coda.runtime.progress import RECORD_SIZE, Progress, decode
+from coda.runtime.shim import write_atomic
+from coda.runtime.store import Store
+from coda.slurm.cgroups import SlurmJobCgroups
+from coda.slurm.client import SlurmClient, SlurmError, format_mark, gres_gpus, parse_mark
+
+GRANTS_KEY = "slurm_grants"
+
+
+@dataclasses.dataclass
+class SlurmJobInfo:
+    uid: int
+    mark: dict[str, str]
+    grant: list[int]
+
+
+class SlurmNodeAgent(NodeAgent):
+    """Drives one Slurm node's jobs. ``tick()`` is one control period."""
+
+    def __init__(
+        self,
+        node: str,
+        client: SlurmClient,
+        cgroups: SlurmJobCgroups,
+        store: Store,
+        state_dir: str | os.PathLike[str],
+        progress_dir: str | os.PathLike[str],
+        config: AgentConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(store, cgroups, state_dir, config, None, clock, wall, log, node_name=node)  # type: ignore[arg-type]
+        self.slurm = client
+        self.sg = cgroups
+        self.progress_dir = Path(progress_dir)
+        # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
+        self.policy.reclaim = None
+        alloc = self.allocator
+        if alloc is not None:
+            alloc.config = dataclasses.replace(alloc.config, reclaim_cpu_cores=False)
+        self.info: dict[int, SlurmJobInfo] = {}
+        self.reported: dict[int, int] = {}  # settled cores written to the job's mark
+        self._failed_lookups: dict[int, float] = {}
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        cpus = self.sg.node_cpus()
+        gpus = self.config.gpus
+        try:
+            for n in self.slurm.nodes():
+                if n.name == self.node_name:
+                    gpus = n.gpus
+                    break
+            else:
+                raise CgroupError(f"Slurm has no node named {self.node_name!r}")
+        except SlurmError as e:
+            self.log(f"cannot ask Slurm about {self.node_name} ({e}); assuming {gpus} GPUs")
+        self.node = Node(0, self.node_name, gpus, len(cpus), 0, 0.0)
+        self.node.free_cores = 0  # here: CPUs granted to jobs but not in their cpusets
+        observe = getattr(self.policy.pools, "observe_cluster", None)
+        if observe is not None:
+            observe([self.node])
+        self._load_learned()
+        self.store.set_meta(
+            "agent",
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "node": self.node_name,
+                    "slurm": True,
+                    "cgroups": self.sg.describe(),
+                    "cpus": format_cpus(cpus),
+                    "gpus": gpus,
+                    "policy": self.policy.name,
+                    "period_s": self.config.period_s,
+                    "started": self.wall(),
+                }
+            ),
+        )
+        self._discover(self.clock())
+        self._remove_orphan_cgroups()
+
+    def shutdown(self, stop_jobs: bool = False, restore_cores: bool = False) -> None:
+        """Leave the node; jobs keep running. Throttles are always lifted (nobody
+        would lift them later); ``restore_cores`` also widens every job back to its
+        grant (CODA switched off). ``stop_jobs`` is Slurm's business (scancel)."""
+        now = self.clock()
+        if restore_cores:
+            for m in list(self.running.values()):
+                want = len(self.info[m.row_id].grant)
+                if len(m.cpus) < want:
+                    self._apply(
+                        [SetCores(m.job, want)], now, "agent", reason={"why": "agent leaving"}
+                    )
+        super().shutdown(stop_jobs=False)
+        self._save_grants()
+
+    def _remove_orphan_cgroups(self) -> None:
+        try:
+            for why in self.sg.cleanup(keep=[m.cgroup for m in self.running.values()]):
+                self.log(f"quota group kept: {why}")
+        except CgroupError as e:
+            self.log(f"quota groups: {e}")
+
+    def tick(self) -> None:
+        t0 = time.perf_counter()
+        now = self.clock()
+        self.ticks += 1
+        self._discover(now)
+        self._sample(now)
+        for m in self.running.values():
+            if m.job.quota < 1.0:
+                try:
+                    self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
+                except CgroupError as e:
+                    self.log(f"job {m.row_id}: {e}")
+        self._control(now)
+        self._flush()
+        self._report()
+        self._write_status()
+        self.last_tick_s = time.perf_counter() - t0
+
+    # ------------------------------------------------------------ discovery
+    def _discover(self, now: float) -> None:
+        groups = self.sg.jobs()
+        changed = False
+        for jid, m in list(self.running.items()):
+            if jid not in groups or not self.sg.exists(m.cgroup):
+                self._release(m, now)
+                self._decide(now, jid, "agent", "finish", {"throughput": m.throughput})
+                self.log(f"job {jid} ({m.job.job_id}) ended")
+                self.info.pop(jid, None)
+                self.reported.pop(jid, None)
+                self._remove_progress(jid)
+                changed = True
+        for jid, name in sorted(groups.items()):
+            if jid in self.running:
+                continue
+            if now < self._failed_lookups.get(jid, -1.0):
+                continue
+            try:
+                if self._adopt_slurm_job(jid, name, now):
+                    changed = True
+            except (SlurmError, CgroupError, ValueError) as e:
+                self._failed_lookups[jid] = now + 5.0  # a job in its last breath, or Slurm busy
+                self.log(f"job {jid}: not adopted yet ({e})")
+        if changed:
+            self._save_grants()
+
+    def _adopt_slurm_job(self, jid: int, name: str, now: float) -> bool:
+        f = self.slurm.job_detail(jid)
+        if f.get("JobState") not in ("RUNNING", "SUSPENDED"):
+            return False
+        uid = _uid(f.get("UserId", ""))
+        nodes = max(1, int(f.get("NumNodes", "1").split("-")[0] or 1))
+        comment = f.get("AdminComment", "").strip()
+        mark = parse_mark(comment)
+        if mark is None:
+            # Not placed by CODA (a --hold job Slurm placed itself). Its AdminComment is
+            # the admin's: report into it only if it is empty.
+            mark = {"state": "seen"} if not comment or comment == "(null)" else {"state": ""}
+        cpus = self.sg.cpus(name)
+        grants = self._load_grants()
+        grant = sorted(set(grants.get(jid, cpus)) | set(cpus))
+        req = int(mark["req"]) if mark.get("req", "").isdigit() else len(grant)
+        # TresPerNode is per node; JOB_GRES is the job's total over its nodes.
+        gpus_pn = gres_gpus(f.get("TresPerNode")) or -(-gres_gpus(f.get("JOB_GRES")) // nodes)
+        model = f.get("JobName") or f"job{jid}"
+        job = Job(jid, f"{model}#{jid}", now, gpus_pn * nodes, req * nodes, 0, nodes,
+                  float("inf"), model=model)  # fmt: skip
+        m = Managed(jid, job, name, self.state_dir / "jobs" / str(jid), cpus,
+                    list(range(gpus_pn)), None, None)  # fmt: skip
+        self.info[jid] = SlurmJobInfo(uid, mark, grant)
+        if mark.get("settled", "").isdigit():
+            self.reported[jid] = int(mark["settled"])
+        self._place(m, now)
+        if job.kind == CPU and self.sg.quota(name) is not None:
+            self.sg.set_quota(name, None)  # a throttle left by an agent that died
+        self._decide(now, jid, "agent", "adopt",
+                     {"kind": job.kind, "requested": req, "grant": format_cpus(grant),
+                      "cpus": format_cpus(cpus), "gpus": gpus_pn, "model": model})  # fmt: skip
+        self.log(
+            f"job {jid} ({model}, {job.kind}) on CPUs {format_cpus(cpus)}, "
+            f"grant {format_cpus(grant)}, asked {req}"
+        )
+        return True
+
+    # ------------------------------------------------------------ CPUs
+    def _room(self, m: Managed) -> int:
+        return len(set(self.info[m.row_id].grant) - set(m.cpus))
+
+    def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
+        spare = sorted(set(self.info[m.row_id].grant) - set(m.cpus))
+        return spare[:k] if len(spare) >= k else None
+
+    def _hold(self, m: Managed, sign: int) -> None:
+        node = self.node
+        assert node is not None
+        node.free_cores += sign * (len(self.info[m.row_id].grant) - len(m.cpus))
+        node.free_gpus -= sign * len(m.gpu_ids)
+        if m.job.kind == CPU:
+            node.cpu_job_cores += sign * len(m.cpus)
+
+    # ------------------------------------------------------------ progress
+    def _read_job_progress(self, m: Managed) -> Progress | None:
+        """The job's record, if the file is a regular file its own user owns."""
+        path = self.progress_dir / f"job_{m.row_id}"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != self.info[m.row_id].uid:
+                return None
+            return decode(os.read(fd, RECORD_SIZE))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _remove_progress(self, jid: int) -> None:
+        try:
+            (self.progress_dir / f"job_{jid}").unlink()
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ reporting
+    def _report(self) -> None:
+        """Tell the controller (through the job's AdminComment) what a converged DNN
+        job settled on: later jobs of its model are granted that many cores."""
+        alloc = self.allocator
+        if alloc is None:
+            return
+        for jid, m in self.running.items():
+            if m.job.kind != DNN or m.stalled or not m.controlled:
+                continue
+            if alloc.state(m.job) != "converged" or self.reported.get(jid) == len(m.cpus):
+                continue
+            info = self.info[jid]
+            if not info.mark.get("state"):
+                continue  # someone else's AdminComment: never overwritten
+            fields = {k: v for k, v in info.mark.items() if k != "state"}
+            fields["settled"] = str(len(m.cpus))
+            text = format_mark(info.mark.get("state", "seen"), **fields)
+            try:
+                self.slurm.update(jid, AdminComment=text)
+            except SlurmError as e:
+                self.log(f"job {jid}: could not report settled cores ({e}); will retry")
+                continue
+            info.mark["settled"] = fields["settled"]
+            self.reported[jid] = len(m.cpus)
+            self._decide(self.clock(), jid, "agent", "report", {"settled": len(m.cpus)})
+
+    def status(self) -> dict[str, Any]:
+        alloc = self.allocator
+        jobs = []
+        for jid, m in sorted(self.running.items()):
+            info = self.info[jid]
+            jobs.append(
+                {
+                    "job": jid,
+                    "model": m.job.model,
+                    "kind": m.job.kind,
+                    "requested": m.job.cores_pn_req,
+                    "grant": format_cpus(info.grant),
+                    "cpus": format_cpus(m.cpus),
+                    "quota": round(m.job.quota, 3),
+                    "throughput": m.throughput,
+                    "phase": "stalled"
+                    if m.stalled
+                    else (alloc.state(m.job) if alloc and m.controlled else ""),
+                    "settled": self.reported.get(jid),
+                }
+            )
+        return {"node": self.node_name, "pid": os.getpid(), "time": self.wall(), "jobs": jobs}
+
+    def _write_status(self) -> None:
+        try:
+            write_atomic(self.state_dir / "status.json", json.dumps(self.status(), indent=1))
+        except OSError as e:
+            self.log(f"status not written: {e}")
+
+    # ------------------------------------------------------------ persistence
+    def _load_grants(self) -> dict[int, list[int]]:
+        raw = self.store.meta(GRANTS_KEY)
+        try:
+            return {int(k): parse_cpus(v) for k, v in json.loads(raw or "{}").items()}
+        except (ValueError, AttributeError):
+            return {}
+
+    def _save_grants(self) -> None:
+        """Grants of adopted jobs, plus stored ones of jobs whose group still exists
+        but were not adopted yet (a lookup that failed): never lose a grant."""
+        grants = {j: i.grant for j, i in self.info.items()}
+        present = self.sg.jobs()
+        for j, g in self._load_grants().items():
+            if j not in grants and j in present:
+                grants[j] = g
+        self.store.set_meta(
+            GRANTS_KEY, json.dumps({str(j): format_cpus(g) for j, g in sorted(grants.items())})
+        )
+
+
+def _uid(text: str) -> int:
+    """``alice(1000)`` (or a bare number) -> 1000."""
+    m = re.search(r"\((\d+)\)\s*$", text) or re.fullmatch(r"\s*(\d+)\s*", text)
+    if m is None:
+        raise ValueError(f"cannot read a user id from {text!r}")
+    return int(m.group(1))

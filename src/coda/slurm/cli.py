@@ -1,0 +1,261 @@
+"""``coda slurm ...``: CODA over a Slurm cluster.
+
+coda slurm controller   one per cluster (next to slurmctld): places held jobs
+coda slurm agent        one per node (next to slurmd): cores and throttles
+coda slurm status       what CODA did to each job, from Slurm's own records
+coda slurm handback     release every held job unchanged (CODA switched off)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from coda.runtime.cli import AgentLock, parse_tunes
+
+
+def _say(quiet: bool) -> Callable[[str], None]:
+    if quiet:
+        return lambda m: None
+    return lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}", err=False)
+
+
+def _stop_flag() -> dict[str, bool]:
+    stop = {"flag": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def _state_dir(default_name: str) -> Callable:
+    base = "/var/lib/coda" if os.geteuid() == 0 else str(Path.home() / ".local/state/coda")
+    return click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False),
+        default=f"{base}/{default_name}",
+        show_default=True,
+        help="Where this daemon keeps its state (local disk; one daemon per directory).",
+    )
+
+
+def _tune_option(f: Callable) -> Callable:
+    return click.option(
+        "--tune",
+        "tunes",
+        multiple=True,
+        metavar="PART.FIELD=VALUE",
+        help="Override a policy knob, e.g. allocator.max_windows=8 (see docs/runtime.md).",
+    )(f)
+
+
+@click.group()
+def slurm() -> None:
+    """Run CODA over a Slurm cluster (see README, "Operator guide")."""
+
+
+@slurm.command()
+@_state_dir("slurm-controller")
+@click.option("--policy", default="coda", show_default=True)
+@click.option("--period", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Seconds between scheduling cycles.")  # fmt: skip
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@_tune_option
+@click.option("--quiet", is_flag=True)
+def controller(
+    state_dir: str, policy: str, period: float, once: bool, tunes: tuple[str, ...], quiet: bool
+) -> None:
+    """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release."""
+    from coda.policy import POLICIES
+    from coda.slurm.client import SlurmClient, SlurmError
+    from coda.slurm.controller import Controller
+
+    if policy not in POLICIES:
+        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    sd = Path(state_dir)
+    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = AgentLock(sd, "controller")
+    lock.acquire()
+    say = _say(quiet)
+    try:
+        ctl = Controller(SlurmClient(), sd, policy=policy, tune=parse_tunes(tunes), log=say)
+    except ValueError as e:
+        lock.release()
+        raise click.ClickException(str(e)) from None
+    try:
+        if once:
+            try:
+                ctl.cycle()
+            except SlurmError as e:
+                raise click.ClickException(str(e)) from None
+            return
+        (sd / "controller.pid").write_text(f"{os.getpid()}\n")
+        stop = _stop_flag()
+        say(f"controller up: policy {policy}, period {period:g} s, state {sd}")
+        ctl.run(lambda: stop["flag"], period_s=period)
+        say(f"controller stopped after {ctl.cycles} cycles, {ctl.placed} jobs placed")
+    finally:
+        (sd / "controller.pid").unlink(missing_ok=True)
+        lock.release()
+
+
+@slurm.command()
+@click.option("--node", required=True, help="This node's Slurm name (slurmd -N).")
+@_state_dir("slurm-agent")
+@click.option("--policy", default="coda", show_default=True)
+@click.option("--period", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
+@click.option("--window", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+              help="Throughput window: one allocator sample per window.")  # fmt: skip
+@click.option("--stall", type=click.FloatRange(min=0.1), default=15.0, show_default=True)
+@click.option(
+    "--progress-dir",
+    type=click.Path(file_okay=False),
+    default=lambda: os.environ.get("CODA_SLURM_PROGRESS_DIR", "/run/coda/progress"),
+    show_default="$CODA_SLURM_PROGRESS_DIR or /run/coda/progress",
+    help="Where Slurm's TaskProlog tells jobs to report progress.",
+)
+@click.option("--cgroup-root", type=click.Path(file_okay=False), default="/sys/fs/cgroup",
+              show_default=True)  # fmt: skip
+@click.option("--cgroup-version", type=click.Choice(["1", "2"]), default="1", show_default=True,
+              help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2).")  # fmt: skip
+@click.option("--restore-on-exit", is_flag=True,
+              help="Widen every job back to its Slurm grant when the agent stops.")  # fmt: skip
+@_tune_option
+@click.option("--quiet", is_flag=True)
+def agent(
+    node: str,
+    state_dir: str,
+    policy: str,
+    period: float,
+    window: float,
+    stall: float,
+    progress_dir: str,
+    cgroup_root: str,
+    cgroup_version: str,
+    restore_on_exit: bool,
+    tunes: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Slim DNN jobs' cpusets within their grants and throttle co-located CPU jobs,
+    on the jobs Slurm runs on this node."""
+    from coda.runtime.agent import AgentConfig
+    from coda.runtime.cgroups import CgroupError
+    from coda.runtime.store import Store
+    from coda.slurm.agent import SlurmNodeAgent
+    from coda.slurm.cgroups import SlurmJobCgroups
+    from coda.slurm.client import SlurmClient
+
+    if window < period:
+        raise click.BadParameter("--window must be at least --period")
+    sd = Path(state_dir)
+    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = AgentLock(sd)
+    lock.acquire()
+    say = _say(quiet)
+    try:
+        cg = SlurmJobCgroups(node, cgroup_root, version=int(cgroup_version))
+        cfg = AgentConfig(period_s=period, window_s=window, stall_s=stall, policy=policy,
+                          tune=parse_tunes(tunes))  # fmt: skip
+        store = Store(sd / "coda.db")
+        a = SlurmNodeAgent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say)
+    except ValueError as e:
+        lock.release()
+        raise click.ClickException(str(e)) from None
+    try:
+        a.start()
+    except (CgroupError, OSError) as e:
+        store.close()
+        lock.release()
+        raise click.ClickException(f"agent on {node}: {e}") from None
+    stop = _stop_flag()
+    assert a.node is not None
+    say(f"slurm agent on {node}: {a.node.cores} CPUs, {a.node.gpus} GPUs, {cg.describe()}, "
+        f"progress in {progress_dir}, state {sd}")  # fmt: skip
+    (sd / "agent.pid").write_text(f"{os.getpid()}\n")
+    try:
+        a.run(lambda: stop["flag"])
+    finally:
+        a.shutdown(restore_cores=restore_on_exit)
+        (sd / "agent.pid").unlink(missing_ok=True)
+        store.close()
+        lock.release()
+        say(f"slurm agent on {node} stopped; {len(a.running)} job(s) keep running")
+
+
+@slurm.command()
+@click.option("--all", "show_all", is_flag=True, help="Also jobs CODA never touched.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
+def status(show_all: bool, as_json: bool) -> None:
+    """Each job as Slurm records it, with what CODA decided: requested vs granted
+    cores, where it ran, what its DNN job settled on."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from coda.slurm.client import SlurmClient, SlurmError
+
+    try:
+        jobs = SlurmClient().jobs()
+    except SlurmError as e:
+        raise click.ClickException(str(e)) from None
+    rows = []
+    for j in sorted(jobs, key=lambda j: j.job_id):
+        if j.mark is None and not show_all:
+            continue
+        m = j.mark or {}
+        rows.append(
+            {
+                "job": j.job_id,
+                "name": j.name,
+                "kind": "dnn" if j.is_dnn else "cpu",
+                "state": j.state,
+                "coda": m.get("state", "-"),
+                "nodes": ",".join(j.nodes or j.required_nodes) or "-",
+                "requested": j.requested_cores,
+                "granted": int(m["grant"]) if m.get("grant", "").isdigit() else None,
+                "settled": int(m["settled"]) if m.get("settled", "").isdigit() else None,
+                "gpus_per_node": j.gpus_per_node,
+                "reason": j.reason,
+            }
+        )
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+        return
+    t = Table(title=f"{len(rows)} job(s): cores requested / granted by CODA / settled on")
+    heads = ("job", "name", "kind", "state", "coda", "nodes", "req", "grant", "settled",
+             "gpus", "reason")  # fmt: skip
+    for c in heads:
+        t.add_column(c, no_wrap=c != "name", overflow="fold")
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r.values()))
+    Console(width=max(120, shutil.get_terminal_size().columns)).print(t)
+
+
+@slurm.command()
+def handback() -> None:
+    """Release every job held for CODA, unchanged, to Slurm's own scheduler.
+
+    Run it after removing JobSubmitPlugins=lua from slurm.conf and `scontrol
+    reconfigure`: nothing is held any more and the jobs already waiting go too."""
+    from coda.slurm.client import SlurmClient, SlurmError
+    from coda.slurm.controller import handback as do_handback
+
+    try:
+        n = do_handback(SlurmClient(), log=click.echo)
+    except SlurmError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{n} job(s) handed back to Slurm")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(slurm)

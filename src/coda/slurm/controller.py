@@ -1,0 +1,355 @@
+"""CODA as Slurm's decision maker: places held jobs, then lets Slurm run them.
+
+Every cycle the controller reads Slurm's state (``squeue --json``, ``scontrol show
+node``), builds the policy's ``Node``/``Job`` objects from it and runs one
+scheduling cycle of the multi-array scheduler (``plan``): queue sort, pools, core
+count, filters, score, exactly the plugins the simulator runs. Each placement is
+written to the pending job with ``scontrol update`` (ReqNodeList, NumCPUs,
+MinCPUsNode, and CODA's mark in AdminComment) and the job is released; Slurm
+starts it there.
+
+All of the controller's state can be rebuilt from Slurm: a job is CODA's to
+place while its mark says ``coda:held``; once marked ``coda:placed`` it is never
+placed again (a crash between the update and the release is finished by
+releasing it on the next cycle). What DNN jobs settled on comes back from the
+node agents in the mark (``settled=<cores>``); the controller adds it to the
+allocator's learned profiles once per job and keeps them in its state file, so
+they outlive both the controller and Slurm's memory of ended jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coda.policy import make_policy
+from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
+from coda.policy.framework import Policy
+from coda.policy.state import CPU, DNN, Job, Node
+from coda.runtime.shim import write_atomic
+from coda.slurm.client import HELD, SlurmClient, SlurmError, SlurmJob, SlurmNode, format_mark
+
+STATE_FILE = "controller.json"
+STATE_SCHEMA = "coda-slurm-controller/1"
+
+
+@dataclass
+class Placement:
+    job: Job
+    nodes: list[Node]
+    cores_pn: int
+
+
+def plan(policy: Policy, nodes: Sequence[Node], queued: Sequence[Job]) -> list[Placement]:
+    """One scheduling cycle: place what fits now, FIFO per array (DNN, CPU).
+
+    ``nodes`` carry what is free now and are updated as jobs are placed. Pure: no
+    Slurm, no clock. A blocked head blocks its own array only (no runtime
+    estimates to backfill with, as in the node runtime), so a big DNN job is never
+    overtaken forever by smaller ones.
+    """
+    observe = getattr(policy.pools, "observe_cluster", None)
+    if observe is not None:
+        observe(nodes)
+    sort = policy.queue_sort
+    arrays: dict[str, list[Job]] = {DNN: [], CPU: []}
+    for j in queued:
+        arrays[j.kind].append(j)
+    out: list[Placement] = []
+    for kind in (DNN, CPU):
+        for job in sorted(arrays[kind], key=lambda j: (*sort.key(j), j.idx)):
+            cores = max(1, min(job.cores_pn_req, policy.core_count.cores_per_node(job)))
+            chosen = _choose(policy, job, nodes, cores)
+            if chosen is None:
+                break
+            for n in chosen:
+                n.free_cores -= cores
+                n.free_gpus -= job.gpus_pn
+                n.jobs[job] = None
+                n.version += 1
+                if job.kind == CPU:
+                    n.cpu_job_cores += cores
+            job.placement = list(chosen)
+            job.cores_pn = cores
+            out.append(Placement(job, list(chosen), cores))
+    return out
+
+
+def _choose(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> list[Node] | None:
+    for pool in policy.pools.pools(job):
+        feasible = [
+            n
+            for n in nodes
+            if n.pool == pool and n.fits(job.gpus_pn, cores, 0) and policy.allows(job, n, cores)
+        ]
+        if len(feasible) < job.nodes:
+            continue
+        # Best fit (fewest free cores, then GPUs) packs jobs and keeps big holes whole.
+        feasible.sort(key=lambda n: (n.free_cores, n.free_gpus, n.idx))
+        pool_size = max(job.nodes, policy.candidates_to_score)
+        return policy.pick(job, feasible[:pool_size], cores, job.nodes)
+    return None
+
+
+@dataclass
+class SlurmLimits:
+    """Filter plugin: a job may only go to nodes of its partitions and not to nodes
+    it excluded (Slurm would refuse the update). Refreshed from Slurm every cycle."""
+
+    job_partitions: dict[int, set[str]] = field(default_factory=dict)
+    job_excluded: dict[int, set[str]] = field(default_factory=dict)
+    node_partitions: dict[str, set[str]] = field(default_factory=dict)
+
+    def observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> None:
+        self.job_partitions = {j.job_id: set(j.partitions) for j in jobs if j.partitions}
+        self.job_excluded = {j.job_id: set(j.excluded_nodes) for j in jobs if j.excluded_nodes}
+        self.node_partitions = {n.name: set(n.partitions) for n in nodes}
+
+    def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
+        if node.name in self.job_excluded.get(job.idx, ()):
+            return False
+        want = self.job_partitions.get(job.idx)
+        have = self.node_partitions.get(node.name)
+        return not want or have is None or bool(want & have)
+
+
+def policy_job(sj: SlurmJob) -> Job:
+    """A Slurm job as the policies see it; its model is its name (stable names are
+    what lets CODA learn a model's cores)."""
+    return Job(
+        sj.job_id,
+        f"{sj.name}#{sj.job_id}",
+        float(sj.submit_time),
+        sj.gpus_per_node * sj.node_count,
+        sj.requested_cores,
+        0,
+        sj.node_count,
+        float("inf"),
+        model=sj.name or f"job{sj.job_id}",
+    )
+
+
+class Controller:
+    """Reads Slurm, decides, writes back. ``cycle()`` is one pass; ``run()`` loops."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        state_dir: str | os.PathLike[str],
+        policy: str = "coda",
+        tune: dict[str, str] | None = None,
+        log: Callable[[str], None] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        from coda.runtime.agent import tune_policy  # the runtime's knob parser
+
+        self.slurm = client
+        self.state_dir = Path(state_dir)
+        self.policy = make_policy(policy)
+        tune_policy(self.policy, tune or {})
+        # Slurm cannot shrink a running job's grant: no reclaim, and a DNN job may
+        # not count CPU jobs' cores as its own.
+        self.policy.reclaim = None
+        self.limits = SlurmLimits()
+        self.policy.filters.append(self.limits)
+        self.log = log or (lambda msg: None)
+        self.wall = wall
+        self.learned_from: set[int] = set()
+        self.cycles = 0
+        self.placed = 0
+        self._load()
+
+    @property
+    def allocator(self) -> AdaptiveAllocator | None:
+        cc = self.policy.core_count
+        return cc if isinstance(cc, AdaptiveAllocator) else None
+
+    # ------------------------------------------------------------ state
+    def _load(self) -> None:
+        path = self.state_dir / STATE_FILE
+        if not path.exists():
+            return
+        try:
+            d = json.loads(path.read_text())
+            if d.get("schema") != STATE_SCHEMA:
+                raise ValueError(f"schema {d.get('schema')!r}, expected {STATE_SCHEMA!r}")
+            alloc = self.allocator
+            if alloc is not None:
+                alloc.learned = LearnedProfiles.from_dict(d["learned"])
+            self.learned_from = {int(j) for j in d.get("learned_from", [])}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: cannot read the controller's state ({e})") from None
+
+    def _save(self) -> None:
+        alloc = self.allocator
+        d = {
+            "schema": STATE_SCHEMA,
+            "learned": (alloc.learned if alloc else LearnedProfiles()).to_dict(),
+            # Slurm forgets ended jobs after MinJobAge; ids are unique per cluster.
+            "learned_from": sorted(self.learned_from)[-100_000:],
+        }
+        write_atomic(self.state_dir / STATE_FILE, json.dumps(d, indent=1))
+
+    def _decide(self, job_id: int, action: str, detail: dict[str, Any]) -> None:
+        rec = {"t": round(self.wall(), 3), "job": job_id, "action": action, **detail}
+        with open(self.state_dir / "decisions.jsonl", "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    # ------------------------------------------------------------ one cycle
+    def cycle(self) -> list[Placement]:
+        self.cycles += 1
+        jobs = self.slurm.jobs()
+        snodes = self.slurm.nodes()
+        if self._learn(jobs):
+            self._save()
+        self._finish_interrupted(jobs)
+        nodes = self.view(snodes, jobs)
+        self.limits.observe(jobs, snodes)
+        queued = [policy_job(j) for j in jobs if j.held_for_coda]
+        by_id = {j.job_id: j for j in jobs}
+        done: list[Placement] = []
+        for p in plan(self.policy, nodes, queued):
+            sj = by_id[p.job.idx]
+            if self._apply(sj, p):
+                done.append(p)
+        return done
+
+    def _learn(self, jobs: Sequence[SlurmJob]) -> bool:
+        alloc = self.allocator
+        if alloc is None:
+            return False
+        new = False
+        for j in jobs:
+            settled = (j.mark or {}).get("settled", "")
+            if j.job_id in self.learned_from or not j.is_dnn:
+                continue
+            if not settled.isdigit() or int(settled) < 1:
+                if settled:
+                    self.learned_from.add(j.job_id)  # unreadable: say so once, not every cycle
+                    self.log(f"job {j.job_id}: ignoring settled={settled!r} in its mark")
+                continue
+            key = (j.name or f"job{j.job_id}", j.gpus_per_node, j.node_count)
+            alloc.learned.record(key, int(settled))
+            alloc.generation += 1
+            self.learned_from.add(j.job_id)
+            self._decide(j.job_id, "learn", {"model": key[0], "cores": int(settled)})
+            self.log(f"learned: {key[0]} ({key[1]} GPUs/node) runs at {settled} cores")
+            new = True
+        return new
+
+    def _finish_interrupted(self, jobs: Sequence[SlurmJob]) -> None:
+        """A job marked placed but still held: the controller stopped between the
+        update and the release. The placement stands; release it now."""
+        for j in jobs:
+            if j.state == "PENDING" and j.placed_by_coda and j.priority == 0:
+                try:
+                    self.slurm.release(j.job_id)
+                    self._decide(j.job_id, "release", {"why": "placed before a restart"})
+                    self.log(f"job {j.job_id}: released (placed before a restart)")
+                except SlurmError as e:
+                    self.log(f"job {j.job_id}: release failed: {e}")
+
+    def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
+        """Policy nodes with what is free now: Slurm's allocations, minus what CODA
+        already placed that Slurm has not started yet."""
+        nodes: list[Node] = []
+        by_name: dict[str, Node] = {}
+        for i, sn in enumerate(sorted(snodes, key=lambda n: n.name)):
+            if not sn.usable:
+                continue
+            n = Node(i, sn.name, sn.gpus, sn.cpus, 0, 0.0)
+            n.free_cores = sn.cpus - sn.cpus_alloc
+            n.free_gpus = sn.gpus - sn.gpus_used
+            nodes.append(n)
+            by_name[sn.name] = n
+        for j in jobs:
+            running = j.state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+            on = j.nodes if running else j.required_nodes
+            pj: Job | None = None
+            if j.state == "PENDING" and j.placed_by_coda:
+                # Placed (and released, or about to be) but not started: spoken for.
+                grant = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
+                for name in on:
+                    if name in by_name:
+                        by_name[name].free_cores -= grant
+                        by_name[name].free_gpus -= j.gpus_per_node
+            if running or (j.state == "PENDING" and j.placed_by_coda):
+                pj = policy_job(j)
+                for name in on:
+                    if name in by_name:
+                        by_name[name].jobs[pj] = None
+                        if not j.is_dnn:
+                            by_name[name].cpu_job_cores += j.cpus // max(1, len(on))
+        for n in nodes:
+            n.free_cores = max(0, n.free_cores)
+            n.free_gpus = max(0, n.free_gpus)
+        return nodes
+
+    def _apply(self, sj: SlurmJob, p: Placement) -> bool:
+        names = [n.name for n in p.nodes]
+        mark = format_mark(
+            "placed", req=sj.requested_cores // max(1, sj.node_count), grant=p.cores_pn,
+            nodes="+".join(names),
+        )  # fmt: skip
+        try:
+            # Placement and mark in one update (the mark keeps the request NumCPUs
+            # overwrites), then the release: a crash at any point leaves the job either
+            # still ours to place or placed and held (released on the next cycle);
+            # never started twice, never lost.
+            self.slurm.update(
+                sj.job_id,
+                ReqNodeList=",".join(names),
+                NumCPUs=p.cores_pn * len(names),
+                MinCPUsNode=p.cores_pn,
+                AdminComment=mark,
+            )
+            self.slurm.release(sj.job_id)
+        except SlurmError as e:
+            self.log(f"job {sj.job_id}: placement on {','.join(names)} failed: {e}")
+            self._decide(sj.job_id, "error", {"error": str(e)})
+            return False
+        self.placed += 1
+        req = sj.requested_cores // max(1, sj.node_count)
+        self._decide(
+            sj.job_id,
+            "place",
+            {"name": sj.name, "kind": p.job.kind, "nodes": names, "requested": req,
+             "granted": p.cores_pn, "gpus_per_node": sj.gpus_per_node},
+        )  # fmt: skip
+        self.log(
+            f"job {sj.job_id} ({sj.name}, {p.job.kind}) -> {','.join(names)}: "
+            f"{p.cores_pn} of {req} cores asked"
+            + (f", {sj.gpus_per_node} GPUs" if sj.gpus_per_node else "")
+        )
+        return True
+
+    def run(self, should_stop: Callable[[], bool], period_s: float = 1.0) -> None:
+        """Cycle every ``period_s`` until ``should_stop()``. Slurm being briefly
+        unreachable is logged and retried, never fatal."""
+        while not should_stop():
+            t0 = time.monotonic()
+            try:
+                self.cycle()
+            except SlurmError as e:
+                self.log(f"Slurm: {e} (retrying)")
+            end = t0 + period_s
+            while not should_stop() and time.monotonic() < end:
+                time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+
+def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
+    """Release every job still held for CODA, unchanged: Slurm's own scheduler
+    places them (CODA switched off). Returns how many were released."""
+    n = 0
+    for j in client.jobs():
+        if j.state == "PENDING" and j.mark is not None and j.priority == 0:
+            client.update(j.job_id, AdminComment=f"{HELD}-handed-back")
+            client.release(j.job_id)
+            log(f"job {j.job_id} ({j.name}): handed back to Slurm")
+            n += 1
+    return n

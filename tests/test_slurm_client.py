@@ -1,0 +1,479 @@
+"""Slurm as CODA reads it (coda.slurm.client): host lists, CODA's marks, GRES strings,
+``scontrol -o`` records, ``squeue --json`` documents and the commands the client
+runs. No Slurm needed: a fake runner answers and records every argv."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import pytest
+
+from coda.slurm.client import (
+    HELD,
+    PLACED,
+    SlurmClient,
+    SlurmError,
+    expand_hostlist,
+    format_mark,
+    gres_gpus,
+    parse_mark,
+    parse_scontrol_line,
+    run_command,
+)
+
+# Recorded from Slurm 22.05 (`scontrol show -o job 1`); note the space in Command.
+JOB_LINE = (
+    "JobId=1 JobName=resnet UserId=root(0) GroupId=root(0) Priority=0 JobState=PENDING "
+    "Reason=JobHeldUser Dependency=(null) NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 "
+    "ReqB:S:C:T=0:0:*:* TRES=cpu=2,mem=1M,node=1,billing=2 Command=/tmp/my job.sh "
+    "WorkDir=/tmp AdminComment=coda:held  StdErr=/tmp/j-1.out TresPerNode=gres:gpu:1"
+)
+
+DETAIL_LINE = (
+    "JobId=7 JobName=tiny UserId=alice(1000) GroupId=alice(1000) Priority=1 "
+    "JobState=RUNNING Reason=None NumNodes=1 NumCPUs=2 "
+    "AdminComment=coda:placed,req=2,grant=2,nodes=n1 JOB_GRES=gpu:1 "
+    "Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0) TresPerNode=gres:gpu:1"
+)
+
+NODE_LINES = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=2  CPUAlloc=1 CPUEfctv=2 CPUTot=2 Gres=gpu:1 "
+    "GresUsed=gpu:1 State=MIXED Partitions=main\n"
+    "NodeName=n2 Arch=x86_64 CoresPerSocket=4  CPUAlloc=0 CPUTot=8 Gres=(null) "
+    "State=DOWN+DRAIN Partitions=main\n"
+    "\n"
+    "NodeName=n3 CPUAlloc=3 CPUEfctv=6 CPUTot=8 Gres=gpu:a100:4(S:0-1) "
+    "GresUsed=gpu:a100:2(IDX:0-1) State=IDLE+DRAIN\n"
+)
+
+
+class Runner:
+    """A fake Slurm command runner: answers by argv prefix, records every call."""
+
+    def __init__(self, answers: dict[tuple[str, ...], str] | None = None) -> None:
+        self.answers = answers or {}
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        self.calls.append(argv)
+        for prefix, out in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return out
+        return ""
+
+
+# ------------------------------------------------------------------ host lists
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("n[1-3,5],gpu7", ["n1", "n2", "n3", "n5", "gpu7"]),
+        ("n[01-03]", ["n01", "n02", "n03"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        ("n[8-10]", ["n8", "n9", "n10"]),
+        ("n1", ["n1"]),
+        ("n1,gpu-a,c3", ["n1", "gpu-a", "c3"]),
+        ("n[1-2]-ib", ["n1-ib", "n2-ib"]),
+        ("rack[1-2]n[1-2]", ["rack1n1", "rack1n2", "rack2n1", "rack2n2"]),
+        ("", []),
+    ],
+)
+def test_expand_hostlist(text: str, hosts: list[str]) -> None:
+    assert expand_hostlist(text) == hosts
+
+
+def test_expand_hostlist_of_none_is_empty() -> None:
+    assert expand_hostlist(None) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "n[a-3]",
+        "n[1-b]",
+        "n[]",
+        "n[1-3,]",
+        "n[1-3",
+        "n[3-1]",
+    ],
+)
+def test_malformed_hostlist_is_refused(text: str) -> None:
+    with pytest.raises(SlurmError, match="cannot read host list"):
+        expand_hostlist(text)
+
+
+# ------------------------------------------------------------------ marks
+def test_mark_round_trip() -> None:
+    text = format_mark("placed", req=4, grant=2, nodes="n1+n2", settled=None)
+    assert text == "coda:placed,req=4,grant=2,nodes=n1+n2"  # None fields left out
+    assert parse_mark(text) == {"state": "placed", "req": "4", "grant": "2", "nodes": "n1+n2"}
+    assert parse_mark(format_mark("held")) == {"state": "held"}
+    assert format_mark("held") == HELD
+    assert format_mark("placed").startswith(PLACED)
+
+
+@pytest.mark.parametrize("comment", [None, "", "reserved for alice", "CODA:held", "xcoda:held"])
+def test_a_comment_that_is_not_codas_has_no_mark(comment: str | None) -> None:
+    assert parse_mark(comment) is None
+
+
+def test_mark_ignores_pairs_without_a_key_or_value_sign() -> None:
+    assert parse_mark("coda:placed,req=2,junk,=5,grant=") == {
+        "state": "placed",
+        "req": "2",
+        "grant": "",
+    }
+
+
+@pytest.mark.parametrize("fields", [{"nodes": "n1 n2"}, {"req": "2\t"}, {"x": "a\nb"}])
+def test_a_mark_cannot_hold_spaces(fields: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="spaces"):
+        format_mark("placed", **fields)
+
+
+# ------------------------------------------------------------------ GRES
+@pytest.mark.parametrize(
+    "text, gpus",
+    [
+        ("gres:gpu:2", 2),
+        ("gres/gpu:a100:2", 2),
+        ("gpu:1(IDX:0)", 1),
+        ("gpu:a100:2(IDX:0-1)", 2),
+        ("gpu=4", 4),
+        ("gres/gpu=3", 3),
+        ("gpu:0(IDX:N/A)", 0),
+        ("", 0),
+        (None, 0),
+        ("(null)", 0),
+        ("gres:mps:100", 0),
+        ("gres:gpu:2,gres:mps:100", 2),
+        ("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:2)", 3),
+        ("gpu:2(IDX:0,2)", 2),  # an index list with a comma is not a second item
+        ("cpu=2,mem=1M,node=1", 0),
+        (" gres:gpu:1 , gres:gpu:v100:1 ", 2),
+    ],
+)
+def test_gres_gpus(text: str | None, gpus: int) -> None:
+    assert gres_gpus(text) == gpus
+
+
+@pytest.mark.parametrize("text", ["gres:gpu", "gres:gpu:a100"])
+def test_gres_without_a_count_is_one_gpu(text: str) -> None:
+    assert gres_gpus(text) == 1
+
+
+# ------------------------------------------------------------------ scontrol -o
+def test_parse_scontrol_line_on_a_recorded_job() -> None:
+    f = parse_scontrol_line(JOB_LINE)
+    assert f["JobId"] == "1"
+    assert f["JobName"] == "resnet"
+    assert f["UserId"] == "root(0)"
+    assert f["Priority"] == "0"
+    assert f["JobState"] == "PENDING"
+    assert f["Dependency"] == "(null)"
+    assert f["CPUs/Task"] == "2"
+    assert f["ReqB:S:C:T"] == "0:0:*:*"
+    assert f["TRES"] == "cpu=2,mem=1M,node=1,billing=2"  # '=' inside a value is no key
+    assert f["Command"] == "/tmp/my job.sh"  # a value with a space
+    assert f["WorkDir"] == "/tmp"
+    assert f["AdminComment"] == "coda:held"  # the double space is not part of it
+    assert f["StdErr"] == "/tmp/j-1.out"
+    assert f["TresPerNode"] == "gres:gpu:1"
+    assert "job.sh" not in f and "cpu" not in f and "mem" not in f
+    assert parse_mark(f["AdminComment"]) == {"state": "held"}
+    assert gres_gpus(f["TresPerNode"]) == 1
+
+
+def test_parse_scontrol_line_keeps_the_first_of_repeated_keys() -> None:
+    f = parse_scontrol_line("JobId=3 Nodes=n1 CPU_IDs=0-1 Nodes=n2 CPU_IDs=2-3")
+    assert f["Nodes"] == "n1" and f["CPU_IDs"] == "0-1"
+    assert parse_scontrol_line("") == {}
+
+
+def test_job_detail_pairs_nodes_with_their_cpu_ids() -> None:
+    run = Runner({("scontrol", "show", "-o", "-d", "job"): DETAIL_LINE + "\n"})
+    f = SlurmClient(run).job_detail(7)
+    assert run.calls == [["scontrol", "show", "-o", "-d", "job", "7"]]
+    assert f["CPU_IDs@n1"] == "0-1"
+    assert f["JobState"] == "RUNNING"
+    assert f["UserId"] == "alice(1000)"
+    assert f["JOB_GRES"] == "gpu:1"
+    assert f["GRES"] == "gpu:1(IDX:0)"
+    assert parse_mark(f["AdminComment"]) == {
+        "state": "placed",
+        "req": "2",
+        "grant": "2",
+        "nodes": "n1",
+    }
+
+
+def test_job_detail_expands_a_multi_node_record() -> None:
+    line = (
+        "JobId=8 JobName=big JobState=RUNNING NumNodes=3 "
+        "Nodes=n[1-2] CPU_IDs=0-3 Mem=0 GRES= Nodes=n4 CPU_IDs=2-5 Mem=0 GRES="
+    )
+    f = SlurmClient(Runner({("scontrol",): line})).job_detail(8)
+    assert f["CPU_IDs@n1"] == f["CPU_IDs@n2"] == "0-3"
+    assert f["CPU_IDs@n4"] == "2-5"
+    assert "CPU_IDs@n3" not in f
+
+
+def test_job_detail_refuses_a_job_id_that_is_not_a_number() -> None:
+    run = Runner()
+    with pytest.raises(ValueError):
+        SlurmClient(run).job_detail("7 --all")  # type: ignore[arg-type]
+    assert run.calls == []
+
+
+# ------------------------------------------------------------------ squeue --json
+def sq_job(job_id: int, **kw: object) -> dict[str, object]:
+    d: dict[str, object] = {
+        "job_id": job_id,
+        "name": f"job{job_id}",
+        "user_id": 1000,
+        "job_state": "PENDING",
+        "state_reason": "JobHeldUser",
+        "cpus": 4,
+        "node_count": 1,
+        "tres_per_node": "",
+        "tres_per_job": "",
+        "tres_per_task": "",
+        "tasks": 1,
+        "nodes": "",
+        "required_nodes": "",
+        "dependency": "",
+        "priority": 0,
+        "admin_comment": HELD,
+        "submit_time": 1700000000 + job_id,
+        "start_time": 0,
+        "end_time": 0,
+        "exit_code": 0,
+        "restart_cnt": 0,
+    }
+    d.update(kw)
+    return d
+
+
+def client_for(*jobs: dict[str, object]) -> tuple[SlurmClient, Runner]:
+    run = Runner({("squeue", "--json"): json.dumps({"meta": {}, "jobs": list(jobs)})})
+    return SlurmClient(run), run
+
+
+def test_jobs_reads_squeue_json() -> None:
+    client, run = client_for(
+        sq_job(1, name="resnet", tres_per_node="gres:gpu:2", cpus=8, user_id=0),
+        sq_job(
+            2,
+            name="prep",
+            job_state="RUNNING",
+            priority=4294901759,
+            admin_comment="coda:placed,req=6,grant=6,nodes=c1",
+            nodes="c1",
+            required_nodes="c1",
+            cpus=6,
+            start_time=1700000100,
+        ),
+        sq_job(3, job_state="COMPLETED", nodes="n[1-2]", node_count=2, exit_code=1),
+    )
+    jobs = client.jobs()
+    assert run.calls == [["squeue", "--json"]]
+    assert [j.job_id for j in jobs] == [1, 2, 3]
+    a, b, c = jobs
+    assert (a.name, a.user_id, a.state, a.reason) == ("resnet", 0, "PENDING", "JobHeldUser")
+    assert a.cpus == 8 and a.gpus_per_node == 2 and a.is_dnn
+    assert a.nodes == []  # pending: not placed yet
+    assert a.held_for_coda and not a.placed_by_coda
+    assert a.requested_cores == 8  # no req in the mark: NumCPUs is the request
+    assert a.submit_time == 1700000001
+    assert not b.held_for_coda and b.placed_by_coda and not b.is_dnn
+    assert b.nodes == ["c1"] and b.required_nodes == ["c1"]
+    assert b.requested_cores == 6 and b.mark is not None and b.mark["grant"] == "6"
+    assert b.start_time == 1700000100 and b.priority == 4294901759
+    assert c.nodes == ["n1", "n2"] and c.node_count == 2 and c.exit_code == 1
+
+
+def test_requested_cores_come_from_the_mark_once_placed() -> None:
+    client, _ = client_for(
+        sq_job(1, cpus=1, admin_comment="coda:placed,req=4,grant=1,nodes=g1"),
+        sq_job(2, cpus=3, admin_comment="coda:placed,req=x,grant=1,nodes=g1"),
+    )
+    a, b = client.jobs()
+    assert a.requested_cores == 4 and a.cpus == 1
+    assert b.requested_cores == 3  # an unreadable req falls back to NumCPUs
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"job_state": "RUNNING"},
+        {"priority": 1},
+        {"admin_comment": ""},
+        {"admin_comment": "coda:placed,req=2,grant=2,nodes=n1"},
+        {"admin_comment": "coda:held-handed-back"},
+        {"dependency": "afterok:12(unfulfilled)"},
+    ],
+)
+def test_held_for_coda_needs_every_condition(change: dict[str, object]) -> None:
+    client, _ = client_for(sq_job(1), sq_job(2, **change))
+    held, other = client.jobs()
+    assert held.held_for_coda
+    assert not other.held_for_coda
+
+
+@pytest.mark.parametrize(
+    "kw, gpus_pn",
+    [
+        ({"tres_per_node": "gres:gpu:2"}, 2),
+        ({"tres_per_job": "gres:gpu:4", "node_count": 2}, 2),
+        ({"tres_per_job": "gres:gpu:3", "node_count": 2}, 2),  # rounded up per node
+        ({"tres_per_task": "gres:gpu:1", "tasks": 4, "node_count": 2}, 2),
+        ({"tres_per_task": "gres:gpu:1", "tasks": 0}, 1),  # no task count: one task
+        ({}, 0),
+    ],
+)
+def test_gpus_per_node_from_any_tres_field(kw: dict[str, object], gpus_pn: int) -> None:
+    client, _ = client_for(sq_job(1, **kw))
+    (j,) = client.jobs()
+    assert j.gpus_per_node == gpus_pn
+    assert j.is_dnn == (gpus_pn > 0)
+
+
+def test_missing_fields_get_defaults() -> None:
+    client, _ = client_for({"job_id": 9})
+    (j,) = client.jobs()
+    assert (j.cpus, j.node_count, j.gpus_per_node, j.priority) == (1, 1, 0, 0)
+    assert j.mark is None and j.exit_code is None and j.nodes == [] and j.dependency == ""
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", '{"jobs": [{"name": "no id"}]}', '{"jobs": [{"job_id": "x"}]}', '{"jobs": 3}'],
+)
+def test_unreadable_squeue_output_is_a_slurm_error(text: str) -> None:
+    with pytest.raises(SlurmError, match="squeue --json"):
+        SlurmClient(Runner({("squeue",): text})).jobs()
+
+
+def test_no_jobs() -> None:
+    assert SlurmClient(Runner({("squeue",): '{"jobs": []}'})).jobs() == []
+    assert SlurmClient(Runner({("squeue",): "{}"})).jobs() == []
+
+
+# ------------------------------------------------------------------ nodes
+def test_nodes_from_scontrol_show_node() -> None:
+    run = Runner({("scontrol", "show", "-o", "-d", "node"): NODE_LINES})
+    n1, n2, n3 = SlurmClient(run).nodes()
+    assert run.calls[0][:2] == ["scontrol", "show"] and run.calls[0][-1] == "node"
+    assert (n1.name, n1.cpus, n1.cpus_alloc, n1.gpus, n1.gpus_used) == ("n1", 2, 1, 1, 1)
+    assert n1.state == "MIXED" and n1.usable
+    assert n2.cpus == 8  # no CPUEfctv: CPUTot
+    assert n2.gpus == 0 and n2.gpus_used == 0
+    assert n2.state == "DOWN+DRAIN" and not n2.usable
+    assert n3.cpus == 6  # CPUEfctv (specialised cores left out) before CPUTot
+    assert (n3.gpus, n3.gpus_used) == (4, 2)
+    assert not n3.usable
+
+
+@pytest.mark.parametrize(
+    "state, usable",
+    [
+        ("IDLE", True),
+        ("ALLOCATED", True),
+        ("MIXED+PLANNED", True),
+        ("COMPLETING", True),
+        ("DOWN", False),
+        ("IDLE+DRAIN", False),
+        ("MIXED+DRAIN", False),
+        ("ALLOCATED+FAIL", False),
+        ("IDLE+POWERED_DOWN", False),
+        ("IDLE+NOT_RESPONDING", False),
+        ("RESERVED", False),
+        ("IDLE+MAINT", False),
+    ],
+)
+def test_node_usable(state: str, usable: bool) -> None:
+    line = f"NodeName=x CPUAlloc=0 CPUTot=4 Gres=(null) State={state}"
+    (n,) = SlurmClient(Runner({("scontrol",): line})).nodes()
+    assert n.usable is usable
+
+
+def test_an_unreadable_node_line_is_a_slurm_error() -> None:
+    run = Runner({("scontrol",): "NodeName=n1 CPUTot=lots State=IDLE"})
+    with pytest.raises(SlurmError, match="scontrol show node"):
+        SlurmClient(run).nodes()
+    run = Runner({("scontrol",): "CPUTot=4 State=IDLE"})  # no NodeName
+    with pytest.raises(SlurmError, match="scontrol show node"):
+        SlurmClient(run).nodes()
+
+
+# ------------------------------------------------------------------ actions
+def test_update_builds_one_scontrol_update() -> None:
+    run = Runner()
+    SlurmClient(run).update(12, ReqNodeList="g1,g2", NumCPUs=4, MinCPUsNode=2)
+    SlurmClient(run).update(12, AdminComment="coda:placed,req=4,grant=2,nodes=g1+g2")
+    assert run.calls == [
+        ["scontrol", "update", "JobId=12", "ReqNodeList=g1,g2", "NumCPUs=4", "MinCPUsNode=2"],
+        ["scontrol", "update", "JobId=12", "AdminComment=coda:placed,req=4,grant=2,nodes=g1+g2"],
+    ]
+
+
+@pytest.mark.parametrize("value", ["a b", "x\ty", "line\nbreak"])
+def test_update_refuses_values_with_spaces(value: str) -> None:
+    run = Runner()
+    with pytest.raises(ValueError, match="spaces"):
+        SlurmClient(run).update(3, AdminComment=value)
+    assert run.calls == []  # nothing ran
+
+
+def test_update_and_release_refuse_a_job_id_that_is_not_a_number() -> None:
+    run = Runner()
+    with pytest.raises(ValueError):
+        SlurmClient(run).update("3 Priority=9", NumCPUs=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        SlurmClient(run).release("3,4")  # type: ignore[arg-type]
+    assert run.calls == []
+
+
+def test_release_argv() -> None:
+    run = Runner()
+    SlurmClient(run).release(41)
+    assert run.calls == [["scontrol", "release", "41"]]
+
+
+def test_runner_errors_pass_through_the_client() -> None:
+    def broken(argv: Sequence[str]) -> str:
+        raise SlurmError("slurmctld is down")
+
+    client = SlurmClient(broken)
+    for call in (client.jobs, client.nodes, lambda: client.release(1)):
+        with pytest.raises(SlurmError, match="slurmctld is down"):
+            call()
+
+
+# ------------------------------------------------------------------ run_command
+def test_run_command_returns_stdout() -> None:
+    assert run_command([sys.executable, "-c", "print('hi')"]) == "hi\n"
+
+
+def test_run_command_missing_binary() -> None:
+    with pytest.raises(SlurmError, match="not found"):
+        run_command(["/nonexistent/scontrol-xyz", "show", "node"])
+
+
+def test_run_command_failure() -> None:
+    with pytest.raises(SlurmError, match="false"):
+        run_command(["false"])
+
+
+def test_run_command_failure_names_the_last_stderr_line() -> None:
+    code = "import sys; sys.stderr.write('warming up\\nInvalid job id specified\\n'); sys.exit(1)"
+    with pytest.raises(SlurmError, match="Invalid job id specified") as e:
+        run_command([sys.executable, "-c", code])
+    assert str(e.value).endswith(": Invalid job id specified")  # the last line only
+
+
+def test_run_command_timeout() -> None:
+    with pytest.raises(SlurmError, match="no answer"):
+        run_command([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.1)

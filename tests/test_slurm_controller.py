@@ -1,0 +1,628 @@
+"""CODA's Slurm controller (coda.slurm.controller): the pure scheduling cycle
+(``plan``) on policy objects, and ``Controller.cycle`` against a fake Slurm that
+keeps jobs as dicts and answers the commands SlurmClient runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda.policy import make_policy
+from coda.policy.state import CPU, DNN, Job, Node
+from coda.slurm.client import HELD, SlurmClient, SlurmError, parse_mark
+from coda.slurm.controller import STATE_FILE, Controller, handback, plan, policy_job
+
+
+# ------------------------------------------------------------------ plan (pure)
+def gpu_node(idx: int, name: str, gpus: int = 2, cores: int = 16) -> Node:
+    return Node(idx, name, gpus, cores, 0, 0.0)
+
+
+def cpu_node(idx: int, name: str, cores: int = 16) -> Node:
+    return Node(idx, name, 0, cores, 0, 0.0)
+
+
+def dnn(idx: int, cores: int, gpus: int = 1, nodes: int = 1, model: str = "resnet") -> Job:
+    return Job(idx, f"{model}#{idx}", float(idx), gpus, cores, 0, nodes, 100.0, model=model)
+
+
+def cpu(idx: int, cores: int, nodes: int = 1) -> Job:
+    return Job(idx, f"cpu#{idx}", float(idx), 0, cores, 0, nodes, 100.0, model="prep")
+
+
+def placed(ps: Sequence[Any]) -> dict[int, tuple[list[str], int]]:
+    return {p.job.idx: ([n.name for n in p.nodes], p.cores_pn) for p in ps}
+
+
+def test_dnn_job_gets_a_gpu_node_and_its_request_when_the_model_is_unknown() -> None:
+    policy = make_policy("coda")
+    nodes = [cpu_node(0, "c1"), gpu_node(1, "g1")]
+    job = dnn(1, cores=6)
+    ps = plan(policy, nodes, [job])
+    assert placed(ps) == {1: (["g1"], 6)}
+    assert job.cores_pn == 6 and job.placement == [nodes[1]]
+    assert nodes[1].free_cores == 10 and nodes[1].free_gpus == 1
+    assert nodes[0].free_cores == 16  # never on a CPU node
+    assert job in nodes[1].jobs
+
+
+def test_dnn_job_gets_the_learned_count_but_never_more_than_asked() -> None:
+    policy = make_policy("coda")
+    policy.core_count.learned.record(("resnet", 1, 1), 3)
+    policy.core_count.learned.record(("bert", 1, 1), 12)
+    nodes = [gpu_node(0, "g1", gpus=4, cores=32)]
+    jobs = [dnn(1, cores=8, model="resnet"), dnn(2, cores=8, model="bert"), dnn(3, 8, 2, 1, "gpt")]
+    assert placed(plan(policy, nodes, jobs)) == {1: (["g1"], 3), 2: (["g1"], 8), 3: (["g1"], 8)}
+    assert nodes[0].free_cores == 32 - 3 - 8 - 8
+    assert nodes[0].free_gpus == 4 - 1 - 1 - 2
+
+
+def test_learned_count_is_per_shape() -> None:
+    policy = make_policy("coda")
+    policy.core_count.learned.record(("resnet", 2, 1), 2)  # learned with 2 GPUs per node
+    ps = plan(policy, [gpu_node(0, "g1", gpus=4)], [dnn(1, cores=8, gpus=1)])
+    assert placed(ps) == {1: (["g1"], 8)}  # 1 GPU per node is another shape
+
+
+def test_cpu_jobs_go_to_cpu_nodes_first_then_to_gpu_nodes() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=1, cores=16), cpu_node(1, "c1", cores=8)]
+    jobs = [cpu(1, 6), cpu(2, 6), cpu(3, 2)]
+    ps = plan(policy, nodes, jobs)
+    # 1 fills the CPU node best; 2 no longer fits there and goes onto the GPU node's
+    # cores (beyond the reserve for its idle GPU); 3 fits the CPU node's rest.
+    assert placed(ps) == {1: (["c1"], 6), 2: (["g1"], 6), 3: (["c1"], 2)}
+    assert nodes[1].free_cores == 0
+    assert nodes[0].free_cores == 10 and nodes[0].free_gpus == 1
+    assert nodes[0].cpu_job_cores == 6 and nodes[1].cpu_job_cores == 8
+
+
+def test_cpu_job_respects_the_idle_gpu_reserve() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=2, cores=8)]  # reserve: 2 cores per idle GPU
+    ps = plan(policy, nodes, [cpu(1, 4), cpu(2, 1)])
+    assert placed(ps) == {1: (["g1"], 4)}  # 8 - 4 >= 4: fits beside the reserve
+    assert nodes[0].free_cores == 4  # 2 would eat into the reserve: it waits (FIFO)
+
+
+def test_fifo_per_array() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=2, cores=16), cpu_node(1, "c1", cores=4)]
+    jobs = [
+        dnn(1, cores=2, gpus=4),  # the DNN head: no node has 4 GPUs free
+        dnn(2, cores=2, gpus=1),  # would fit, but waits behind the head
+        cpu(3, 4),
+        cpu(4, 2),
+    ]
+    ps = plan(policy, nodes, jobs)
+    got = placed(ps)
+    assert 1 not in got and 2 not in got
+    assert got[3] == (["c1"], 4)
+    assert got[4] == (["g1"], 2)
+    assert nodes[0].free_gpus == 2
+
+
+def test_fifo_order_follows_submit_time_not_list_order() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=1, cores=8)]
+    late, early = dnn(5, cores=2), dnn(6, cores=2)
+    late.submit, early.submit = 50.0, 10.0
+    assert placed(plan(policy, nodes, [late, early])) == {6: (["g1"], 2)}
+
+
+def test_placed_jobs_use_up_the_nodes() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=2, cores=8)]
+    ps = plan(policy, nodes, [dnn(1, 5), dnn(2, 5), dnn(3, 3)])
+    assert placed(ps) == {1: (["g1"], 5)}  # 2 does not fit the 3 cores left: FIFO stops
+    assert (nodes[0].free_cores, nodes[0].free_gpus) == (3, 1)
+    # A later cycle on the same (updated) nodes takes the next fitting head.
+    assert placed(plan(policy, nodes, [dnn(3, 3)])) == {3: (["g1"], 3)}
+    assert (nodes[0].free_cores, nodes[0].free_gpus) == (0, 0)
+
+
+def test_multi_node_job_gets_distinct_nodes() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(i, f"g{i}", gpus=2, cores=8) for i in range(3)]
+    nodes[1].free_cores = 2  # too few for it
+    job = dnn(1, cores=8, gpus=4, nodes=2)  # 4 cores and 2 GPUs per node
+    (p,) = plan(policy, nodes, [job])
+    names = [n.name for n in p.nodes]
+    assert len(names) == 2 and len(set(names)) == 2 and "g1" not in names
+    assert p.cores_pn == 4
+    for n in p.nodes:
+        assert (n.free_cores, n.free_gpus) == (4, 0)
+    assert (nodes[1].free_cores, nodes[1].free_gpus) == (2, 2)
+
+
+def test_multi_node_job_waits_for_enough_nodes() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g0", gpus=1), gpu_node(1, "g1", gpus=1)]
+    nodes[1].free_gpus = 0
+    assert plan(policy, nodes, [dnn(1, cores=4, gpus=3, nodes=3)]) == []
+    assert plan(policy, nodes, [dnn(2, cores=4, gpus=2, nodes=2)]) == []
+    assert nodes[0].free_cores == 16
+
+
+def test_unusable_requests_place_nothing() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=1, cores=4)]
+    assert plan(policy, nodes, [dnn(1, cores=5)]) == []
+    assert plan(policy, nodes, [cpu(2, 5)]) == []
+    assert plan(policy, [], [dnn(3, cores=1), cpu(4, 1)]) == []
+
+
+# ------------------------------------------------------------------ a fake Slurm
+class FakeSlurm:
+    """Jobs as dicts (squeue --json's keys), nodes as dicts; answers the argv the
+    client builds. CPUAlloc/GresUsed follow from the running jobs. ``fail`` holds
+    predicates on argv that make a command fail. ``gres_used_needs_detail``: like
+    slurmctld, GresUsed only with ``-d`` (SHOW_DETAIL)."""
+
+    def __init__(self, gres_used_needs_detail: bool = False) -> None:
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.calls: list[list[str]] = []
+        self.fail: list[Callable[[list[str]], bool]] = []
+        self.gres_used_needs_detail = gres_used_needs_detail
+
+    # ---------------------------------------------------------- setup
+    def node(self, name: str, cpus: int, gpus: int = 0, state: str = "IDLE") -> None:
+        self.nodes[name] = {"cpus": cpus, "gpus": gpus, "state": state}
+
+    def job(
+        self,
+        job_id: int,
+        name: str,
+        cpus: int,
+        gpus_pn: int = 0,
+        node_count: int = 1,
+        state: str = "PENDING",
+        priority: int = 0,
+        comment: str = HELD,
+        dependency: str = "",
+        nodes: str = "",
+        required: str = "",
+    ) -> dict[str, Any]:
+        d = {
+            "job_id": job_id,
+            "name": name,
+            "user_id": 1000,
+            "job_state": state,
+            "state_reason": "JobHeldUser" if priority == 0 else "None",
+            "cpus": cpus,
+            "node_count": node_count,
+            "tres_per_node": f"gres:gpu:{gpus_pn}" if gpus_pn else "",
+            "tres_per_job": "",
+            "tres_per_task": "",
+            "tasks": 1,
+            "nodes": nodes,
+            "required_nodes": required,
+            "dependency": dependency,
+            "priority": priority,
+            "admin_comment": comment,
+            "submit_time": 1_700_000_000 + job_id,
+            "start_time": 0,
+            "end_time": 0,
+            "exit_code": 0,
+            "restart_cnt": 0,
+        }
+        self.jobs[job_id] = d
+        return d
+
+    # ---------------------------------------------------------- queries
+    def ids(self, verb: str) -> list[int]:
+        """Job ids the client ran ``scontrol <verb>`` for, in order."""
+        out = []
+        for c in self.calls:
+            if c[:2] == ["scontrol", verb]:
+                out.append(int(c[2].removeprefix("JobId=")))
+        return out
+
+    def updates(self, job_id: int) -> list[dict[str, str]]:
+        out = []
+        for c in self.calls:
+            if c[:3] == ["scontrol", "update", f"JobId={job_id}"]:
+                out.append(dict(a.split("=", 1) for a in c[3:]))
+        return out
+
+    # ---------------------------------------------------------- the runner
+    def run(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        self.calls.append(argv)
+        for f in self.fail:
+            if f(argv):
+                raise SlurmError(f"{' '.join(argv)}: Socket timed out on send/recv operation")
+        if argv == ["squeue", "--json"]:
+            return json.dumps(
+                {"meta": {"Slurm": {"version": "22.05"}}, "jobs": list(self.jobs.values())}
+            )
+        if argv[:2] == ["scontrol", "show"] and argv[-1] == "node" and "-o" in argv:
+            return "\n".join(self._node_line(n, "-d" in argv) for n in self.nodes) + "\n"
+        if argv[:2] == ["scontrol", "update"]:
+            m = re.fullmatch(r"JobId=(\d+)", argv[2])
+            assert m, argv
+            job = self.jobs[int(m.group(1))]
+            for a in argv[3:]:
+                k, _, v = a.partition("=")
+                if k == "ReqNodeList":
+                    job["required_nodes"] = v
+                elif k == "NumCPUs":
+                    job["cpus"] = int(v)
+                elif k == "MinCPUsNode":
+                    job["min_cpus_node"] = int(v)
+                elif k == "AdminComment":
+                    job["admin_comment"] = v
+                else:
+                    raise AssertionError(f"unexpected update {a!r}")
+            return ""
+        if argv[:2] == ["scontrol", "release"]:
+            job = self.jobs[int(argv[2])]
+            if job["job_state"] != "PENDING":
+                raise SlurmError(f"{' '.join(argv)}: Job is no longer pending execution")
+            job["priority"], job["state_reason"] = 1, "None"
+            return ""
+        raise AssertionError(f"unexpected command {argv}")
+
+    def _node_line(self, name: str, detail: bool) -> str:
+        n = self.nodes[name]
+        alloc = used = 0
+        for j in self.jobs.values():
+            if j["job_state"] == "RUNNING" and name in j["nodes"].split(","):
+                alloc += j["cpus"] // max(1, len(j["nodes"].split(",")))
+                used += int(j["tres_per_node"].rpartition(":")[2] or 0)
+        gres = f"gpu:{n['gpus']}" if n["gpus"] else "(null)"
+        line = (
+            f"NodeName={name} Arch=x86_64 CoresPerSocket={n['cpus']} CPUAlloc={alloc} "
+            f"CPUEfctv={n['cpus']} CPUTot={n['cpus']} Gres={gres} "
+        )
+        if n["gpus"] and (detail or not self.gres_used_needs_detail):
+            line += f"GresUsed=gpu:{used}(IDX:N/A) "
+        return line + f"State={n['state']} Partitions=main"
+
+
+def decisions(state_dir: Path) -> list[dict[str, Any]]:
+    path = state_dir / "decisions.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def fake() -> FakeSlurm:
+    f = FakeSlurm()
+    f.node("c1", 8)
+    f.node("g1", 16, gpus=2)
+    return f
+
+
+def controller(fake: FakeSlurm, state_dir: Path, **kw: Any) -> Controller:
+    return Controller(SlurmClient(fake.run), state_dir, wall=lambda: 1000.0, **kw)
+
+
+# ------------------------------------------------------------------ one cycle
+def test_cycle_places_held_jobs_and_releases_them(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(1, "resnet", 4, gpus_pn=1)
+    fake.job(2, "prep", 2)
+    logs: list[str] = []
+    ctl = controller(fake, tmp_path, log=logs.append)
+    done = ctl.cycle()
+    assert sorted(p.job.idx for p in done) == [1, 2]
+    j1, j2 = fake.jobs[1], fake.jobs[2]
+    assert j1["required_nodes"] == "g1" and j1["cpus"] == 4 and j1["min_cpus_node"] == 4
+    assert j1["admin_comment"] == "coda:placed,req=4,grant=4,nodes=g1"
+    assert j1["priority"] == 1
+    assert j2["required_nodes"] == "c1" and j2["cpus"] == 2  # CPU job: CPU node first
+    assert j2["admin_comment"] == "coda:placed,req=2,grant=2,nodes=c1"
+    assert j2["priority"] == 1
+    # Placement and mark in one update, then the release: a crash never starts a job
+    # unplaced, and the mark never lacks the request that NumCPUs overwrote.
+    mine = [c for c in fake.calls if "JobId=1" in c or c[-1:] == ["1"]]
+    assert [c[:3] for c in mine] == [
+        ["scontrol", "update", "JobId=1"],
+        ["scontrol", "release", "1"],
+    ]
+    assert "ReqNodeList=g1" in mine[0]
+    assert any(a.startswith("AdminComment=coda:placed") for a in mine[0])
+    places = [d for d in decisions(tmp_path) if d["action"] == "place"]
+    assert {d["job"]: (d["kind"], d["nodes"], d["granted"]) for d in places} == {
+        1: (DNN, ["g1"], 4),
+        2: (CPU, ["c1"], 2),
+    }
+    assert ctl.placed == 2 and ctl.cycles == 1
+    assert any("job 1 (resnet, dnn) -> g1" in m for m in logs)
+
+
+def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(1, "resnet", 4, gpus_pn=1)
+    ctl = controller(fake, tmp_path)
+    assert len(ctl.cycle()) == 1
+    n = len(fake.calls)
+    assert ctl.cycle() == []
+    # Only reads: no update, no release.
+    assert [c[0] if c[0] == "squeue" else c[1] for c in fake.calls[n:]] == ["squeue", "show"]
+    assert fake.jobs[1]["admin_comment"] == "coda:placed,req=4,grant=4,nodes=g1"
+
+
+def test_interrupted_placement_is_released_not_replanned(fake: FakeSlurm, tmp_path: Path) -> None:
+    # The controller stopped between writing the placement and releasing the job.
+    fake.job(3, "resnet", 2, gpus_pn=1, comment="coda:placed,req=4,grant=2,nodes=g1", required="g1")
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []
+    assert fake.ids("release") == [3]
+    assert fake.ids("update") == []  # the placement stands as written
+    assert fake.jobs[3]["priority"] == 1
+    assert [d["action"] for d in decisions(tmp_path)] == ["release"]
+    fake.calls.clear()
+    ctl.cycle()
+    assert fake.ids("release") == []  # released once
+
+
+def test_jobs_with_a_dependency_or_a_user_hold_are_left_alone(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    fake.job(4, "after", 2, dependency="afterok:3(unfulfilled)")
+    fake.job(5, "mine", 2, comment="")  # the user's own --hold: no mark
+    fake.job(6, "seen", 2, comment="reserved by admin")
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []
+    assert fake.ids("update") == [] and fake.ids("release") == []
+    assert all(fake.jobs[j]["priority"] == 0 for j in (4, 5, 6))
+    # Once the dependency is satisfied, the job is CODA's to place.
+    fake.jobs[4]["dependency"] = ""
+    assert [p.job.idx for p in ctl.cycle()] == [4]
+    assert fake.ids("release") == [4]
+
+
+def test_settled_cores_are_learned_once_and_kept(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(
+        10,
+        "bert",
+        4,
+        gpus_pn=1,
+        state="RUNNING",
+        priority=1,
+        comment="coda:placed,req=4,grant=4,nodes=g1,settled=1",
+        nodes="g1",
+        required="g1",
+    )
+    fake.job(11, "cpu-with-settled", 2, state="RUNNING", priority=1, nodes="c1",
+             comment="coda:placed,req=2,grant=2,nodes=c1,settled=1")  # fmt: skip
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    assert ctl.allocator is not None
+    assert ctl.allocator.learned.cores(("bert", 1, 1)) == 1
+    assert ctl.allocator.learned.count(("bert", 1, 1)) == 1
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    assert state["learned_from"] == [10]  # CPU jobs teach nothing
+    assert state["learned"]["profiles"] == [
+        {"model": "bert", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1]]}
+    ]
+    mtime = (tmp_path / STATE_FILE).stat().st_mtime_ns
+    ctl.cycle()
+    ctl.cycle()
+    assert ctl.allocator.learned.count(("bert", 1, 1)) == 1  # once per job
+    assert [d["action"] for d in decisions(tmp_path)] == ["learn"]
+    assert (tmp_path / STATE_FILE).stat().st_mtime_ns == mtime  # nothing new: not rewritten
+
+    # A new controller (restart; Slurm forgot job 10) grants the model what it learned.
+    del fake.jobs[10]
+    fake.job(12, "bert", 4, gpus_pn=1)
+    again = controller(fake, tmp_path)
+    assert again.learned_from == {10}
+    assert [p.cores_pn for p in again.cycle()] == [1]
+    j = fake.jobs[12]
+    assert j["cpus"] == 1 and j["min_cpus_node"] == 1
+    assert parse_mark(j["admin_comment"]) == {
+        "state": "placed",
+        "req": "4",
+        "grant": "1",
+        "nodes": "g1",
+    }
+
+
+def test_a_job_seen_again_after_restart_is_not_learned_twice(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    fake.job(10, "bert", 4, gpus_pn=1, state="RUNNING", priority=1, nodes="g1",
+             comment="coda:placed,req=4,grant=4,nodes=g1,settled=2")  # fmt: skip
+    controller(fake, tmp_path).cycle()
+    again = controller(fake, tmp_path)
+    again.cycle()
+    assert again.allocator.learned.count(("bert", 1, 1)) == 1
+
+
+def test_a_broken_state_file_is_refused(fake: FakeSlurm, tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text('{"schema": "something-else"}')
+    with pytest.raises(ValueError, match="controller's state"):
+        controller(fake, tmp_path)
+    (tmp_path / STATE_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="controller's state"):
+        controller(fake, tmp_path)
+
+
+def test_view_counts_placed_jobs_slurm_has_not_started(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.node("g2", 16, gpus=2, state="DOWN+DRAIN")
+    fake.job(20, "run", 2, gpus_pn=1, state="RUNNING", priority=1, nodes="g1",
+             comment="coda:placed,req=2,grant=2,nodes=g1")  # fmt: skip
+    fake.job(21, "wait", 4, gpus_pn=1, priority=1, required="g1",
+             comment="coda:placed,req=8,grant=3,nodes=g1")  # fmt: skip
+    fake.job(22, "cpu", 8, state="RUNNING", priority=1, nodes="c1", comment="")
+    client = SlurmClient(fake.run)
+    ctl = controller(fake, tmp_path)
+    nodes = {n.name: n for n in ctl.view(client.nodes(), client.jobs())}
+    assert set(nodes) == {"c1", "g1"}  # the drained node is not offered
+    g1 = nodes["g1"]
+    # 16 - 2 (Slurm's allocation, job 20) - 3 (job 21's grant, not started yet)
+    assert g1.free_cores == 11
+    assert g1.free_gpus == 0  # one used by 20, one spoken for by 21
+    assert {j.idx for j in g1.jobs} == {20, 21}
+    assert nodes["c1"].free_cores == 0 and nodes["c1"].cpu_job_cores == 8
+    # So a held DNN job does not go to g1 though Slurm shows a GPU free there.
+    fake.job(23, "new", 2, gpus_pn=1)
+    assert ctl.cycle() == []
+    assert fake.jobs[23]["priority"] == 0
+
+
+def test_a_slurm_error_on_update_leaves_the_job_held(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(30, "resnet", 4, gpus_pn=1)
+    fake.fail.append(lambda argv: argv[:3] == ["scontrol", "update", "JobId=30"])
+    logs: list[str] = []
+    ctl = controller(fake, tmp_path, log=logs.append)
+    assert ctl.cycle() == []
+    j = fake.jobs[30]
+    assert j["priority"] == 0 and j["admin_comment"] == HELD
+    assert fake.ids("release") == []
+    assert any("job 30: placement on g1 failed" in m for m in logs)
+    (err,) = [d for d in decisions(tmp_path) if d["action"] == "error"]
+    assert err["job"] == 30 and "timed out" in err["error"]
+    assert ctl.placed == 0
+    # Slurm answers again: the next cycle places it.
+    fake.fail.clear()
+    assert [p.job.idx for p in ctl.cycle()] == [30]
+    assert fake.jobs[30]["priority"] == 1
+
+
+def test_a_failed_release_is_finished_by_the_next_cycle(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(31, "resnet", 4, gpus_pn=1)
+    fake.fail.append(lambda argv: argv[:2] == ["scontrol", "release"])
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []
+    assert fake.jobs[31]["admin_comment"].startswith("coda:placed")
+    assert fake.jobs[31]["priority"] == 0
+    fake.fail.clear()
+    fake.calls.clear()
+    assert ctl.cycle() == []  # not placed again ...
+    assert fake.ids("update") == [] and fake.ids("release") == [31]  # ... only released
+
+
+def test_a_failing_squeue_is_a_slurm_error(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.fail.append(lambda argv: argv[0] == "squeue")
+    with pytest.raises(SlurmError):
+        controller(fake, tmp_path).cycle()
+
+
+def test_run_retries_after_slurm_errors(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(1, "resnet", 4, gpus_pn=1)
+    fake.fail.append(lambda argv: argv[0] == "squeue" and len(fake.calls) < 2)
+    logs: list[str] = []
+    ctl = controller(fake, tmp_path, log=logs.append)
+    ctl.run(lambda: ctl.cycles >= 2, period_s=0.0)
+    assert ctl.cycles == 2 and ctl.placed == 1
+    assert any("retrying" in m for m in logs)
+
+
+def test_handback_releases_held_jobs_unchanged(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(40, "a", 4, gpus_pn=1)
+    fake.job(41, "b", 2)
+    fake.job(42, "user-hold", 2, comment="")
+    fake.job(43, "running", 2, state="RUNNING", priority=1, nodes="c1",
+             comment="coda:placed,req=2,grant=2,nodes=c1")  # fmt: skip
+    fake.job(44, "cancelled-while-held", 2, state="CANCELLED")  # still marked, priority 0
+    said: list[str] = []
+    assert handback(SlurmClient(fake.run), log=said.append) == 2
+    assert fake.ids("release") == [40, 41]
+    for j in (40, 41):
+        assert fake.jobs[j]["priority"] == 1
+        assert fake.jobs[j]["admin_comment"] == "coda:held-handed-back"
+        assert fake.jobs[j]["cpus"] == (4 if j == 40 else 2)  # request unchanged
+        assert fake.jobs[j]["required_nodes"] == ""
+    assert fake.jobs[42]["priority"] == 0
+    assert fake.jobs[44]["admin_comment"] == HELD
+    assert fake.jobs[43]["admin_comment"] == "coda:placed,req=2,grant=2,nodes=c1"
+    assert len(said) == 2
+    # Handed back: a controller started later leaves them to Slurm.
+    fake.calls.clear()
+    assert controller(fake, tmp_path).cycle() == []
+    assert fake.ids("update") == []
+
+
+def test_policy_job_carries_the_slurm_job() -> None:
+    fake = FakeSlurm()
+    fake.job(7, "resnet", 8, gpus_pn=2, node_count=2)
+    fake.job(8, "", 3)
+    a, b = SlurmClient(fake.run).jobs()
+    ja, jb = policy_job(a), policy_job(b)
+    assert (ja.idx, ja.kind, ja.gpus_pn, ja.cores_pn_req, ja.nodes) == (7, DNN, 2, 4, 2)
+    assert ja.model == "resnet" and ja.job_id == "resnet#7"
+    assert ja.submit == 1_700_000_007.0
+    assert (jb.kind, jb.model, jb.cores_pn_req) == (CPU, "job8", 3)
+
+
+def test_multi_node_placement_writes_per_node_cores(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    for i in range(3):
+        fake.node(f"g{i}", 8, gpus=1)
+    fake.job(50, "ddp", 8, gpus_pn=1, node_count=2)
+    (p,) = controller(fake, tmp_path).cycle()
+    j = fake.jobs[50]
+    nodes = j["required_nodes"].split(",")
+    assert len(nodes) == 2 and len(set(nodes)) == 2
+    assert j["cpus"] == 8 and j["min_cpus_node"] == 4
+    mark = parse_mark(j["admin_comment"])
+    assert mark is not None
+    assert (mark["req"], mark["grant"], mark["nodes"]) == ("4", "4", "+".join(nodes))
+
+
+# ------------------------------------------------------------------ found in review
+def test_busy_gpus_are_seen_as_slurm_really_reports_them(tmp_path: Path) -> None:
+    fake = FakeSlurm(gres_used_needs_detail=True)
+    fake.node("g1", 16, gpus=1)
+    fake.node("g2", 16, gpus=1)
+    fake.job(60, "busy", 8, gpus_pn=1, state="RUNNING", priority=1, nodes="g1", comment="")
+    fake.job(61, "resnet", 4, gpus_pn=1)
+    controller(fake, tmp_path).cycle()
+    # Best fit would pick g1 (fewer free cores), but its only GPU is taken.
+    assert fake.jobs[61]["required_nodes"] == "g2"
+
+
+def test_a_failed_mark_write_does_not_lose_the_request(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(70, "resnet", 4, gpus_pn=1)
+    ctl = controller(fake, tmp_path)
+    ctl.allocator.learned.record(("resnet", 1, 1), 1)
+    fake.fail.append(lambda argv: any(a.startswith("AdminComment=") for a in argv))
+    assert ctl.cycle() == []
+    assert fake.jobs[70]["priority"] == 0  # still held, to be placed again
+    fake.fail.clear()
+    assert len(ctl.cycle()) == 1
+    mark = parse_mark(fake.jobs[70]["admin_comment"])
+    assert mark is not None and mark["grant"] == "1"
+    assert mark["req"] == "4"
+
+
+def test_a_bad_settled_value_does_not_stop_the_controller(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(80, "bert", 4, gpus_pn=1, state="RUNNING", priority=1, nodes="g1",
+             comment="coda:placed,req=4,grant=4,nodes=g1,settled=0")  # fmt: skip
+    fake.job(81, "prep", 2)
+    ctl = controller(fake, tmp_path)
+    assert [p.job.idx for p in ctl.cycle()] == [81]
+
+
+def test_partitions_and_excluded_nodes_limit_placement() -> None:
+    from coda.slurm.client import SlurmJob, SlurmNode
+    from coda.slurm.controller import SlurmLimits
+
+    def sjob(jid: int, parts: list[str], excluded: list[str] = []) -> SlurmJob:  # noqa: B006
+        return SlurmJob(jid, "m", 0, "PENDING", "", 4, 1, 1, [], [], "", 0, None,
+                        partitions=parts, excluded_nodes=excluded)  # fmt: skip
+
+    snodes = [
+        SlurmNode("g1", 16, 0, 2, 0, "IDLE", ["main"]),
+        SlurmNode("g2", 16, 0, 2, 0, "IDLE", ["gpu", "main"]),
+        SlurmNode("g3", 16, 0, 2, 0, "IDLE", ["gpu"]),
+    ]
+    limits = SlurmLimits()
+    limits.observe([sjob(1, ["gpu"]), sjob(2, ["gpu"], ["g2"]), sjob(3, [])], snodes)
+    policy = make_policy("coda")
+    policy.filters.append(limits)
+    nodes = [gpu_node(0, "g1", cores=6), gpu_node(1, "g2", cores=8), gpu_node(2, "g3")]
+    got = placed(plan(policy, nodes, [dnn(1, 4), dnn(2, 4), dnn(3, 4)]))
+    # Best fit alone would put job 1 on g1 (fewest free cores); its partition says no.
+    assert got[1][0] == ["g2"]
+    assert got[2][0] == ["g3"]  # in its partition, and g2 excluded
+    assert got[3][0] == ["g2"]  # no partition recorded: any node (best fit: g2 has 4 left)

@@ -1,0 +1,351 @@
+"""CODA over a real Slurm cluster: munged, slurmctld and four slurmd on this machine
+(deploy/slurm-test-cluster), `coda slurm controller` and one `coda slurm agent`
+per node as real processes, jobs submitted with plain `sbatch`.
+
+One scenario, in order (each step builds on the one before):
+1. a training-like job of an unknown model gets what it asked for; its node's
+   agent slims its cpuset within that grant and reports what it settled on;
+2. the next job of that model is granted the settled cores at placement (Slurm's
+   own allocation is slimmed) and CPU jobs fill CPU nodes first, then the GPU
+   node's freed cores;
+3. the controller and that node's agent are killed (SIGKILL) mid-run; jobs
+   submitted meanwhile stay held; both restart and reconcile from Slurm;
+4. every job completes exactly once (one start and one end line each, Slurm
+   says COMPLETED with no restarts).
+
+Needs root and Slurm's Debian packages (`deploy/slurm-test-cluster install`). Runs
+in CI, where CODA_REQUIRE_SLURM=1 turns a missing cluster into a failure; skips
+elsewhere with the reason. Writes a report of every job (requested vs granted
+cores, nodes) to $CODA_E2E_REPORT (default: the test's temp dir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from coda.runtime.cgroups import parse_cpus
+from coda.slurm.cgroups import SlurmJobCgroups
+from coda.slurm.client import SlurmClient, SlurmJob, run_command
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "deploy" / "slurm-test-cluster"
+GPU_NODES = ("n1", "n2")
+CPU_NODES = ("n3", "n4")
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CODA_REQUIRE_SLURM"):
+        pytest.fail(f"CODA_REQUIRE_SLURM is set but: {reason}")
+    pytest.skip(reason)
+
+
+def _exports(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            k, _, v = line[len("export ") :].partition("=")
+            out[k] = v
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    """The environment that points Slurm's commands at a running test cluster: the
+    one SLURM_CONF names if it answers, else one this fixture brings up and down."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        _unavailable("needs root on Linux (slurmd, cgroups); runs in CI as root")
+    env = dict(os.environ)
+    if env.get("SLURM_CONF") and env.get("CODA_SLURM_PROGRESS_DIR"):
+        ok = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
+        if ok.returncode == 0 and "UP" in ok.stdout:
+            yield env
+            return
+    if not shutil.which("slurmctld") or not shutil.which("slurmd"):
+        _unavailable("Slurm is not installed (sudo deploy/slurm-test-cluster install)")
+    env["CODA_SLURM_DIR"] = env.get("CODA_SLURM_DIR", "/var/tmp/coda-slurm-test")
+    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True)
+        pytest.fail(f"deploy/slurm-test-cluster up failed:\n{up.stdout}\n{up.stderr}")
+    env.update(_exports(up.stdout))
+    try:
+        yield env
+    finally:
+        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True)
+        assert down.returncode == 0, down.stderr
+
+
+class Daemons:
+    """The controller and the node agents, as processes this test started (PIDs
+    tracked; never killed by name)."""
+
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _argv(self, name: str) -> list[str]:
+        coda = [sys.executable, "-m", "coda.cli", "slurm"]
+        if name == "controller":
+            return [*coda, "controller", "--state-dir", str(self.tmp / "ctl")]
+        # Short comparisons: the test's model has a flat curve, decided in a few windows.
+        tune = ["--tune", "allocator.peak_windows=3", "--tune", "allocator.max_windows=6"]
+        return [
+            *coda,
+            "agent",
+            "--node",
+            name,
+            "--state-dir",
+            str(self.tmp / f"agent-{name}"),
+            *tune,
+        ]
+
+    def start(self, name: str) -> None:
+        log = open(self.tmp / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            self._argv(name), env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+
+    def kill(self, name: str) -> None:
+        p = self.procs.pop(name)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+
+def _wait(what: str, cond: Callable[[], object], timeout: float, step: float = 0.5) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_path: Path) -> None:
+    env = cluster
+    os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
+    slurm = SlurmClient(lambda argv: run_command(argv))
+    assert {n.name for n in slurm.nodes()} == {*GPU_NODES, *CPU_NODES}
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    py = sys.executable
+    job_sh = tmp_path / "job.sh"
+    # A batch script: one start and one end line per run, the payload in between.
+    job_sh.write_text(
+        "#!/bin/bash\n"
+        f'echo "start $SLURM_JOB_ID $SLURMD_NODENAME $(date +%s.%N)" >> {runs}\n'
+        f'if [ "$KIND" = dnn ]; then {py} -m coda.runtime.workloads.train --workers 1 '
+        f"--gpu off --gpu-ms 40 --batch-images 8 --seconds $SECS --quiet; "
+        f"else {py} -m coda.runtime.workloads.spin --rate 100 --seconds $SECS --quiet; fi\n"
+        "rc=$?\n"
+        f'echo "end $SLURM_JOB_ID $SLURMD_NODENAME $(date +%s.%N) $rc" >> {runs}\n'
+        "exit $rc\n"
+    )
+    job_sh.chmod(0o755)
+    daemons = Daemons(env, tmp_path)
+    submitted: list[int] = []
+    # A model name of its own: a reused cluster may remember jobs of earlier runs.
+    model = f"tiny-{os.getpid()}-{int(time.time())}"
+
+    def sbatch(kind: str, seconds: int, *args: str) -> int:
+        out = subprocess.run(
+            ["sbatch", "--parsable", "-o", str(tmp_path / "%j.out"),
+             f"--export=ALL,KIND={kind},SECS={seconds}", *args, str(job_sh)],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        jid = int(out.strip().split(";")[0])
+        submitted.append(jid)
+        return jid
+
+    def job(jid: int) -> SlurmJob:
+        return next(j for j in slurm.jobs() if j.job_id == jid)
+
+    def cpuset(j: SlurmJob) -> list[int]:
+        f = Path(f"/sys/fs/cgroup/cpuset/slurm_{j.nodes[0]}/uid_0/job_{j.job_id}/cpuset.cpus")
+        return parse_cpus(f.read_text()) if f.exists() else []
+
+    try:
+        for n in ("controller", *GPU_NODES, *CPU_NODES):
+            daemons.start(n)
+
+        # 1. A job of an unknown model: placed as asked, then slimmed on its node.
+        learner = sbatch("dnn", 45, "-J", model, "-c", "2", "--gres=gpu:1")
+        lj = _wait("the first DNN job to run", lambda: job(learner).state == "RUNNING", 30)
+        lj = job(learner)
+        assert lj.nodes[0] in GPU_NODES and lj.mark and lj.mark["grant"] == "2"
+        lj = _wait(
+            "its agent to settle and report",
+            lambda: (j := job(learner)).mark.get("settled") and j,  # type: ignore[union-attr]
+            60,
+        )
+        settled = int(lj.mark["settled"])  # type: ignore[union-attr,index]
+        assert settled < 2, "a one-worker loader with a 40 ms GPU step needs one core"
+        assert len(cpuset(lj)) == settled, "its cpuset was narrowed within the grant"
+
+        # 2. The next job of the model is granted the settled cores by Slurm itself.
+        dnn2 = sbatch("dnn", 60, "-J", model, "-c", "2", "--gres=gpu:1")
+        _wait("the second DNN job to run", lambda: job(dnn2).state == "RUNNING", 30)
+        d2 = job(dnn2)
+        assert d2.mark and d2.mark["grant"] == str(settled) and d2.mark["req"] == "2"
+        assert d2.cpus == settled
+        assert len(_wait("its cgroup", lambda: cpuset(d2), 10)) == settled  # type: ignore[arg-type]
+        assert d2.nodes[0] in GPU_NODES and d2.nodes[0] != lj.nodes[0]
+        gpu_node = d2.nodes[0]
+        cpu_jobs = [sbatch("cpu", 25, "-J", f"cpu{i}", "-c", "1") for i in range(6)]
+        _wait(
+            "five CPU jobs to run",
+            lambda: sum(job(c).state == "RUNNING" for c in cpu_jobs) >= 5,
+            30,
+        )
+        placed = {c: job(c).nodes[0] for c in cpu_jobs if job(c).state == "RUNNING"}
+        on_cpu_nodes = [c for c, n in placed.items() if n in CPU_NODES]
+        beside_dnn = [c for c, n in placed.items() if n == gpu_node]
+        assert len(on_cpu_nodes) == 4, f"CPU nodes first: {placed}"
+        assert len(beside_dnn) == 1, f"then the GPU node's freed core: {placed}"
+
+        # The eliminator's knob on a real Slurm job: CODA's own cpu-controller group.
+        probe = job(on_cpu_nodes[0])
+        sg = SlurmJobCgroups(probe.nodes[0])
+        group = str(_wait("its cgroup", lambda: sg.jobs().get(probe.job_id), 10))
+        qdir = Path(f"/sys/fs/cgroup/cpu/coda_slurm_{probe.nodes[0]}/job_{probe.job_id}")
+        sg.set_quota(group, 0.5)
+        assert sg.quota(group) == pytest.approx(0.5)
+        moved = {int(x) for x in (qdir / "cgroup.procs").read_text().split()}
+        assert sg.pids(group) and set(sg.pids(group)) <= moved
+        sg.set_quota(group, None)
+        assert sg.quota(group) is None
+
+        # 3. Kill the controller and the busy GPU node's agent; submit meanwhile.
+        daemons.kill("controller")
+        daemons.kill(gpu_node)
+        late = [sbatch("cpu", 15, "-J", "late-cpu", "-c", "1") for _ in range(2)]
+        late_dnn = sbatch("dnn", 20, "-J", model, "-c", "2", "--gres=gpu:1")
+        late.append(late_dnn)
+        time.sleep(4)
+        for jid in late:
+            lj_ = job(jid)
+            assert lj_.state == "PENDING" and lj_.held_for_coda, f"{jid} started without CODA"
+        restart_t = time.time()
+        daemons.start("controller")
+        daemons.start(gpu_node)
+        _wait(
+            "the restarted agent to re-adopt the running DNN job",
+            lambda: any(
+                j.get("job") == dnn2
+                for j in _status(tmp_path / f"agent-{gpu_node}").get("jobs", [])
+            ),
+            20,
+        )
+        readopted = next(
+            j for j in _status(tmp_path / f"agent-{gpu_node}")["jobs"] if j["job"] == dnn2
+        )
+        assert len(parse_cpus(readopted["grant"])) == settled
+
+        # 4. Everything completes, exactly once.
+        def all_done() -> bool:
+            return all(job(j).state in ("COMPLETED", "FAILED", "CANCELLED") for j in submitted)
+
+        _wait("every job to end", all_done, 240, step=1.0)
+        jobs = {j.job_id: j for j in slurm.jobs() if j.job_id in submitted}
+        lines = [ln.split() for ln in runs.read_text().splitlines() if ln.strip()]
+        starts = [int(ln[1]) for ln in lines if ln[0] == "start"]
+        ends = {int(ln[1]): int(ln[4]) for ln in lines if ln[0] == "end"}
+        for jid in submitted:
+            j = jobs[jid]
+            assert j.state == "COMPLETED" and j.restarts == 0, (jid, j.state, j.restarts)
+            assert starts.count(jid) == 1, f"job {jid} started {starts.count(jid)} times"
+            assert ends.get(jid) == 0, f"job {jid} ended {ends.get(jid)}"
+        assert jobs[late_dnn].mark["grant"] == str(settled)  # type: ignore[index]
+        for jid in late:
+            assert jobs[jid].start_time >= int(restart_t), f"{jid} started before the restart"
+        assert set(daemons.alive()) == {"controller", *GPU_NODES, *CPU_NODES}
+        assert not qdir.exists(), "the agent removes a quota group when its job ends"
+        _report(jobs, submitted, lines, tmp_path, learner, gpu_node, restart_t)
+    finally:
+        daemons.stop_all()
+        left = [j for j in submitted if job(j).state in ("PENDING", "RUNNING")]
+        if left:
+            subprocess.run(["scancel", *map(str, left)], env=env)
+        for f in sorted(tmp_path.glob("*.log")):
+            print(f"---- {f.name}\n{f.read_text()[-3000:]}")
+
+
+def _status(agent_dir: Path) -> dict:
+    try:
+        return json.loads((agent_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _report(
+    jobs: dict[int, SlurmJob],
+    order: list[int],
+    lines: list[list[str]],
+    tmp: Path,
+    learner: int,
+    gpu_node: str,
+    restart_t: float,
+) -> None:
+    """What happened to each job, for people: a table and the restart's outcome."""
+    t0 = min(float(ln[3]) for ln in lines)
+    when = {(ln[0], int(ln[1])): float(ln[3]) - t0 for ln in lines}
+    rows = [
+        "| job | name | kind | requested cores | granted cores | settled | node | "
+        "start s | end s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for jid in order:
+        j = jobs[jid]
+        m = j.mark or {}
+        rows.append(
+            f"| {jid} | {j.name} | {'dnn' if j.is_dnn else 'cpu'} | {m.get('req', j.cpus)} | "
+            f"{m.get('grant', '-')} | {m.get('settled', '-')} | {','.join(j.nodes)} | "
+            f"{when[('start', jid)]:.1f} | {when[('end', jid)]:.1f} |"
+        )
+    text = "\n".join(
+        [
+            "# CODA on Slurm: end-to-end run",
+            "",
+            "Cluster: 4 slurmd on one machine (n1, n2: 1 fake GPU each; n3, n4: CPU "
+            "only); every node has this machine's CPUs. Command: "
+            "`sudo .venv/bin/python -m pytest -q tests/test_slurm_e2e.py`.",
+            "",
+            *rows,
+            "",
+            f"Job {learner} learned the model's cores; controller and the agent of "
+            f"{gpu_node} were SIGKILLed at {restart_t - t0:.1f} s and restarted: "
+            f"{len(order)} jobs, each started once and ended with exit 0, none restarted "
+            "by Slurm; jobs submitted while the controller was down stayed held.",
+        ]
+    )
+    out = Path(os.environ.get("CODA_E2E_REPORT", tmp / "report.md"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(text)
