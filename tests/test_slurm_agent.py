@@ -112,6 +112,21 @@ def test_no_node_group_means_no_jobs(tmp_path: Path) -> None:
     assert cg.jobs() == {}
 
 
+def test_a_single_slurmd_host_uses_the_plain_slurm_group(tmp_path: Path) -> None:
+    # One slurmd per host (the usual case) makes cpuset/slurm/...; slurm_<node> is
+    # for several slurmd on one host. The group appears with the first job.
+    cg = SlurmJobCgroups("n1", tmp_path, version=1, setaffinity=Affinity())
+    assert cg.jobs() == {}
+    jd = tmp_path / "cpuset" / "slurm" / f"uid_{UID}" / "job_7"
+    jd.mkdir(parents=True)
+    (jd / "cpuset.cpus").write_text("1\n")
+    assert cg.jobs() == {7: f"uid_{UID}/job_7"}
+    assert cg.cpus(f"uid_{UID}/job_7") == [1]
+    # Once found, the base stays put (a later slurm_<node> dir is someone else's).
+    (tmp_path / "cpuset" / "slurm_n1").mkdir()
+    assert cg.jobs() == {7: f"uid_{UID}/job_7"}
+
+
 @pytest.mark.parametrize("node", ["", "../n1", "n 1", "n1/x", "-n1"])
 def test_node_names_are_checked(tmp_path: Path, node: str) -> None:
     with pytest.raises(ValueError, match="node name"):

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -153,13 +154,19 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
     slurm = SlurmClient(lambda argv: run_command(argv))
     assert {n.name for n in slurm.nodes()} == {*GPU_NODES, *CPU_NODES}
-    runs = tmp_path / "runs.log"
+    # Jobs run as an ordinary user where one can run the workloads, as on a real
+    # cluster: their files live in a directory that user can write.
+    user, py, pypath = _job_user()
+    jobs_dir = Path(tempfile.mkdtemp(prefix="coda-e2e-", dir="/var/tmp"))
+    jobs_dir.chmod(0o777)
+    runs = jobs_dir / "runs.log"
     runs.touch()
-    py = sys.executable
-    job_sh = tmp_path / "job.sh"
+    runs.chmod(0o666)
+    job_sh = jobs_dir / "job.sh"
     # A batch script: one start and one end line per run, the payload in between.
     job_sh.write_text(
         "#!/bin/bash\n"
+        f"export PYTHONPATH={pypath}\n"
         f'echo "start $SLURM_JOB_ID $SLURMD_NODENAME $(date +%s.%N)" >> {runs}\n'
         f'if [ "$KIND" = dnn ]; then {py} -m coda.runtime.workloads.train --workers 1 '
         f"--gpu off --gpu-ms 40 --batch-images 8 --seconds $SECS --quiet; "
@@ -169,6 +176,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         "exit $rc\n"
     )
     job_sh.chmod(0o755)
+    as_user = ["runuser", "-u", user, "--"] if user != "root" else []
     daemons = Daemons(env, tmp_path)
     submitted: list[int] = []
     # A model name of its own: a reused cluster may remember jobs of earlier runs.
@@ -176,8 +184,8 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
 
     def sbatch(kind: str, seconds: int, *args: str) -> int:
         out = subprocess.run(
-            ["sbatch", "--parsable", "-o", str(tmp_path / "%j.out"),
-             f"--export=ALL,KIND={kind},SECS={seconds}", *args, str(job_sh)],
+            [*as_user, "sbatch", "--parsable", "-o", str(jobs_dir / "%j.out"), "-D",
+             str(jobs_dir), f"--export=ALL,KIND={kind},SECS={seconds}", *args, str(job_sh)],
             env=env, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         jid = int(out.strip().split(";")[0])
@@ -188,7 +196,9 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         return next(j for j in slurm.jobs() if j.job_id == jid)
 
     def cpuset(j: SlurmJob) -> list[int]:
-        f = Path(f"/sys/fs/cgroup/cpuset/slurm_{j.nodes[0]}/uid_0/job_{j.job_id}/cpuset.cpus")
+        f = Path(
+            f"/sys/fs/cgroup/cpuset/slurm_{j.nodes[0]}/uid_{j.user_id}/job_{j.job_id}/cpuset.cpus"
+        )
         return parse_cpus(f.read_text()) if f.exists() else []
 
     try:
@@ -243,12 +253,17 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         assert sg.quota(group) is None
 
         # 3. Kill the controller and the busy GPU node's agent; submit meanwhile.
+        kill_t = time.time()
         daemons.kill("controller")
         daemons.kill(gpu_node)
         late = [sbatch("cpu", 15, "-J", "late-cpu", "-c", "1") for _ in range(2)]
         late_dnn = sbatch("dnn", 20, "-J", model, "-c", "2", "--gres=gpu:1")
         late.append(late_dnn)
         time.sleep(4)
+        if as_user:  # a user cannot let a held job go past CODA (job_submit.lua refuses)
+            rel = subprocess.run([*as_user, "scontrol", "release", str(late[0])], env=env,
+                                 capture_output=True, text=True)  # fmt: skip
+            assert rel.returncode != 0, rel.stdout
         for jid in late:
             lj_ = job(jid)
             assert lj_.state == "PENDING" and lj_.held_for_coda, f"{jid} started without CODA"
@@ -287,14 +302,42 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
             assert jobs[jid].start_time >= int(restart_t), f"{jid} started before the restart"
         assert set(daemons.alive()) == {"controller", *GPU_NODES, *CPU_NODES}
         assert not qdir.exists(), "the agent removes a quota group when its job ends"
-        _report(jobs, submitted, lines, tmp_path, learner, gpu_node, restart_t)
+        _report(
+            jobs,
+            submitted,
+            lines,
+            tmp_path,
+            learner,
+            gpu_node,
+            (kill_t, restart_t),
+            readopted,
+            late,
+            user,
+        )
     finally:
         daemons.stop_all()
         left = [j for j in submitted if job(j).state in ("PENDING", "RUNNING")]
         if left:
             subprocess.run(["scancel", *map(str, left)], env=env)
-        for f in sorted(tmp_path.glob("*.log")):
+        for f in [*sorted(tmp_path.glob("*.log")), runs]:
             print(f"---- {f.name}\n{f.read_text()[-3000:]}")
+        shutil.rmtree(jobs_dir, ignore_errors=True)
+
+
+def _job_user() -> tuple[str, str, str]:
+    """(user, python, PYTHONPATH) for the test's jobs: ``nobody`` with the system
+    Python and this checkout's packages when that works, else root with this Python."""
+    import sysconfig
+
+    pypath = f"{ROOT / 'src'}:{sysconfig.get_paths()['purelib']}"
+    probe = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={pypath}", "/usr/bin/python3",
+             "-c", "import numpy, coda.runtime.workloads.train"]  # fmt: skip
+    try:
+        if subprocess.run(probe, capture_output=True, timeout=60).returncode == 0:
+            return "nobody", "/usr/bin/python3", pypath
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "root", sys.executable, pypath
 
 
 def _status(agent_dir: Path) -> dict:
@@ -311,15 +354,33 @@ def _report(
     tmp: Path,
     learner: int,
     gpu_node: str,
-    restart_t: float,
+    restart: tuple[float, float],
+    readopted: dict,
+    late: list[int],
+    user: str,
 ) -> None:
     """What happened to each job, for people: a table and the restart's outcome."""
     t0 = min(float(ln[3]) for ln in lines)
     when = {(ln[0], int(ln[1])): float(ln[3]) - t0 for ln in lines}
+
+    def beside(jid: int) -> str:
+        """DNN jobs that ran on the same node at the same time as CPU job ``jid``."""
+        j = jobs[jid]
+        a, b = when[("start", jid)], when[("end", jid)]
+        hits = [
+            str(d)
+            for d in order
+            if jobs[d].is_dnn
+            and jobs[d].nodes == j.nodes
+            and when[("start", d)] < b
+            and a < when[("end", d)]
+        ]
+        return ", ".join(hits) or "-"
+
     rows = [
         "| job | name | kind | requested cores | granted cores | settled | node | "
-        "start s | end s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "beside DNN job | start s | end s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for jid in order:
         j = jobs[jid]
@@ -327,8 +388,10 @@ def _report(
         rows.append(
             f"| {jid} | {j.name} | {'dnn' if j.is_dnn else 'cpu'} | {m.get('req', j.cpus)} | "
             f"{m.get('grant', '-')} | {m.get('settled', '-')} | {','.join(j.nodes)} | "
+            f"{'-' if j.is_dnn else beside(jid)} | "
             f"{when[('start', jid)]:.1f} | {when[('end', jid)]:.1f} |"
         )
+    killed, rs = restart[0] - t0, restart[1] - t0
     text = "\n".join(
         [
             "# CODA on Slurm: end-to-end run",
@@ -336,13 +399,22 @@ def _report(
             "Cluster: 4 slurmd on one machine (n1, n2: 1 fake GPU each; n3, n4: CPU "
             "only); every node has this machine's CPUs. Command: "
             "`sudo .venv/bin/python -m pytest -q tests/test_slurm_e2e.py`.",
+            f"Jobs submitted with plain `sbatch` by user `{user}`. Times are seconds from "
+            "the first job's start.",
             "",
             *rows,
             "",
-            f"Job {learner} learned the model's cores; controller and the agent of "
-            f"{gpu_node} were SIGKILLed at {restart_t - t0:.1f} s and restarted: "
-            f"{len(order)} jobs, each started once and ended with exit 0, none restarted "
-            "by Slurm; jobs submitted while the controller was down stayed held.",
+            f"- Job {learner} (unknown model) was granted its request; its agent narrowed "
+            "its cpuset and reported `settled`; later jobs of the model were granted that.",
+            f"- Restart: the controller and the agent of {gpu_node} were SIGKILLed at "
+            f"{killed:.1f} s; jobs {', '.join(map(str, late))} were submitted while "
+            "they were down and stayed held (priority 0, `coda:held`); both restarted at "
+            f"{rs:.1f} s. The new agent re-adopted job {readopted['job']} with grant "
+            f"{readopted['grant']} (CPUs now {readopted['cpus']}); the held jobs started at "
+            + ", ".join(f"{when[('start', j)]:.1f}" for j in late)
+            + " s.",
+            f"- {len(order)} jobs: each started once and ended with exit 0; Slurm reports "
+            "every one COMPLETED with no restarts.",
         ]
     )
     out = Path(os.environ.get("CODA_E2E_REPORT", tmp / "report.md"))

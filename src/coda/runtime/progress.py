@@ -58,16 +58,18 @@ def decode(raw: bytes) -> Progress | None:
     return Progress(samples, t, pid)
 
 
-def read_progress(path: str | os.PathLike[str]) -> Progress | None:
-    """The latest record in ``path``; None if there is none (yet) or it is unreadable."""
+def read_progress(path: str | os.PathLike[str], owner: int | None = None) -> Progress | None:
+    """The latest record in ``path``; None if there is none (yet) or it is unreadable.
+    ``owner``: trust the file only if this uid owns it (a shared progress directory)."""
     try:
-        # Non-blocking, regular files only: a job must not be able to stall its reader
-        # by putting a FIFO where its progress file goes.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # Non-blocking, regular files only, no symlinks: a job must not be able to stall
+        # its reader with a FIFO, nor point it at another job's file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
             return None
         return decode(os.read(fd, RECORD_SIZE))
     except OSError:

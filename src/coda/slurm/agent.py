@@ -28,7 +28,6 @@ import dataclasses
 import json
 import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +37,7 @@ from coda.policy.framework import SetCores
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
 from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
-from coda.runtime.progress import RECORD_SIZE, Progress, decode
+from coda.runtime.progress import Progress, read_progress
 from coda.runtime.shim import write_atomic
 from coda.runtime.store import Store
 from coda.slurm.cgroups import SlurmJobCgroups
@@ -246,19 +245,7 @@ class SlurmNodeAgent(NodeAgent):
     def _read_job_progress(self, m: Managed) -> Progress | None:
         """The job's record, if the file is a regular file its own user owns."""
         path = self.progress_dir / f"job_{m.row_id}"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != self.info[m.row_id].uid:
-                return None
-            return decode(os.read(fd, RECORD_SIZE))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        return read_progress(path, owner=self.info[m.row_id].uid)
 
     def _remove_progress(self, jid: int) -> None:
         try:
