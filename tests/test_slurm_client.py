@@ -192,42 +192,6 @@ def test_parse_scontrol_line_keeps_the_first_of_repeated_keys() -> None:
     assert parse_scontrol_line("") == {}
 
 
-def test_job_detail_pairs_nodes_with_their_cpu_ids() -> None:
-    run = Runner({("scontrol", "show", "-o", "-d", "job"): DETAIL_LINE + "\n"})
-    f = SlurmClient(run).job_detail(7)
-    assert run.calls == [["scontrol", "show", "-o", "-d", "job", "7"]]
-    assert f["CPU_IDs@n1"] == "0-1"
-    assert f["JobState"] == "RUNNING"
-    assert f["UserId"] == "alice(1000)"
-    assert f["JOB_GRES"] == "gpu:1"
-    assert f["GRES"] == "gpu:1(IDX:0)"
-    assert parse_mark(f["AdminComment"]) == {
-        "state": "placed",
-        "req": "2",
-        "grant": "2",
-        "nodes": "n1",
-    }
-
-
-def test_job_detail_expands_a_multi_node_record() -> None:
-    line = (
-        "JobId=8 JobName=big JobState=RUNNING NumNodes=3 "
-        "Nodes=n[1-2] CPU_IDs=0-3 Mem=0 GRES= Nodes=n4 CPU_IDs=2-5 Mem=0 GRES="
-    )
-    f = SlurmClient(Runner({("scontrol",): line})).job_detail(8)
-    assert f["CPU_IDs@n1"] == f["CPU_IDs@n2"] == "0-3"
-    assert f["CPU_IDs@n4"] == "2-5"
-    assert "CPU_IDs@n3" not in f
-
-
-def test_job_detail_refuses_a_job_id_that_is_not_a_number() -> None:
-    run = Runner()
-    with pytest.raises(ValueError):
-        SlurmClient(run).job_detail("7 --all")  # type: ignore[arg-type]
-    assert run.calls == []
-
-
-# ------------------------------------------------------------------ squeue --json
 def sq_job(job_id: int, **kw: object) -> dict[str, object]:
     d: dict[str, object] = {
         "job_id": job_id,

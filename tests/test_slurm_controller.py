@@ -92,9 +92,10 @@ def test_cpu_job_respects_the_idle_gpu_reserve() -> None:
 
 def test_fifo_per_array() -> None:
     policy = make_policy("coda")
-    nodes = [gpu_node(0, "g1", gpus=2, cores=16), cpu_node(1, "c1", cores=4)]
+    nodes = [gpu_node(0, "g1", gpus=4, cores=16), cpu_node(1, "c1", cores=4)]
+    nodes[0].free_gpus = 2  # two of its GPUs are busy
     jobs = [
-        dnn(1, cores=2, gpus=4),  # the DNN head: no node has 4 GPUs free
+        dnn(1, cores=2, gpus=4),  # the DNN head: no node has 4 GPUs free now
         dnn(2, cores=2, gpus=1),  # would fit, but waits behind the head
         cpu(3, 4),
         cpu(4, 2),
@@ -105,6 +106,14 @@ def test_fifo_per_array() -> None:
     assert got[3] == (["c1"], 4)
     assert got[4] == (["g1"], 2)
     assert nodes[0].free_gpus == 2
+
+
+def test_a_job_that_could_never_fit_blocks_nothing() -> None:
+    policy = make_policy("coda")
+    nodes = [gpu_node(0, "g1", gpus=4, cores=16)]
+    jobs = [dnn(1, cores=2, gpus=8), dnn(2, cores=2, gpus=1)]  # no node has 8 GPUs at all
+    got = placed(plan(policy, nodes, jobs))
+    assert 1 not in got and got[2] == (["g1"], 2)
 
 
 def test_fifo_order_follows_submit_time_not_list_order() -> None:
@@ -191,6 +200,8 @@ class FakeSlurm:
     ) -> dict[str, Any]:
         d = {
             "job_id": job_id,
+            "array_job_id": 0,
+            "het_job_id": 0,
             "name": name,
             "user_id": 1000,
             "job_state": state,
@@ -261,6 +272,10 @@ class FakeSlurm:
                 else:
                     raise AssertionError(f"unexpected update {a!r}")
             return ""
+        if argv[:2] == ["scontrol", "hold"]:
+            job = self.jobs[int(argv[2])]
+            job["priority"], job["state_reason"] = 0, "JobHeldAdmin"
+            return ""
         if argv[:2] == ["scontrol", "release"]:
             job = self.jobs[int(argv[2])]
             if job["job_state"] != "PENDING":
@@ -305,6 +320,10 @@ def controller(fake: FakeSlurm, state_dir: Path, **kw: Any) -> Controller:
     return Controller(SlurmClient(fake.run), state_dir, wall=lambda: 1000.0, **kw)
 
 
+def fake_client(fake: FakeSlurm) -> SlurmClient:
+    return SlurmClient(fake.run)
+
+
 # ------------------------------------------------------------------ one cycle
 def test_cycle_places_held_jobs_and_releases_them(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.job(1, "resnet", 4, gpus_pn=1)
@@ -326,9 +345,11 @@ def test_cycle_places_held_jobs_and_releases_them(fake: FakeSlurm, tmp_path: Pat
     assert [c[:3] for c in mine] == [
         ["scontrol", "update", "JobId=1"],
         ["scontrol", "release", "1"],
+        ["scontrol", "update", "JobId=1"],
     ]
     assert "ReqNodeList=g1" in mine[0]
-    assert any(a.startswith("AdminComment=coda:placed") for a in mine[0])
+    assert any(a.startswith("AdminComment=coda:placing") for a in mine[0])
+    assert mine[2][3:] == ["AdminComment=coda:placed,req=4,grant=4,nodes=g1"]
     places = [d for d in decisions(tmp_path) if d["action"] == "place"]
     assert {d["job"]: (d["kind"], d["nodes"], d["granted"]) for d in places} == {
         1: (DNN, ["g1"], 4),
@@ -351,16 +372,28 @@ def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> N
 
 def test_interrupted_placement_is_released_not_replanned(fake: FakeSlurm, tmp_path: Path) -> None:
     # The controller stopped between writing the placement and releasing the job.
-    fake.job(3, "resnet", 2, gpus_pn=1, comment="coda:placed,req=4,grant=2,nodes=g1", required="g1")
+    fake.job(
+        3, "resnet", 2, gpus_pn=1, comment="coda:placing,req=4,grant=2,nodes=g1", required="g1"
+    )
     ctl = controller(fake, tmp_path)
     assert ctl.cycle() == []
     assert fake.ids("release") == [3]
-    assert fake.ids("update") == []  # the placement stands as written
+    assert fake.ids("update") == [3]  # the placement stands; only the mark is finished
+    assert fake.jobs[3]["admin_comment"] == "coda:placed,req=4,grant=2,nodes=g1"
     assert fake.jobs[3]["priority"] == 1
     assert [d["action"] for d in decisions(tmp_path)] == ["release"]
     fake.calls.clear()
     ctl.cycle()
     assert fake.ids("release") == []  # released once
+
+
+def test_a_placed_job_held_again_by_someone_is_left_alone(fake: FakeSlurm, tmp_path: Path) -> None:
+    # An admin (or Slurm after a failed launch) held a job CODA had placed.
+    fake.job(4, "resnet", 2, gpus_pn=1, comment="coda:placed,req=4,grant=2,nodes=g1", required="g1")
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    assert fake.ids("release") == [] and fake.ids("update") == []
+    assert fake.jobs[4]["priority"] == 0
 
 
 def test_jobs_with_a_dependency_or_a_user_hold_are_left_alone(
@@ -396,17 +429,17 @@ def test_settled_cores_are_learned_once_and_kept(fake: FakeSlurm, tmp_path: Path
     ctl = controller(fake, tmp_path)
     ctl.cycle()
     assert ctl.allocator is not None
-    assert ctl.allocator.learned.cores(("bert", 1, 1)) == 1
-    assert ctl.allocator.learned.count(("bert", 1, 1)) == 1
+    assert ctl.allocator.learned.cores(("1000:bert", 1, 1)) == 1
+    assert ctl.allocator.learned.count(("1000:bert", 1, 1)) == 1
     state = json.loads((tmp_path / STATE_FILE).read_text())
     assert state["learned_from"] == [10]  # CPU jobs teach nothing
     assert state["learned"]["profiles"] == [
-        {"model": "bert", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1]]}
+        {"model": "1000:bert", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1]]}
     ]
     mtime = (tmp_path / STATE_FILE).stat().st_mtime_ns
     ctl.cycle()
     ctl.cycle()
-    assert ctl.allocator.learned.count(("bert", 1, 1)) == 1  # once per job
+    assert ctl.allocator.learned.count(("1000:bert", 1, 1)) == 1  # once per job
     assert [d["action"] for d in decisions(tmp_path)] == ["learn"]
     assert (tmp_path / STATE_FILE).stat().st_mtime_ns == mtime  # nothing new: not rewritten
 
@@ -434,7 +467,7 @@ def test_a_job_seen_again_after_restart_is_not_learned_twice(
     controller(fake, tmp_path).cycle()
     again = controller(fake, tmp_path)
     again.cycle()
-    assert again.allocator.learned.count(("bert", 1, 1)) == 1
+    assert again.allocator.learned.count(("1000:bert", 1, 1)) == 1
 
 
 def test_a_broken_state_file_is_refused(fake: FakeSlurm, tmp_path: Path) -> None:
@@ -493,12 +526,13 @@ def test_a_failed_release_is_finished_by_the_next_cycle(fake: FakeSlurm, tmp_pat
     fake.fail.append(lambda argv: argv[:2] == ["scontrol", "release"])
     ctl = controller(fake, tmp_path)
     assert ctl.cycle() == []
-    assert fake.jobs[31]["admin_comment"].startswith("coda:placed")
+    assert fake.jobs[31]["admin_comment"].startswith("coda:placing")
     assert fake.jobs[31]["priority"] == 0
     fake.fail.clear()
     fake.calls.clear()
     assert ctl.cycle() == []  # not placed again ...
-    assert fake.ids("update") == [] and fake.ids("release") == [31]  # ... only released
+    # ... only released, and marked placed
+    assert fake.ids("update") == [31] and fake.ids("release") == [31]
 
 
 def test_a_failing_squeue_is_a_slurm_error(fake: FakeSlurm, tmp_path: Path) -> None:
@@ -529,7 +563,7 @@ def test_handback_releases_held_jobs_unchanged(fake: FakeSlurm, tmp_path: Path) 
     assert fake.ids("release") == [40, 41]
     for j in (40, 41):
         assert fake.jobs[j]["priority"] == 1
-        assert fake.jobs[j]["admin_comment"] == "coda:held-handed-back"
+        assert fake.jobs[j]["admin_comment"] == "coda:passed,why=handback"
         assert fake.jobs[j]["cpus"] == (4 if j == 40 else 2)  # request unchanged
         assert fake.jobs[j]["required_nodes"] == ""
     assert fake.jobs[42]["priority"] == 0
@@ -549,9 +583,9 @@ def test_policy_job_carries_the_slurm_job() -> None:
     a, b = SlurmClient(fake.run).jobs()
     ja, jb = policy_job(a), policy_job(b)
     assert (ja.idx, ja.kind, ja.gpus_pn, ja.cores_pn_req, ja.nodes) == (7, DNN, 2, 4, 2)
-    assert ja.model == "resnet" and ja.job_id == "resnet#7"
+    assert ja.model == "1000:resnet" and ja.job_id == "resnet#7"
     assert ja.submit == 1_700_000_007.0
-    assert (jb.kind, jb.model, jb.cores_pn_req) == (CPU, "job8", 3)
+    assert (jb.kind, jb.model, jb.cores_pn_req) == (CPU, "1000:job8", 3)
 
 
 def test_multi_node_placement_writes_per_node_cores(tmp_path: Path) -> None:
@@ -584,7 +618,7 @@ def test_busy_gpus_are_seen_as_slurm_really_reports_them(tmp_path: Path) -> None
 def test_a_failed_mark_write_does_not_lose_the_request(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.job(70, "resnet", 4, gpus_pn=1)
     ctl = controller(fake, tmp_path)
-    ctl.allocator.learned.record(("resnet", 1, 1), 1)
+    ctl.allocator.learned.record(("1000:resnet", 1, 1), 1)
     fake.fail.append(lambda argv: any(a.startswith("AdminComment=") for a in argv))
     assert ctl.cycle() == []
     assert fake.jobs[70]["priority"] == 0  # still held, to be placed again
@@ -626,3 +660,68 @@ def test_partitions_and_excluded_nodes_limit_placement() -> None:
     assert got[1][0] == ["g2"]
     assert got[2][0] == ["g3"]  # in its partition, and g2 excluded
     assert got[3][0] == ["g2"]  # no partition recorded: any node (best fit: g2 has 4 left)
+
+
+def test_a_placed_job_stranded_on_a_down_node_is_placed_again(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    # Requeued after its node failed (or the node was drained after placement): pinned
+    # to a node that will not take it, it would wait for ever.
+    fake.node("g1", 16, gpus=1, state="DOWN+NOT_RESPONDING")
+    fake.node("g2", 16, gpus=1)
+    fake.job(90, "resnet", 2, gpus_pn=1, priority=1, required="g1",
+             comment="coda:placed,req=4,grant=2,nodes=g1")  # fmt: skip
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    j = fake.jobs[90]
+    assert j["priority"] == 0 and parse_mark(j["admin_comment"]) == {"state": "held", "req": "4"}
+    # Held as CODA's again, it is placed on a usable node with its original request.
+    fake.calls.clear()
+    done = ctl.cycle()
+    assert [p.job.idx for p in done] == [90]
+    assert j["required_nodes"] == "g2" and j["priority"] == 1
+    assert parse_mark(j["admin_comment"])["req"] == "4"  # type: ignore[index]
+
+
+def test_a_placed_job_waiting_on_something_else_keeps_no_cores(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    # Placed on g1, but pending for a QOS limit: g1's cores must not stay spoken for.
+    fake.job(91, "big", 16, gpus_pn=1, priority=1, required="g1",
+             comment="coda:placed,req=16,grant=16,nodes=g1")  # fmt: skip
+    fake.jobs[91]["state_reason"] = "QOSMaxJobsPerUserLimit"
+    ctl = controller(fake, tmp_path)
+    nodes = {n.name: n for n in ctl.view(fake_client(fake).nodes(), fake_client(fake).jobs())}
+    assert nodes["g1"].free_cores == 16 and nodes["g1"].free_gpus == 2
+    fake.jobs[91]["state_reason"] = "Resources"
+    nodes = {n.name: n for n in ctl.view(fake_client(fake).nodes(), fake_client(fake).jobs())}
+    assert nodes["g1"].free_cores == 0 and nodes["g1"].free_gpus == 1
+
+
+def test_array_and_het_jobs_are_left_to_slurm(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(92, "sweep", 2)["array_job_id"] = 92
+    fake.job(93, "het", 2)["het_job_id"] = 93
+    fake.job(94, "plain", 2)
+    done = controller(fake, tmp_path).cycle()
+    assert [p.job.idx for p in done] == [94]
+    for jid, why in ((92, "array"), (93, "heterogeneous")):
+        j = fake.jobs[jid]
+        assert j["priority"] == 1 and j["required_nodes"] == ""  # released unchanged
+        assert parse_mark(j["admin_comment"]) == {"state": "passed", "why": why}
+
+
+def test_a_placement_slurm_took_in_part_is_not_released(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(95, "resnet", 4, gpus_pn=1)
+    real = fake.run
+
+    def partial(argv: Sequence[str]) -> str:  # Slurm applied the mark but not NumCPUs
+        if argv[:2] == ["scontrol", "update"] and any(a.startswith("NumCPUs") for a in argv):
+            argv = [a for a in argv if not a.startswith(("NumCPUs", "MinCPUsNode"))]
+        return real(argv)
+
+    ctl = Controller(SlurmClient(partial), tmp_path)
+    ctl.allocator.learned.record(("1000:resnet", 1, 1), 1)  # type: ignore[union-attr]
+    assert ctl.cycle() == []
+    j = fake.jobs[95]
+    assert j["priority"] == 0 and parse_mark(j["admin_comment"])["state"] == "held"  # type: ignore[index]
+    assert fake.ids("release") == []

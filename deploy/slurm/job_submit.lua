@@ -3,10 +3,12 @@
 -- Installed next to slurm.conf with `JobSubmitPlugins=lua`. A held job has
 -- priority 0, so Slurm's own scheduler leaves it alone; "coda:held" in its
 -- AdminComment tells CODA's controller the job is its to place. Users cannot
--- release such a job themselves (slurm_job_modify refuses), so no job starts past
--- CODA. A job submitted with --hold is left to its user: it is not marked, and
--- when the user releases it Slurm's own scheduler places it (the node agent still
--- watches it). To hand every job back to Slurm, see README, "Operator guide".
+-- release such a job themselves, nor change the nodes or CPUs of one CODA placed
+-- (slurm_job_modify refuses: the user sees "Unspecified error", slurmctld's log says
+-- why; Slurm 22.05 cannot pass a message to the user from job_modify). A job
+-- submitted with --hold is left to its user: it is not marked, and when the user
+-- releases it Slurm's own scheduler places it (the node agent still watches it).
+-- To hand every job back to Slurm, see README, "Operator guide".
 
 local HELD = "coda:held"
 
@@ -19,12 +21,38 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    return slurm.SUCCESS
 end
 
-function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-   if modify_uid == 0 or job_desc.priority == nil or job_desc.priority == slurm.NO_VAL then
-      return slurm.SUCCESS
+-- Fields a user may not change on a job CODA has placed (it would undo the placement).
+local PLACEMENT = { "min_cpus", "pn_min_cpus", "cpus_per_task", "min_nodes", "max_nodes" }
+
+local function is_set(v)
+   return v ~= nil and v ~= slurm.NO_VAL and v ~= slurm.NO_VAL16 and v ~= slurm.NO_VAL64
+end
+
+local function changes_placement(d)
+   if d.req_nodes ~= nil or d.exc_nodes ~= nil then
+      return true
    end
-   if (job_rec.admin_comment or "") == HELD then
-      slurm.log_user("job %u waits for CODA to place it and cannot be released by hand",
+   for _, k in ipairs(PLACEMENT) do
+      if is_set(d[k]) then
+         return true
+      end
+   end
+   return false
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   if modify_uid == 0 then
+      return slurm.SUCCESS -- root: CODA's controller, or an admin
+   end
+   local mark = job_rec.admin_comment or ""
+   if mark == HELD and is_set(job_desc.priority) then
+      slurm.log_info("CODA: job %u waits to be placed; a user release was refused",
+                     job_rec.job_id)
+      return slurm.ERROR
+   end
+   if (mark:sub(1, 12) == "coda:placing" or mark:sub(1, 11) == "coda:placed" or mark == HELD)
+      and changes_placement(job_desc) then
+      slurm.log_info("CODA: job %u: a user change of its nodes or CPUs was refused",
                      job_rec.job_id)
       return slurm.ERROR
    end

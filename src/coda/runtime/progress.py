@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -82,12 +83,16 @@ class Reporter:
     """Cumulative progress of one job, written for the agent to read.
 
     ``path=None`` takes ``CODA_PROGRESS_FILE`` from the environment; with neither,
-    the reporter does nothing.
+    the reporter does nothing. Under Slurm every task of a job on a node gets the same
+    file, so only the node's first task (``SLURM_LOCALID`` 0) reports: in data-parallel
+    training each rank does the same work, and one writer keeps the record whole.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, min_interval_s: float = 0.05):
         if min_interval_s < 0:
             raise ValueError("min_interval_s must be >= 0")
+        if path is None and os.environ.get("SLURM_LOCALID", "0") != "0":
+            path = ""  # another task on this node reports for the job
         path = path if path is not None else os.environ.get(ENV_FILE)
         self.path = os.fspath(path) if path else None
         self.min_interval_s = min_interval_s
@@ -95,7 +100,12 @@ class Reporter:
         self._written_t = -1e18
         self._fd: int | None = None
         if self.path:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            except OSError as e:
+                # Reporting is a courtesy to the scheduler: never stop the training.
+                print(f"coda: progress not reported ({self.path}: {e.strerror})", file=sys.stderr)
+                return
             self.flush()
 
     @property

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +40,7 @@ from coda.runtime.progress import Progress, read_progress
 from coda.runtime.shim import write_atomic
 from coda.runtime.store import Store
 from coda.slurm.cgroups import SlurmJobCgroups
-from coda.slurm.client import SlurmClient, SlurmError, format_mark, gres_gpus, parse_mark
+from coda.slurm.client import SlurmClient, SlurmError, SlurmJob, format_mark, model_key
 
 GRANTS_KEY = "slurm_grants"
 
@@ -147,6 +146,7 @@ class SlurmNodeAgent(NodeAgent):
         now = self.clock()
         self.ticks += 1
         self._discover(now)
+        self._resync_cpusets(now)
         self._sample(now)
         for m in self.running.values():
             if m.job.quota < 1.0:
@@ -173,44 +173,54 @@ class SlurmNodeAgent(NodeAgent):
                 self.reported.pop(jid, None)
                 self._remove_progress(jid)
                 changed = True
-        for jid, name in sorted(groups.items()):
-            if jid in self.running:
-                continue
-            if now < self._failed_lookups.get(jid, -1.0):
-                continue
+        new = [
+            (jid, name)
+            for jid, name in sorted(groups.items())
+            if jid not in self.running and now >= self._failed_lookups.get(jid, -1.0)
+        ]
+        if new:
             try:
-                if self._adopt_slurm_job(jid, name, now):
-                    changed = True
-            except (SlurmError, CgroupError, ValueError) as e:
-                self._failed_lookups[jid] = now + 5.0  # a job in its last breath, or Slurm busy
-                self.log(f"job {jid}: not adopted yet ({e})")
+                # squeue's JSON, not `scontrol show job`: a job's name cannot pose as
+                # one of its other fields there. One call for every new job.
+                known = {j.job_id: j for j in self.slurm.jobs()}
+            except SlurmError as e:
+                known = {}
+                self.log(f"cannot ask Slurm about new jobs ({e})")
+            for jid, name in new:
+                try:
+                    sj = known.get(jid)
+                    if sj is None:
+                        raise ValueError("Slurm does not list it")
+                    if self._adopt_slurm_job(sj, name, now):
+                        changed = True
+                except (CgroupError, ValueError) as e:
+                    self._failed_lookups[jid] = now + 5.0  # ending, or Slurm busy
+                    self.log(f"job {jid}: not adopted yet ({e})")
         if changed:
             self._save_grants()
 
-    def _adopt_slurm_job(self, jid: int, name: str, now: float) -> bool:
-        f = self.slurm.job_detail(jid)
-        if f.get("JobState") not in ("RUNNING", "SUSPENDED"):
+    def _adopt_slurm_job(self, sj: SlurmJob, name: str, now: float) -> bool:
+        if sj.state not in ("RUNNING", "SUSPENDED"):
             return False
-        uid = _uid(f.get("UserId", ""))
-        nodes = max(1, int(f.get("NumNodes", "1").split("-")[0] or 1))
-        comment = f.get("AdminComment", "").strip()
-        mark = parse_mark(comment)
+        jid = sj.job_id
+        comment = sj.admin_comment.strip()
+        mark = dict(sj.mark) if sj.mark is not None else None
         if mark is None:
             # Not placed by CODA (a --hold job Slurm placed itself). Its AdminComment is
             # the admin's: report into it only if it is empty.
-            mark = {"state": "seen"} if not comment or comment == "(null)" else {"state": ""}
+            mark = {"state": "seen"} if not comment else {"state": ""}
         cpus = self.sg.cpus(name)
         grants = self._load_grants()
         grant = sorted(set(grants.get(jid, cpus)) | set(cpus))
-        req = int(mark["req"]) if mark.get("req", "").isdigit() else len(grant)
-        # TresPerNode is per node; JOB_GRES is the job's total over its nodes.
-        gpus_pn = gres_gpus(f.get("TresPerNode")) or -(-gres_gpus(f.get("JOB_GRES")) // nodes)
-        model = f.get("JobName") or f"job{jid}"
-        job = Job(jid, f"{model}#{jid}", now, gpus_pn * nodes, req * nodes, 0, nodes,
+        nodes = max(1, sj.node_count)
+        req = sj.requested_cores_pn if mark.get("req", "").isdigit() else len(grant)
+        gpus_pn = sj.gpus_per_node
+        model = model_key(sj)
+        job = Job(jid, f"{sj.name}#{jid}", now, gpus_pn * nodes, req * nodes, 0, nodes,
                   float("inf"), model=model)  # fmt: skip
         m = Managed(jid, job, name, self.state_dir / "jobs" / str(jid), cpus,
                     list(range(gpus_pn)), None, None)  # fmt: skip
-        self.info[jid] = SlurmJobInfo(uid, mark, grant)
+        self.info[jid] = SlurmJobInfo(sj.user_id, mark, grant)
         if mark.get("settled", "").isdigit():
             self.reported[jid] = int(mark["settled"])
         self._place(m, now)
@@ -220,10 +230,28 @@ class SlurmNodeAgent(NodeAgent):
                      {"kind": job.kind, "requested": req, "grant": format_cpus(grant),
                       "cpus": format_cpus(cpus), "gpus": gpus_pn, "model": model})  # fmt: skip
         self.log(
-            f"job {jid} ({model}, {job.kind}) on CPUs {format_cpus(cpus)}, "
+            f"job {jid} ({sj.name}, {job.kind}) on CPUs {format_cpus(cpus)}, "
             f"grant {format_cpus(grant)}, asked {req}"
         )
         return True
+
+    def _resync_cpusets(self, now: float) -> None:
+        """Slurm may rewrite a job's cpuset (a new step): put the agent's back, so
+        the books and the kernel agree."""
+        for jid, m in list(self.running.items()):
+            try:
+                cur = self.sg.cpus(m.cgroup)
+            except CgroupError:
+                continue  # ending: the next discovery releases it
+            if set(cur) == set(m.cpus):
+                continue
+            try:
+                self.sg.set_cpus(m.cgroup, m.cpus)
+            except CgroupError as e:
+                self.log(f"job {jid}: cpuset changed to {format_cpus(cur)}; not restored: {e}")
+                continue
+            detail = {"found": format_cpus(cur), "cpus": format_cpus(m.cpus)}
+            self._decide(now, jid, "agent", "restore-cpuset", detail)
 
     # ------------------------------------------------------------ CPUs
     def _room(self, m: Managed) -> int:
@@ -328,11 +356,3 @@ class SlurmNodeAgent(NodeAgent):
         self.store.set_meta(
             GRANTS_KEY, json.dumps({str(j): format_cpus(g) for j, g in sorted(grants.items())})
         )
-
-
-def _uid(text: str) -> int:
-    """``alice(1000)`` (or a bare number) -> 1000."""
-    m = re.search(r"\((\d+)\)\s*$", text) or re.fullmatch(r"\s*(\d+)\s*", text)
-    if m is None:
-        raise ValueError(f"cannot read a user id from {text!r}")
-    return int(m.group(1))

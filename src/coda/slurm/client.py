@@ -7,9 +7,14 @@ still remembers, ``scontrol show -o node`` for nodes, ``scontrol update`` /
 tested on recorded output and the same code drives the real cluster.
 
 CODA's marks live in a job's AdminComment (users cannot change it):
-``coda:held`` (set by job_submit.lua: CODA places the job) and, once placed,
-``coda:placed,req=<cores asked>,grant=<cores granted>,nodes=<list>`` to which the
-node agent adds ``settled=<cores>`` when the allocator has found the job's optimum.
+``coda:held`` (set by job_submit.lua: CODA places the job); while the controller
+places it ``coda:placing,req=<cores asked per node>,grant=<cores granted per
+node>,nodes=<list>``, and ``coda:placed,...`` once released, to which the node agent
+adds ``settled=<cores>`` when the allocator has found the job's optimum;
+``coda:passed,why=...`` for jobs handed to Slurm's own scheduler unchanged.
+
+Jobs are read from ``squeue --json`` only: its fields are structured, so a job name
+or command line cannot pass itself off as another field.
 """
 
 from __future__ import annotations
@@ -143,6 +148,8 @@ class SlurmJob:
     end_time: int = 0
     exit_code: int | None = None
     restarts: int = 0
+    array_job_id: int = 0
+    het_job_id: int = 0
     partitions: list[str] = field(default_factory=list)
     excluded_nodes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -160,18 +167,35 @@ class SlurmJob:
 
     @property
     def placed_by_coda(self) -> bool:
-        return self.mark is not None and self.mark.get("state") == "placed"
+        return self.mark is not None and self.mark.get("state") in ("placed", "placing")
+
+    @property
+    def is_array_or_het(self) -> bool:
+        """Array tasks and heterogeneous jobs: one record, several jobs; CODA passes
+        them to Slurm's own scheduler."""
+        return bool(self.array_job_id or self.het_job_id)
 
     @property
     def requested_cores(self) -> int:
-        """The cores the user asked for (kept in the mark once CODA changed NumCPUs)."""
+        """Cores the user asked for, over all nodes (the mark keeps the per-node
+        request once CODA changed NumCPUs)."""
         if self.mark is not None and self.mark.get("req", "").isdigit():
-            return int(self.mark["req"])
+            return int(self.mark["req"]) * max(1, self.node_count)
         return self.cpus
+
+    @property
+    def requested_cores_pn(self) -> int:
+        return -(-self.requested_cores // max(1, self.node_count))
 
     @property
     def is_dnn(self) -> bool:
         return self.gpus_per_node > 0
+
+
+def model_key(sj: SlurmJob) -> str:
+    """What CODA learns cores for: the job's name, per user (stable names are what
+    lets CODA learn; per user, so nobody can teach it wrong values for others)."""
+    return f"{sj.user_id}:{sj.name or f'job{sj.job_id}'}"
 
 
 def _job_from_json(d: dict[str, Any]) -> SlurmJob:
@@ -204,6 +228,8 @@ def _job_from_json(d: dict[str, Any]) -> SlurmJob:
         end_time=int(d.get("end_time") or 0),
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
         restarts=int(d.get("restart_cnt") or 0),
+        array_job_id=int(d.get("array_job_id") or 0),
+        het_job_id=int(d.get("het_job_id") or 0),
         partitions=[x for x in str(d.get("partition") or "").split(",") if x],
         excluded_nodes=expand_hostlist(d.get("excluded_nodes") or ""),
     )
@@ -282,17 +308,6 @@ class SlurmClient:
                     ) from None
         return out
 
-    def job_detail(self, job_id: int) -> dict[str, str]:
-        """``scontrol show -o -d job``: the fields, plus ``CPU_IDs@<node>`` per node."""
-        text = self.run(["scontrol", "show", "-o", "-d", "job", str(int(job_id))])
-        line = next((ln for ln in text.splitlines() if ln.strip()), "")
-        fields = parse_scontrol_line(line)
-        # Detail records ("Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=...") repeat keys: pair them.
-        for m in re.finditer(r"\bNodes=(\S+) CPU_IDs=(\S+)", line):
-            for node in expand_hostlist(m.group(1)):
-                fields[f"CPU_IDs@{node}"] = m.group(2)
-        return fields
-
     def update(self, job_id: int, **fields: object) -> None:
         args = [f"{k}={v}" for k, v in fields.items()]
         for a in args:
@@ -302,3 +317,6 @@ class SlurmClient:
 
     def release(self, job_id: int) -> None:
         self.run(["scontrol", "release", str(int(job_id))])
+
+    def hold(self, job_id: int) -> None:
+        self.run(["scontrol", "hold", str(int(job_id))])

@@ -32,7 +32,14 @@ from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Policy
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.shim import write_atomic
-from coda.slurm.client import HELD, SlurmClient, SlurmError, SlurmJob, SlurmNode, format_mark
+from coda.slurm.client import (
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    format_mark,
+    model_key,
+)
 
 STATE_FILE = "controller.json"
 STATE_SCHEMA = "coda-slurm-controller/1"
@@ -51,7 +58,8 @@ def plan(policy: Policy, nodes: Sequence[Node], queued: Sequence[Job]) -> list[P
     ``nodes`` carry what is free now and are updated as jobs are placed. Pure: no
     Slurm, no clock. A blocked head blocks its own array only (no runtime
     estimates to backfill with, as in the node runtime), so a big DNN job is never
-    overtaken forever by smaller ones.
+    overtaken forever by smaller ones. A job that could not run even on the empty
+    cluster (too big for every usable node it may use) blocks nothing: it is skipped.
     """
     observe = getattr(policy.pools, "observe_cluster", None)
     if observe is not None:
@@ -66,7 +74,9 @@ def plan(policy: Policy, nodes: Sequence[Node], queued: Sequence[Job]) -> list[P
             cores = max(1, min(job.cores_pn_req, policy.core_count.cores_per_node(job)))
             chosen = _choose(policy, job, nodes, cores)
             if chosen is None:
-                break
+                if _could_ever_fit(policy, job, nodes, cores):
+                    break
+                continue
             for n in chosen:
                 n.free_cores -= cores
                 n.free_gpus -= job.gpus_pn
@@ -78,6 +88,22 @@ def plan(policy: Policy, nodes: Sequence[Node], queued: Sequence[Job]) -> list[P
             job.cores_pn = cores
             out.append(Placement(job, list(chosen), cores))
     return out
+
+
+def _could_ever_fit(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> bool:
+    """Enough nodes of the job's pools with the GPUs and cores, when empty, that the
+    job's static limits (partitions, excluded nodes) allow."""
+    static = [f for f in policy.filters if getattr(f, "static", False)]
+    pools = set(policy.pools.pools(job))
+    fit = sum(
+        1
+        for n in nodes
+        if n.pool in pools
+        and n.gpus >= job.gpus_pn
+        and n.cores >= cores
+        and all(f.filter(job, n, cores) for f in static)
+    )
+    return fit >= job.nodes
 
 
 def _choose(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> list[Node] | None:
@@ -101,6 +127,7 @@ class SlurmLimits:
     """Filter plugin: a job may only go to nodes of its partitions and not to nodes
     it excluded (Slurm would refuse the update). Refreshed from Slurm every cycle."""
 
+    static = True  # depends on the job and node only, not on what is free
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
@@ -119,8 +146,7 @@ class SlurmLimits:
 
 
 def policy_job(sj: SlurmJob) -> Job:
-    """A Slurm job as the policies see it; its model is its name (stable names are
-    what lets CODA learn a model's cores)."""
+    """A Slurm job as the policies see it."""
     return Job(
         sj.job_id,
         f"{sj.name}#{sj.job_id}",
@@ -130,7 +156,7 @@ def policy_job(sj: SlurmJob) -> Job:
         0,
         sj.node_count,
         float("inf"),
-        model=sj.name or f"job{sj.job_id}",
+        model=model_key(sj),
     )
 
 
@@ -207,17 +233,20 @@ class Controller:
         snodes = self.slurm.nodes()
         if self._learn(jobs):
             self._save()
+        usable = {n.name for n in snodes if n.usable}
         self._finish_interrupted(jobs)
+        self._rehold_stranded(jobs, usable)
+        self._pass_through(jobs)
         nodes = self.view(snodes, jobs)
         self.limits.observe(jobs, snodes)
-        queued = [policy_job(j) for j in jobs if j.held_for_coda]
+        queued = [policy_job(j) for j in jobs if j.held_for_coda and not j.is_array_or_het]
         by_id = {j.job_id: j for j in jobs}
-        done: list[Placement] = []
+        marked: list[tuple[SlurmJob, Placement]] = []
         for p in plan(self.policy, nodes, queued):
             sj = by_id[p.job.idx]
-            if self._apply(sj, p):
-                done.append(p)
-        return done
+            if self._write_placement(sj, p):
+                marked.append((sj, p))
+        return self._release_checked(marked)
 
     def _learn(self, jobs: Sequence[SlurmJob]) -> bool:
         alloc = self.allocator
@@ -233,7 +262,7 @@ class Controller:
                     self.learned_from.add(j.job_id)  # unreadable: say so once, not every cycle
                     self.log(f"job {j.job_id}: ignoring settled={settled!r} in its mark")
                 continue
-            key = (j.name or f"job{j.job_id}", j.gpus_per_node, j.node_count)
+            key = (model_key(j), j.gpus_per_node, j.node_count)
             alloc.learned.record(key, int(settled))
             alloc.generation += 1
             self.learned_from.add(j.job_id)
@@ -243,16 +272,63 @@ class Controller:
         return new
 
     def _finish_interrupted(self, jobs: Sequence[SlurmJob]) -> None:
-        """A job marked placed but still held: the controller stopped between the
-        update and the release. The placement stands; release it now."""
+        """``coda:placing``: the controller stopped between writing a placement and
+        marking it placed. Still held: the placement stands, release it; released:
+        only the mark is missing. (A ``placed`` job that is held again was held by
+        someone, an admin or its user: left alone.)"""
         for j in jobs:
-            if j.state == "PENDING" and j.placed_by_coda and j.priority == 0:
-                try:
+            if j.mark is None or j.mark.get("state") != "placing":
+                continue
+            try:
+                if j.state == "PENDING" and j.priority == 0:
                     self.slurm.release(j.job_id)
-                    self._decide(j.job_id, "release", {"why": "placed before a restart"})
-                    self.log(f"job {j.job_id}: released (placed before a restart)")
-                except SlurmError as e:
-                    self.log(f"job {j.job_id}: release failed: {e}")
+                self.slurm.update(j.job_id, AdminComment=self._remark(j, "placed"))
+                self._decide(j.job_id, "release", {"why": "placed before a restart"})
+                self.log(f"job {j.job_id}: placement finished (placed before a restart)")
+            except SlurmError as e:
+                self.log(f"job {j.job_id}: finishing its placement failed: {e}")
+
+    @staticmethod
+    def _remark(j: SlurmJob, state: str, **extra: object) -> str:
+        fields = {k: v for k, v in (j.mark or {}).items() if k != "state"}
+        fields.update({k: str(v) for k, v in extra.items()})
+        return format_mark(state, **fields)
+
+    def _rehold_stranded(self, jobs: Sequence[SlurmJob], usable: set[str]) -> None:
+        """A placed job still pending on a node that is down, drained or gone (a
+        requeue after a node failure, a drain after placement) would wait there for
+        ever: hold it again and place it anew."""
+        for j in jobs:
+            if not (j.state == "PENDING" and j.placed_by_coda and j.priority != 0):
+                continue
+            if not j.required_nodes or all(n in usable for n in j.required_nodes):
+                continue
+            try:
+                # Mark first: a crash in between leaves a job Slurm may run where it was
+                # pinned, never one nobody places.
+                req = j.requested_cores_pn
+                self.slurm.update(j.job_id, AdminComment=format_mark("held", req=req))
+                self.slurm.hold(j.job_id)
+                self._decide(j.job_id, "rehold", {"nodes": j.required_nodes})
+                self.log(f"job {j.job_id}: its node(s) {','.join(j.required_nodes)} are "
+                         "not usable; held to be placed again")  # fmt: skip
+            except SlurmError as e:
+                self.log(f"job {j.job_id}: re-hold failed: {e}")
+
+    def _pass_through(self, jobs: Sequence[SlurmJob]) -> None:
+        """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged:
+        one record stands for several jobs, which one placement cannot describe."""
+        for j in jobs:
+            if not (j.held_for_coda and j.is_array_or_het):
+                continue
+            why = "array" if j.array_job_id else "heterogeneous"
+            try:
+                self.slurm.update(j.job_id, AdminComment=format_mark("passed", why=why))
+                self.slurm.release(j.job_id)
+                self._decide(j.job_id, "pass", {"why": why})
+                self.log(f"job {j.job_id} ({j.name}): {why} job, left to Slurm's scheduler")
+            except SlurmError as e:
+                self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
         """Policy nodes with what is free now: Slurm's allocations, minus what CODA
@@ -271,8 +347,11 @@ class Controller:
             running = j.state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
             on = j.nodes if running else j.required_nodes
             pj: Job | None = None
-            if j.state == "PENDING" and j.placed_by_coda:
-                # Placed (and released, or about to be) but not started: spoken for.
+            waiting = j.reason in ("None", "Resources", "Priority", "") or j.priority == 0
+            if j.state == "PENDING" and j.placed_by_coda and waiting:
+                # Placed (and released, or about to be) but not started: spoken for,
+                # unless it waits for something else (a limit, a begin time, a hold
+                # by its user: then it must not keep cores from other jobs).
                 grant = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
                 for name in on:
                     if name in by_name:
@@ -290,17 +369,15 @@ class Controller:
             n.free_gpus = max(0, n.free_gpus)
         return nodes
 
-    def _apply(self, sj: SlurmJob, p: Placement) -> bool:
+    def _write_placement(self, sj: SlurmJob, p: Placement) -> bool:
+        """Write node, cores and the ``placing`` mark in one update (the mark keeps
+        the request that NumCPUs overwrites). A crash from here on leaves a job that
+        the next cycle either places again (still ``held``) or finishes
+        (``placing``): never started twice, never lost."""
         names = [n.name for n in p.nodes]
-        mark = format_mark(
-            "placed", req=sj.requested_cores // max(1, sj.node_count), grant=p.cores_pn,
-            nodes="+".join(names),
-        )  # fmt: skip
+        mark = format_mark("placing", req=sj.requested_cores_pn, grant=p.cores_pn,
+                           nodes="+".join(names))  # fmt: skip
         try:
-            # Placement and mark in one update (the mark keeps the request NumCPUs
-            # overwrites), then the release: a crash at any point leaves the job either
-            # still ours to place or placed and held (released on the next cycle);
-            # never started twice, never lost.
             self.slurm.update(
                 sj.job_id,
                 ReqNodeList=",".join(names),
@@ -308,25 +385,58 @@ class Controller:
                 MinCPUsNode=p.cores_pn,
                 AdminComment=mark,
             )
-            self.slurm.release(sj.job_id)
         except SlurmError as e:
             self.log(f"job {sj.job_id}: placement on {','.join(names)} failed: {e}")
             self._decide(sj.job_id, "error", {"error": str(e)})
             return False
-        self.placed += 1
-        req = sj.requested_cores // max(1, sj.node_count)
-        self._decide(
-            sj.job_id,
-            "place",
-            {"name": sj.name, "kind": p.job.kind, "nodes": names, "requested": req,
-             "granted": p.cores_pn, "gpus_per_node": sj.gpus_per_node},
-        )  # fmt: skip
-        self.log(
-            f"job {sj.job_id} ({sj.name}, {p.job.kind}) -> {','.join(names)}: "
-            f"{p.cores_pn} of {req} cores asked"
-            + (f", {sj.gpus_per_node} GPUs" if sj.gpus_per_node else "")
-        )
         return True
+
+    def _release_checked(self, marked: list[tuple[SlurmJob, Placement]]) -> list[Placement]:
+        """Read the jobs back (one squeue) and release only those Slurm took the whole
+        placement for: an update Slurm applied in part is put back on hold as ``held``
+        and placed again next cycle."""
+        if not marked:
+            return []
+        now = {j.job_id: j for j in self.slurm.jobs()}
+        done: list[Placement] = []
+        for sj, p in marked:
+            names = [n.name for n in p.nodes]
+            got = now.get(sj.job_id)
+            ok = (
+                got is not None
+                and got.state == "PENDING"
+                and got.cpus == p.cores_pn * len(names)
+                and sorted(got.required_nodes) == sorted(names)
+                and (got.mark or {}).get("state") == "placing"
+            )
+            try:
+                if not ok:
+                    held = format_mark("held", req=sj.requested_cores_pn)
+                    self.slurm.update(sj.job_id, AdminComment=held)
+                    detail = {"error": "placement not taken whole", "got_cpus": got and got.cpus}
+                    self._decide(sj.job_id, "error", detail)
+                    self.log(f"job {sj.job_id}: Slurm did not take the placement whole; held")
+                    continue
+                self.slurm.release(sj.job_id)
+                self.slurm.update(sj.job_id, AdminComment=self._remark(got, "placed"))
+            except SlurmError as e:
+                self.log(f"job {sj.job_id}: release failed ({e}); finished next cycle")
+                continue
+            self.placed += 1
+            req = sj.requested_cores_pn
+            self._decide(
+                sj.job_id,
+                "place",
+                {"name": sj.name, "kind": p.job.kind, "nodes": names, "requested": req,
+                 "granted": p.cores_pn, "gpus_per_node": sj.gpus_per_node},
+            )  # fmt: skip
+            self.log(
+                f"job {sj.job_id} ({sj.name}, {p.job.kind}) -> {','.join(names)}: "
+                f"{p.cores_pn} of {req} cores asked"
+                + (f", {sj.gpus_per_node} GPUs" if sj.gpus_per_node else "")
+            )
+            done.append(p)
+        return done
 
     def run(self, should_stop: Callable[[], bool], period_s: float = 1.0) -> None:
         """Cycle every ``period_s`` until ``should_stop()``. Slurm being briefly
@@ -347,8 +457,16 @@ def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
     places them (CODA switched off). Returns how many were released."""
     n = 0
     for j in client.jobs():
-        if j.state == "PENDING" and j.mark is not None and j.priority == 0:
-            client.update(j.job_id, AdminComment=f"{HELD}-handed-back")
+        if (
+            j.state == "PENDING"
+            and j.priority == 0
+            and (j.mark or {}).get("state")
+            in (
+                "held",
+                "placing",
+            )
+        ):
+            client.update(j.job_id, AdminComment=format_mark("passed", why="handback"))
             client.release(j.job_id)
             log(f"job {j.job_id} ({j.name}): handed back to Slurm")
             n += 1
