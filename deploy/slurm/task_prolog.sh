@@ -2,6 +2,6 @@
 # CODA: slurmstepd runs this before each task (the batch script included) as the
 # job's user; lines "export NAME=VALUE" become the task's environment. A training
 # script using coda.runtime.progress then reports its progress where the node's
-# CODA agent reads it. The directory is sticky and world-writable, like /tmp; the
-# agent trusts a file only if its owner is the job's user.
+# CODA agent reads it: the file prolog.sh made for this job, owned by its user (the
+# directory is root's; the agent trusts a file only if the job's user owns it).
 echo "export CODA_PROGRESS_FILE=@PROGRESS_DIR@/job_${SLURM_JOB_ID}"
