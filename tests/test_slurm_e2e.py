@@ -82,8 +82,13 @@ def cluster() -> Iterator[dict[str, str]]:
     try:
         yield env
     finally:
+        d = Path(env["CODA_SLURM_DIR"])
+        pidfiles = [*d.glob("run/*.pid"), d / "munge" / "munged.pid"]
+        pids = [int(f.read_text().strip()) for f in pidfiles if f.exists()]
         down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True)
         assert down.returncode == 0, down.stderr
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+        assert not alive, f"daemons left running after down: {alive}"
 
 
 class Daemons:
