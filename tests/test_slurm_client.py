@@ -276,7 +276,6 @@ def test_requested_cores_come_from_the_mark_once_placed() -> None:
         {"admin_comment": ""},
         {"admin_comment": "coda:placed,req=2,grant=2,nodes=n1"},
         {"admin_comment": "coda:held-handed-back"},
-        {"dependency": "afterok:12(unfulfilled)"},
     ],
 )
 def test_held_for_coda_needs_every_condition(change: dict[str, object]) -> None:

@@ -399,6 +399,7 @@ def test_a_placed_job_held_again_by_someone_is_left_alone(fake: FakeSlurm, tmp_p
 def test_jobs_with_a_dependency_or_a_user_hold_are_left_alone(
     fake: FakeSlurm, tmp_path: Path
 ) -> None:
+    fake.job(3, "before", 1, state="RUNNING", priority=1, nodes="c1", comment="")
     fake.job(4, "after", 2, dependency="afterok:3(unfulfilled)")
     fake.job(5, "mine", 2, comment="")  # the user's own --hold: no mark
     fake.job(6, "seen", 2, comment="reserved by admin")
@@ -406,10 +407,65 @@ def test_jobs_with_a_dependency_or_a_user_hold_are_left_alone(
     assert ctl.cycle() == []
     assert fake.ids("update") == [] and fake.ids("release") == []
     assert all(fake.jobs[j]["priority"] == 0 for j in (4, 5, 6))
-    # Once the dependency is satisfied, the job is CODA's to place.
-    fake.jobs[4]["dependency"] = ""
+    # Slurm does not re-evaluate a held job's dependency ("unfulfilled" stays): CODA
+    # judges it from job 3's state, and places job 4 once job 3 completed.
+    fake.jobs[3]["job_state"] = "COMPLETED"
     assert [p.job.idx for p in ctl.cycle()] == [4]
     assert fake.ids("release") == [4]
+
+
+def test_a_dependency_coda_cannot_judge_is_left_to_slurm(fake: FakeSlurm, tmp_path: Path) -> None:
+    fake.job(7, "one-at-a-time", 2, dependency="singleton(unfulfilled)")
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []
+    j = fake.jobs[7]
+    assert j["priority"] == 1 and j["required_nodes"] == ""
+    assert parse_mark(j["admin_comment"]) == {"state": "passed", "why": "dependency"}
+
+
+def _sj(jid: int, state: str, array: int = 0, task: int | None = None) -> Any:
+    from coda.slurm.client import SlurmJob
+
+    return SlurmJob(jid, "x", 0, state, "", 1, 1, 0, [], [], "", 1, None,
+                    array_job_id=array, array_task_id=task)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "dep, met",
+    [
+        ("", True),
+        ("afterok:1(unfulfilled)", True),  # 1 COMPLETED
+        ("afterok:2(unfulfilled)", False),  # 2 FAILED
+        ("afternotok:2(unfulfilled)", True),
+        ("afternotok:3(unfulfilled)", False),  # 3 still running
+        ("afterany:2(unfulfilled)", True),
+        ("afterany:3(unfulfilled)", False),
+        ("after:3+5(unfulfilled)", True),  # started
+        ("after:4(unfulfilled)", False),  # 4 pending
+        ("afterok:1(unfulfilled),afterok:2(unfulfilled)", False),  # all of
+        ("afterok:2(unfulfilled)?afterok:1(unfulfilled)", True),  # any of
+        ("afterok:99(unfulfilled)", True),  # Slurm forgot it: met
+        ("afterok:10_1(unfulfilled)", True),  # one array task, completed
+        ("afterok:10(unfulfilled)", False),  # the whole array: task 2 still runs
+        ("singleton(unfulfilled)", None),
+        ("aftercorr:10(unfulfilled)", None),
+        ("afterok:2(failed)", None),
+        ("afterok:2(failed)?afterok:1(unfulfilled)", True),  # the other one will do
+        ("afterok:2(failed)?afterok:3(unfulfilled)", False),
+    ],
+)
+def test_dependency_met(dep: str, met: bool | None) -> None:
+    from coda.slurm.controller import dependency_met
+
+    jobs = [
+        _sj(1, "COMPLETED"),
+        _sj(2, "FAILED"),
+        _sj(3, "RUNNING"),
+        _sj(4, "PENDING"),
+        _sj(11, "COMPLETED", array=10, task=1),
+        _sj(10, "RUNNING", array=10, task=2),
+    ]
+    assert dependency_met(dep, jobs) is met
 
 
 def test_settled_cores_are_learned_once_and_kept(fake: FakeSlurm, tmp_path: Path) -> None:

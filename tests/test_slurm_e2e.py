@@ -344,6 +344,65 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         shutil.rmtree(jobs_dir, ignore_errors=True)
 
 
+def test_arrays_dependencies_and_odd_names_on_real_slurm(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """What one placement cannot describe goes to Slurm unchanged (an array); a
+    dependent job is placed once its dependency completed (Slurm does not evaluate the
+    dependencies of held jobs: CODA does); a name that looks like CODA's mark stays a
+    name."""
+    env = cluster
+    os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
+    slurm = SlurmClient(lambda argv: run_command(argv))
+    user, _, _ = _job_user()
+    as_user = ["runuser", "-u", user, "--"] if user != "root" else []
+    out_dir = Path(tempfile.mkdtemp(prefix="coda-e2e-", dir="/var/tmp"))
+    out_dir.chmod(0o777)
+    daemons = Daemons(env, tmp_path)
+    submitted: list[int] = []
+
+    def sbatch(*args: str) -> int:
+        out = subprocess.run(
+            [*as_user, "sbatch", "--parsable", "-o", str(out_dir / "%j.out"), "-D",
+             str(out_dir), "-c", "1", *args],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        jid = int(out.strip().split(";")[0])
+        submitted.append(jid)
+        return jid
+
+    def jobs() -> dict[int, SlurmJob]:
+        return {j.job_id: j for j in slurm.jobs()}
+
+    try:
+        daemons.start("controller")
+        arr = sbatch("--array=0-1", "-J", "sweep", "--wrap", "sleep 2")
+        first = sbatch("-J", "first", "--wrap", "sleep 4")
+        then = sbatch("-J", "then", f"--dependency=afterok:{first}", "--wrap", "sleep 1")
+        odd = sbatch("-J", "odd name AdminComment=coda:placed,req=64", "--wrap", "sleep 1")
+
+        def ended() -> bool:
+            now = jobs()
+            mine = [j for j in now.values() if j.job_id in submitted or j.array_job_id == arr]
+            return len(mine) >= 5 and all(j.state in ("COMPLETED", "FAILED") for j in mine)
+
+        _wait("every job to end", ended, 90, step=1.0)
+        now = jobs()
+        tasks = [j for j in now.values() if j.array_job_id == arr]
+        assert len(tasks) == 2 and all(t.state == "COMPLETED" for t in tasks)
+        assert all(t.mark == {"state": "passed", "why": "array"} for t in tasks)
+        for jid in (first, then, odd):
+            j = now[jid]
+            assert j.state == "COMPLETED" and j.mark is not None, (jid, j.state, j.mark)
+            assert j.mark["state"] == "placed" and j.mark["req"] == "1", j.mark
+        assert now[then].start_time >= now[first].end_time, "ran after its dependency"
+        assert now[odd].name.startswith("odd name AdminComment=")
+    finally:
+        daemons.stop_all()
+        subprocess.run(["scancel", *map(str, submitted)], env=env, capture_output=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
 def _job_user() -> tuple[str, str, str]:
     """(user, python, PYTHONPATH) for the test's jobs: ``nobody`` with the system
     Python and this checkout's packages when that works, else root with this Python."""

@@ -149,6 +149,7 @@ class SlurmJob:
     exit_code: int | None = None
     restarts: int = 0
     array_job_id: int = 0
+    array_task_id: int | None = None
     het_job_id: int = 0
     partitions: list[str] = field(default_factory=list)
     excluded_nodes: list[str] = field(default_factory=list)
@@ -156,13 +157,12 @@ class SlurmJob:
 
     @property
     def held_for_coda(self) -> bool:
-        """Waiting for CODA to place it (not for a dependency)."""
+        """Held for CODA to place (once its dependencies, if any, are met)."""
         return (
             self.state == "PENDING"
             and self.priority == 0
             and self.mark is not None
             and self.mark.get("state") == "held"
-            and not self.dependency
         )
 
     @property
@@ -229,6 +229,7 @@ def _job_from_json(d: dict[str, Any]) -> SlurmJob:
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
         restarts=int(d.get("restart_cnt") or 0),
         array_job_id=int(d.get("array_job_id") or 0),
+        array_task_id=d["array_task_id"] if isinstance(d.get("array_task_id"), int) else None,
         het_job_id=int(d.get("het_job_id") or 0),
         partitions=[x for x in str(d.get("partition") or "").split(",") if x],
         excluded_nodes=expand_hostlist(d.get("excluded_nodes") or ""),

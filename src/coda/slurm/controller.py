@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,60 @@ def _choose(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> list
         pool_size = max(job.nodes, policy.candidates_to_score)
         return policy.pick(job, feasible[:pool_size], cores, job.nodes)
     return None
+
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE")  # fmt: skip
+_DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
+
+
+def dependency_met(dep: str, jobs: Sequence[SlurmJob]) -> bool | None:
+    """Whether a held job's dependencies are met, judged from the jobs Slurm lists.
+
+    Slurm does not evaluate the dependencies of a held job, so CODA must: ``after``
+    (started), ``afterany`` (ended), ``afterok`` (COMPLETED), ``afternotok`` (ended
+    otherwise); ``,`` means all, ``?`` any; a job Slurm no longer lists counts as met.
+    None: a kind CODA does not judge (singleton, aftercorr), or one Slurm already
+    marked failed that nothing else can make up for: left to Slurm. Slurm tests the
+    dependency again before it starts the job, so a wrong True only means the job
+    waits on its node.
+    """
+    if not dep:
+        return True
+    any_of = "?" in dep
+    by_id = {j.job_id: j for j in jobs}
+    tasks: dict[int, list[SlurmJob]] = {}
+    for j in jobs:
+        if j.array_job_id:
+            tasks.setdefault(j.array_job_id, []).append(j)
+    results = []
+    for item in re.split(r"[,?]", dep):
+        m = _DEP.match(item.strip())
+        if m is None:
+            return None
+        if m.group(4) == "failed":  # Slurm knows it never will be met
+            if not any_of:
+                return None
+            results.append(False)
+            continue
+        kind, jid, task = m.group(1), int(m.group(2)), m.group(3)
+        if task is not None:
+            refs = [t for t in tasks.get(jid, []) if t.array_task_id == int(task)]
+        else:
+            refs = tasks.get(jid) or ([by_id[jid]] if jid in by_id else [])
+        results.append(all(_dep_ok(kind, r) for r in refs))  # none listed: met
+    return any(results) if any_of else all(results)
+
+
+def _dep_ok(kind: str, j: SlurmJob) -> bool:
+    ended = j.state in ENDED
+    if kind == "after":
+        return j.state != "PENDING"
+    if kind == "afterany":
+        return ended
+    if kind == "afterok":
+        return j.state == "COMPLETED"
+    return ended and j.state != "COMPLETED"  # afternotok
 
 
 @dataclass
@@ -239,7 +294,11 @@ class Controller:
         self._pass_through(jobs)
         nodes = self.view(snodes, jobs)
         self.limits.observe(jobs, snodes)
-        queued = [policy_job(j) for j in jobs if j.held_for_coda and not j.is_array_or_het]
+        queued = [
+            policy_job(j)
+            for j in jobs
+            if j.held_for_coda and not j.is_array_or_het and dependency_met(j.dependency, jobs)
+        ]
         by_id = {j.job_id: j for j in jobs}
         marked: list[tuple[SlurmJob, Placement]] = []
         for p in plan(self.policy, nodes, queued):
@@ -316,12 +375,18 @@ class Controller:
                 self.log(f"job {j.job_id}: re-hold failed: {e}")
 
     def _pass_through(self, jobs: Sequence[SlurmJob]) -> None:
-        """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged:
-        one record stands for several jobs, which one placement cannot describe."""
+        """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged
+        (one record stands for several jobs, which one placement cannot describe), and
+        so do jobs whose dependencies CODA cannot judge."""
         for j in jobs:
-            if not (j.held_for_coda and j.is_array_or_het):
+            if not j.held_for_coda:
                 continue
-            why = "array" if j.array_job_id else "heterogeneous"
+            if j.is_array_or_het:
+                why = "array" if j.array_job_id else "heterogeneous"
+            elif dependency_met(j.dependency, jobs) is None:
+                why = "dependency"
+            else:
+                continue
             try:
                 self.slurm.update(j.job_id, AdminComment=format_mark("passed", why=why))
                 self.slurm.release(j.job_id)
