@@ -1,10 +1,11 @@
 """What one cycle of `coda slurm controller` costs on a big cluster's queue.
 
 The controller's own work per cycle: parse `squeue --json` and `scontrol show node`
-output, build the policy view, run one scheduling cycle (plan). Slurm's side (how
+output, build the policy view, run one scheduling cycle (plan), write the placements,
+read them back, release. Slurm's side (how
 long squeue itself takes) is not measured here: the runner answers from memory with
-output in Slurm 22.05's format. Updates and releases are counted but change nothing,
-so every cycle sees the same queue (the steady state of a backed-up cluster).
+output in Slurm 22.05's format. Updates are applied to the read-back only, so every
+cycle sees the same queue (the steady state of a backed-up cluster).
 
     .venv/bin/python bench/bench_slurm_controller.py [--nodes 256] [--queued 100,1000,10000]
 
@@ -84,14 +85,26 @@ def _job(
 
 def bench(n_nodes: int, queued: int, cycles: int) -> dict[str, float]:
     squeue, nodes = _cluster(n_nodes, queued)
-    calls = {"update": 0, "release": 0}
+    by_id = {j["job_id"]: j for j in json.loads(squeue)["jobs"]}
+    updated: dict[int, dict] = {}
 
     def runner(argv: Sequence[str]) -> str:
         if argv[:2] == ["squeue", "--json"]:
-            return squeue
+            if not updated:
+                return squeue  # the cycle's first read: the backed-up queue
+            # The read-back before releasing: Slurm's answer for the updated jobs.
+            return json.dumps({"jobs": list(updated.values())})
         if argv[:3] == ["scontrol", "show", "-o"]:
             return nodes
-        calls["update" if argv[1] == "update" else "release"] += 1
+        if argv[1] == "update":
+            jid = int(argv[2].removeprefix("JobId="))
+            j = updated.setdefault(jid, dict(by_id[jid]))
+            for a in argv[3:]:
+                k, _, v = a.partition("=")
+                key = {"ReqNodeList": "required_nodes", "NumCPUs": "cpus",
+                       "AdminComment": "admin_comment"}.get(k)  # fmt: skip
+                if key:
+                    j[key] = int(v) if key == "cpus" else v
         return ""
 
     plan_s: list[float] = []
@@ -110,6 +123,7 @@ def bench(n_nodes: int, queued: int, cycles: int) -> dict[str, float]:
             times = []
             placed = 0
             for _ in range(cycles):
+                updated.clear()  # every cycle sees the same queue again
                 t0 = time.perf_counter()
                 placed = len(c.cycle())
                 times.append(time.perf_counter() - t0)
