@@ -1,0 +1,74 @@
+"""`coda slurm status` and `handback` against stand-in Slurm commands on PATH
+(recorded 22.05 output shapes); the real cluster runs in test_slurm_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from coda.cli import main
+
+JOBS = [
+    {"job_id": 7, "name": "resnet", "user_id": 1000, "job_state": "RUNNING", "cpus": 3,
+     "node_count": 1, "tres_per_node": "gres:gpu:1", "nodes": "n1", "priority": 1,
+     "admin_comment": "coda:placed,req=8,grant=3,nodes=n1,settled=3",
+     "state_reason": "None"},
+    {"job_id": 8, "name": "prep", "user_id": 1000, "job_state": "PENDING", "cpus": 2,
+     "node_count": 1, "tres_per_node": "", "nodes": "", "priority": 0,
+     "admin_comment": "coda:held", "state_reason": "JobHeldUser"},
+    {"job_id": 9, "name": "theirs", "user_id": 1001, "job_state": "RUNNING", "cpus": 4,
+     "node_count": 1, "tres_per_node": "", "nodes": "n3", "priority": 1,
+     "admin_comment": "", "state_reason": "None"},
+]  # fmt: skip
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """squeue prints JOBS; scontrol appends its argv to a log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": JOBS}))
+    scripts = {
+        "squeue": f"#!/bin/sh\ncat {tmp_path / 'jobs.json'}\n",
+        "scontrol": f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n',
+    }
+    for name, text in scripts.items():
+        f = bin_dir / name
+        f.write_text(text)
+        f.chmod(f.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path
+
+
+def test_status_shows_what_coda_decided(fake_slurm: Path) -> None:
+    r = CliRunner().invoke(main, ["slurm", "status", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.output.splitlines()]
+    assert [row["job"] for row in rows] == [7, 8]  # 9 was never CODA's
+    assert rows[0]["requested"] == 8 and rows[0]["kind"] == "dnn"
+    assert (rows[0]["granted"], rows[0]["settled"], rows[0]["nodes"]) == (3, 3, "n1")
+    assert (rows[1]["coda"], rows[1]["granted"], rows[1]["kind"]) == ("held", None, "cpu")
+    everything = CliRunner().invoke(main, ["slurm", "status", "--all", "--json"])
+    assert len(everything.output.splitlines()) == 3
+    table = CliRunner().invoke(main, ["slurm", "status"])
+    assert table.exit_code == 0 and "resnet" in table.output and "theirs" not in table.output
+
+
+def test_handback_releases_the_held_job_only(fake_slurm: Path) -> None:
+    r = CliRunner().invoke(main, ["slurm", "handback"])
+    assert r.exit_code == 0, r.output
+    assert "1 job(s) handed back" in r.output
+    log = (fake_slurm / "scontrol.log").read_text().splitlines()
+    assert log == ["update JobId=8 AdminComment=coda:passed,why=handback", "release 8"]
+
+
+def test_status_without_slurm_is_one_clear_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue anywhere
+    r = CliRunner().invoke(main, ["slurm", "status"])
+    assert r.exit_code == 1
+    assert "squeue: not found" in r.output
