@@ -857,3 +857,21 @@ def test_a_progress_file_that_cannot_be_made_does_not_stop_the_job(
     r = Reporter(tmp_path / "missing-dir" / "job_5")
     r.step(3)  # no error: reporting is optional
     assert not r.enabled and "progress not reported" in capsys.readouterr().err
+
+
+def test_a_quota_group_still_busy_at_job_end_is_removed_later(env: Env) -> None:
+    jd = env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2")
+    agent = env.agent()
+    agent._apply([SetQuota(agent.running[6].job, 0.5)], env.clock(), "test")
+    qd = env.root / "cpu" / "coda_slurm_n1" / "job_6"
+    # The job ends: slurmd removes its cpuset groups while its last process is still
+    # exiting in CODA's quota group (seen on the real kernel).
+    shutil.rmtree(jd)
+    (qd / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    env.step(agent, {})
+    assert agent.running == {} and qd.is_dir()
+    env.step(agent, {})
+    assert sum("quota group kept" in m for m in env.logs) == 1  # said once, not every tick
+    (qd / "cgroup.procs").write_text("")  # it has gone
+    env.step(agent, {})
+    assert not qd.exists()

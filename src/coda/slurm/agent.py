@@ -80,6 +80,7 @@ class SlurmNodeAgent(NodeAgent):
         self.info: dict[int, SlurmJobInfo] = {}
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}
+        self._kept: set[str] = set()  # quota groups that could not be removed yet
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -135,11 +136,16 @@ class SlurmNodeAgent(NodeAgent):
         self._save_grants()
 
     def _remove_orphan_cgroups(self) -> None:
+        """Remove quota groups of jobs no longer running. A job's last processes may
+        still be exiting when its cpuset group goes: such a group is retried every
+        tick (and reported once)."""
         try:
-            for why in self.sg.cleanup(keep=[m.cgroup for m in self.running.values()]):
-                self.log(f"quota group kept: {why}")
+            kept = self.sg.cleanup(keep=[m.cgroup for m in self.running.values()])
         except CgroupError as e:
-            self.log(f"quota groups: {e}")
+            kept = [str(e)]
+        for why in sorted(set(kept) - self._kept):
+            self.log(f"quota group kept for now: {why}")
+        self._kept = set(kept)
 
     def tick(self) -> None:
         t0 = time.perf_counter()
@@ -155,6 +161,7 @@ class SlurmNodeAgent(NodeAgent):
                 except CgroupError as e:
                     self.log(f"job {m.row_id}: {e}")
         self._control(now)
+        self._remove_orphan_cgroups()
         self._flush()
         self._report()
         self._write_status()

@@ -254,6 +254,10 @@ class SlurmJobCgroups:
         for d in _subdirs(self.quota_base):
             if d.name in mine:
                 continue
+            busy = [p for p in _read_ids(d / "cgroup.procs") if _alive(p)]
+            if busy:
+                left.append(f"{d} still has processes {busy}")
+                continue
             try:
                 _rmdir(d)
             except CgroupError as e:
