@@ -147,6 +147,55 @@ def parse_tunes(items: tuple[str, ...]) -> dict[str, str]:
     return tune
 
 
+def policy_options(f: Callable) -> Callable:
+    """--policy, --tune and --quiet: shared by every daemon that drives a policy."""
+    opts = [
+        click.option("--policy", default="coda", show_default=True,
+                     help="Policy (coda policies list)."),
+        click.option("--tune", "tunes", multiple=True, metavar="PART.FIELD=VALUE",
+                     help="Override a policy knob, e.g. eliminator.step_down=0.5 "
+                     "(see docs/runtime.md)."),
+        click.option("--quiet", is_flag=True),
+    ]  # fmt: skip
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def control_loop_options(f: Callable) -> Callable:
+    """--period, --window, --stall (and policy_options): the node agent's control loop,
+    the same for `coda agent` and `coda slurm agent`."""
+    opts = [
+        click.option("--period", type=click.FloatRange(min=0.05), default=1.0,
+                     show_default=True, help="Control period, seconds."),
+        click.option("--window", type=click.FloatRange(min=0.05), default=2.0,
+                     show_default=True,
+                     help="Throughput window, seconds: one allocator sample per window."),
+        click.option("--stall", type=click.FloatRange(min=0.1), default=15.0,
+                     show_default=True,
+                     help="Seconds without progress after which a job's samples are not trusted."),
+    ]  # fmt: skip
+    for o in reversed(opts):
+        f = o(f)
+    return policy_options(f)
+
+
+def checked_policy(policy: str, tunes: tuple[str, ...]) -> dict[str, str]:
+    """The policy name checked and the --tune options parsed, or a usage error."""
+    from coda.policy import POLICIES
+
+    if policy not in POLICIES:
+        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    return parse_tunes(tunes)
+
+
+def timestamped(quiet: bool) -> Callable[[str], None]:
+    """A daemon's log line writer: ``HH:MM:SS message`` on stdout, or nothing."""
+    if quiet:
+        return lambda m: None
+    return lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}")
+
+
 def register(main: click.Group) -> None:
     main.add_command(agent)
     main.add_command(submit)
@@ -158,28 +207,7 @@ def register(main: click.Group) -> None:
 # ------------------------------------------------------------------- agent
 @click.command()
 @_state_dir_option
-@click.option("--policy", default="coda", show_default=True, help="Policy (coda policies list).")
-@click.option(
-    "--period",
-    type=click.FloatRange(min=0.05),
-    default=1.0,
-    show_default=True,
-    help="Control period, seconds.",
-)
-@click.option(
-    "--window",
-    type=click.FloatRange(min=0.05),
-    default=2.0,
-    show_default=True,
-    help="Throughput window, seconds: one allocator sample per window.",
-)
-@click.option(
-    "--stall",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
-    help="Seconds without progress after which a job's samples are not trusted.",
-)
+@control_loop_options
 @click.option(
     "--gpus",
     type=click.IntRange(min=0),
@@ -218,14 +246,6 @@ def register(main: click.Group) -> None:
     is_flag=True,
     help="Kill running jobs when the agent stops [default: leave them to the next agent].",
 )
-@click.option(
-    "--tune",
-    "tunes",
-    multiple=True,
-    metavar="PART.FIELD=VALUE",
-    help="Override a policy knob, e.g. eliminator.step_down=0.5 (see docs/runtime.md).",
-)
-@click.option("--quiet", is_flag=True)
 def agent(
     state_dir: str,
     policy: str,
@@ -245,17 +265,14 @@ def agent(
 ) -> None:
     """Run the node agent: start queued jobs in their own cgroups, slim DNN jobs'
     cpusets (allocator) and throttle co-located CPU jobs (eliminator)."""
-    from coda.policy import POLICIES
     from coda.runtime.agent import AgentConfig, NodeAgent
     from coda.runtime.cgroups import CgroupError, detect
     from coda.runtime.metrics import MetricsServer, render, write_file
     from coda.runtime.resctrl import Resctrl
 
-    if policy not in POLICIES:
-        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    tune = checked_policy(policy, tunes)
     if window < period:
         raise click.BadParameter("--window must be at least --period")
-    tune = parse_tunes(tunes)
     sd = Path(state_dir)
     sd.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = AgentLock(sd)
@@ -277,7 +294,7 @@ def agent(
 
         cg = LiveProcs(cg)
     store = Store(sd / "coda.db")
-    say = (lambda m: None) if quiet else (lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}"))
+    say = timestamped(quiet)
     cfg = AgentConfig(
         period_s=period,
         window_s=window,

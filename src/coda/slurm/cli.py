@@ -12,19 +12,19 @@ import json
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from coda.runtime.cli import AgentLock, parse_tunes
-
-
-def _say(quiet: bool) -> Callable[[str], None]:
-    if quiet:
-        return lambda m: None
-    return lambda m: click.echo(f"{time.strftime('%H:%M:%S')} {m}", err=False)
+from coda.runtime.cli import (
+    AgentLock,
+    checked_policy,
+    control_loop_options,
+    default_state_dir,
+    policy_options,
+    timestamped,
+)
 
 
 def _stop_flag() -> dict[str, bool]:
@@ -38,25 +38,14 @@ def _stop_flag() -> dict[str, bool]:
     return stop
 
 
-def _state_dir(default_name: str) -> Callable:
-    base = "/var/lib/coda" if os.geteuid() == 0 else str(Path.home() / ".local/state/coda")
+def _state_dir(name: str) -> Callable:
     return click.option(
         "--state-dir",
         type=click.Path(file_okay=False),
-        default=f"{base}/{default_name}",
-        show_default=True,
+        default=lambda: f"{default_state_dir()}/{name}",
+        show_default=f"<coda state dir>/{name}",
         help="Where this daemon keeps its state (local disk; one daemon per directory).",
     )
-
-
-def _tune_option(f: Callable) -> Callable:
-    return click.option(
-        "--tune",
-        "tunes",
-        multiple=True,
-        metavar="PART.FIELD=VALUE",
-        help="Override a policy knob, e.g. allocator.max_windows=8 (see docs/runtime.md).",
-    )(f)
 
 
 @click.group()
@@ -66,29 +55,25 @@ def slurm() -> None:
 
 @slurm.command()
 @_state_dir("slurm-controller")
-@click.option("--policy", default="coda", show_default=True)
 @click.option("--period", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between scheduling cycles.")  # fmt: skip
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
-@_tune_option
-@click.option("--quiet", is_flag=True)
+@policy_options
 def controller(
     state_dir: str, policy: str, period: float, once: bool, tunes: tuple[str, ...], quiet: bool
 ) -> None:
     """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release."""
-    from coda.policy import POLICIES
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.controller import Controller
 
-    if policy not in POLICIES:
-        raise click.BadParameter(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    tune = checked_policy(policy, tunes)
     sd = Path(state_dir)
     sd.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = AgentLock(sd, "controller")
     lock.acquire()
-    say = _say(quiet)
+    say = timestamped(quiet)
     try:
-        ctl = Controller(SlurmClient(), sd, policy=policy, tune=parse_tunes(tunes), log=say)
+        ctl = Controller(SlurmClient(), sd, policy=policy, tune=tune, log=say)
     except ValueError as e:
         lock.release()
         raise click.ClickException(str(e)) from None
@@ -112,11 +97,7 @@ def controller(
 @slurm.command()
 @click.option("--node", required=True, help="This node's Slurm name (slurmd -N).")
 @_state_dir("slurm-agent")
-@click.option("--policy", default="coda", show_default=True)
-@click.option("--period", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
-@click.option("--window", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
-              help="Throughput window: one allocator sample per window.")  # fmt: skip
-@click.option("--stall", type=click.FloatRange(min=0.1), default=15.0, show_default=True)
+@control_loop_options
 @click.option(
     "--progress-dir",
     type=click.Path(file_okay=False),
@@ -130,8 +111,6 @@ def controller(
               help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2).")  # fmt: skip
 @click.option("--restore-on-exit", is_flag=True,
               help="Widen every job back to its Slurm grant when the agent stops.")  # fmt: skip
-@_tune_option
-@click.option("--quiet", is_flag=True)
 def agent(
     node: str,
     state_dir: str,
@@ -155,17 +134,18 @@ def agent(
     from coda.slurm.cgroups import SlurmJobCgroups
     from coda.slurm.client import SlurmClient
 
+    tune = checked_policy(policy, tunes)
     if window < period:
         raise click.BadParameter("--window must be at least --period")
     sd = Path(state_dir)
     sd.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock = AgentLock(sd)
     lock.acquire()
-    say = _say(quiet)
+    say = timestamped(quiet)
     try:
         cg = SlurmJobCgroups(node, cgroup_root, version=int(cgroup_version))
         cfg = AgentConfig(period_s=period, window_s=window, stall_s=stall, policy=policy,
-                          tune=parse_tunes(tunes))  # fmt: skip
+                          tune=tune)  # fmt: skip
         store = Store(sd / "coda.db")
         a = SlurmNodeAgent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say)
     except ValueError as e:
