@@ -414,9 +414,10 @@ class NodeAgent:
         return self.node.free_cores if self.node is not None else 0
 
     def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
-        """``k`` more CPUs for a growing job, or None if the node has not got them."""
-        if self.node is None or self.node.free_cores < k:
-            return None
+        """``k`` more CPUs for a growing job, or None if it has not got the room."""
+        return self._take_for(m, k) if self._room(m) >= k else None
+
+    def _take_for(self, m: Managed, k: int) -> list[int]:
         return self._take_cpus(k, m.job.kind)
 
     def _hold(self, m: Managed, sign: int) -> None:

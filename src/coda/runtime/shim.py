@@ -63,12 +63,16 @@ def read_regular(path: str | os.PathLike[str], limit: int = 4096) -> str:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, durable: bool = True) -> None:
+    """Replace ``path`` in one step (readers see the old or the new text, never half).
+    ``durable=False`` skips the fsync: for files rewritten every second that nobody
+    needs after a power cut (a status snapshot)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

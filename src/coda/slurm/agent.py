@@ -193,12 +193,13 @@ class SlurmNodeAgent(NodeAgent):
             except SlurmError as e:
                 known = {}
                 self.log(f"cannot ask Slurm about new jobs ({e})")
+            grants = self._load_grants()
             for jid, name in new:
                 try:
                     sj = known.get(jid)
                     if sj is None:
                         raise ValueError("Slurm does not list it")
-                    if self._adopt_slurm_job(sj, name, now):
+                    if self._adopt_slurm_job(sj, name, now, grants.get(jid)):
                         changed = True
                 except (CgroupError, ValueError) as e:
                     self._failed_lookups[jid] = now + 5.0  # ending, or Slurm busy
@@ -206,7 +207,9 @@ class SlurmNodeAgent(NodeAgent):
         if changed:
             self._save_grants()
 
-    def _adopt_slurm_job(self, sj: SlurmJob, name: str, now: float) -> bool:
+    def _adopt_slurm_job(
+        self, sj: SlurmJob, name: str, now: float, saved_grant: list[int] | None
+    ) -> bool:
         if sj.state not in ("RUNNING", "SUSPENDED"):
             return False
         jid = sj.job_id
@@ -217,8 +220,7 @@ class SlurmNodeAgent(NodeAgent):
             # the admin's: report into it only if it is empty.
             mark = {"state": "seen"} if not comment else {"state": ""}
         cpus = self.sg.cpus(name)
-        grants = self._load_grants()
-        grant = sorted(set(grants.get(jid, cpus)) | set(cpus))
+        grant = sorted(set(saved_grant or cpus) | set(cpus))
         nodes = max(1, sj.node_count)
         req = sj.requested_cores_pn if mark.get("req", "").isdigit() else len(grant)
         gpus_pn = sj.gpus_per_node
@@ -261,12 +263,14 @@ class SlurmNodeAgent(NodeAgent):
             self._decide(now, jid, "agent", "restore-cpuset", detail)
 
     # ------------------------------------------------------------ CPUs
-    def _room(self, m: Managed) -> int:
-        return len(set(self.info[m.row_id].grant) - set(m.cpus))
+    def _spare(self, m: Managed) -> list[int]:
+        return sorted(set(self.info[m.row_id].grant) - set(m.cpus))
 
-    def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
-        spare = sorted(set(self.info[m.row_id].grant) - set(m.cpus))
-        return spare[:k] if len(spare) >= k else None
+    def _room(self, m: Managed) -> int:
+        return len(self._spare(m))
+
+    def _take_for(self, m: Managed, k: int) -> list[int]:
+        return self._spare(m)[:k]
 
     def _hold(self, m: Managed, sign: int) -> None:
         node = self.node
@@ -340,7 +344,9 @@ class SlurmNodeAgent(NodeAgent):
 
     def _write_status(self) -> None:
         try:
-            write_atomic(self.state_dir / "status.json", json.dumps(self.status(), indent=1))
+            # Every tick: no fsync (a snapshot for people; the next tick rewrites it).
+            text = json.dumps(self.status(), indent=1)
+            write_atomic(self.state_dir / "status.json", text, durable=False)
         except OSError as e:
             self.log(f"status not written: {e}")
 

@@ -153,7 +153,6 @@ class SlurmJob:
     het_job_id: int = 0
     partitions: list[str] = field(default_factory=list)
     excluded_nodes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def held_for_coda(self) -> bool:

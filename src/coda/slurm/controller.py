@@ -128,8 +128,9 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 _DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
 
 
-def dependency_met(dep: str, jobs: Sequence[SlurmJob]) -> bool | None:
-    """Whether a held job's dependencies are met, judged from the jobs Slurm lists.
+class Dependencies:
+    """Whether held jobs' dependencies are met, judged from the jobs Slurm lists
+    (built once per cycle: one index over the jobs, not one per dependent job).
 
     Slurm does not evaluate the dependencies of a held job, so CODA must: ``after``
     (started), ``afterany`` (ended), ``afterok`` (COMPLETED), ``afternotok`` (ended
@@ -139,31 +140,40 @@ def dependency_met(dep: str, jobs: Sequence[SlurmJob]) -> bool | None:
     dependency again before it starts the job, so a wrong True only means the job
     waits on its node.
     """
-    if not dep:
-        return True
-    any_of = "?" in dep
-    by_id = {j.job_id: j for j in jobs}
-    tasks: dict[int, list[SlurmJob]] = {}
-    for j in jobs:
-        if j.array_job_id:
-            tasks.setdefault(j.array_job_id, []).append(j)
-    results = []
-    for item in re.split(r"[,?]", dep):
-        m = _DEP.match(item.strip())
-        if m is None:
-            return None
-        if m.group(4) == "failed":  # Slurm knows it never will be met
-            if not any_of:
+
+    def __init__(self, jobs: Sequence[SlurmJob]) -> None:
+        self.by_id = {j.job_id: j for j in jobs}
+        self.tasks: dict[int, list[SlurmJob]] = {}
+        for j in jobs:
+            if j.array_job_id:
+                self.tasks.setdefault(j.array_job_id, []).append(j)
+
+    def met(self, dep: str) -> bool | None:
+        if not dep:
+            return True
+        any_of = "?" in dep
+        results = []
+        for item in re.split(r"[,?]", dep):
+            m = _DEP.match(item.strip())
+            if m is None:
                 return None
-            results.append(False)
-            continue
-        kind, jid, task = m.group(1), int(m.group(2)), m.group(3)
-        if task is not None:
-            refs = [t for t in tasks.get(jid, []) if t.array_task_id == int(task)]
-        else:
-            refs = tasks.get(jid) or ([by_id[jid]] if jid in by_id else [])
-        results.append(all(_dep_ok(kind, r) for r in refs))  # none listed: met
-    return any(results) if any_of else all(results)
+            if m.group(4) == "failed":  # Slurm knows it never will be met
+                if not any_of:
+                    return None
+                results.append(False)
+                continue
+            kind, jid, task = m.group(1), int(m.group(2)), m.group(3)
+            if task is not None:
+                refs = [t for t in self.tasks.get(jid, []) if t.array_task_id == int(task)]
+            else:
+                refs = self.tasks.get(jid) or ([self.by_id[jid]] if jid in self.by_id else [])
+            results.append(all(_dep_ok(kind, r) for r in refs))  # none listed: met
+        return any(results) if any_of else all(results)
+
+
+def dependency_met(dep: str, jobs: Sequence[SlurmJob]) -> bool | None:
+    """``Dependencies(jobs).met(dep)`` for one job."""
+    return Dependencies(jobs).met(dep)
 
 
 def _dep_ok(kind: str, j: SlurmJob) -> bool:
@@ -291,13 +301,15 @@ class Controller:
         usable = {n.name for n in snodes if n.usable}
         self._finish_interrupted(jobs)
         self._rehold_stranded(jobs, usable)
-        self._pass_through(jobs)
+        deps = Dependencies(jobs)
+        ready = {j.job_id: deps.met(j.dependency) for j in jobs if j.held_for_coda}
+        self._pass_through(jobs, ready)
         nodes = self.view(snodes, jobs)
         self.limits.observe(jobs, snodes)
         queued = [
             policy_job(j)
             for j in jobs
-            if j.held_for_coda and not j.is_array_or_het and dependency_met(j.dependency, jobs)
+            if j.held_for_coda and not j.is_array_or_het and ready[j.job_id]
         ]
         by_id = {j.job_id: j for j in jobs}
         marked: list[tuple[SlurmJob, Placement]] = []
@@ -374,7 +386,7 @@ class Controller:
             except SlurmError as e:
                 self.log(f"job {j.job_id}: re-hold failed: {e}")
 
-    def _pass_through(self, jobs: Sequence[SlurmJob]) -> None:
+    def _pass_through(self, jobs: Sequence[SlurmJob], ready: dict[int, bool | None]) -> None:
         """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged
         (one record stands for several jobs, which one placement cannot describe), and
         so do jobs whose dependencies CODA cannot judge."""
@@ -383,7 +395,7 @@ class Controller:
                 continue
             if j.is_array_or_het:
                 why = "array" if j.array_job_id else "heterogeneous"
-            elif dependency_met(j.dependency, jobs) is None:
+            elif ready[j.job_id] is None:
                 why = "dependency"
             else:
                 continue
@@ -396,8 +408,9 @@ class Controller:
                 self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
-        """Policy nodes with what is free now: Slurm's allocations, minus what CODA
-        already placed that Slurm has not started yet."""
+        """Policy nodes as the simulator gives them to plugins: what is free now
+        (Slurm's allocations, minus what CODA placed that Slurm has not started yet)
+        and which jobs run or are bound there."""
         nodes: list[Node] = []
         by_name: dict[str, Node] = {}
         for i, sn in enumerate(sorted(snodes, key=lambda n: n.name)):
@@ -410,25 +423,24 @@ class Controller:
             by_name[sn.name] = n
         for j in jobs:
             running = j.state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
-            on = j.nodes if running else j.required_nodes
-            pj: Job | None = None
+            placed = j.state == "PENDING" and j.placed_by_coda
+            if not (running or placed):
+                continue
+            on = [by_name[x] for x in (j.nodes if running else j.required_nodes) if x in by_name]
             waiting = j.reason in ("None", "Resources", "Priority", "") or j.priority == 0
-            if j.state == "PENDING" and j.placed_by_coda and waiting:
+            if placed and waiting:
                 # Placed (and released, or about to be) but not started: spoken for,
-                # unless it waits for something else (a limit, a begin time, a hold
-                # by its user: then it must not keep cores from other jobs).
+                # unless it waits for something else (a limit, a begin time, a hold by
+                # its user: then it must not keep cores from other jobs).
                 grant = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
-                for name in on:
-                    if name in by_name:
-                        by_name[name].free_cores -= grant
-                        by_name[name].free_gpus -= j.gpus_per_node
-            if running or (j.state == "PENDING" and j.placed_by_coda):
-                pj = policy_job(j)
-                for name in on:
-                    if name in by_name:
-                        by_name[name].jobs[pj] = None
-                        if not j.is_dnn:
-                            by_name[name].cpu_job_cores += j.cpus // max(1, len(on))
+                for n in on:
+                    n.free_cores -= grant
+                    n.free_gpus -= j.gpus_per_node
+            pj = policy_job(j)
+            for n in on:
+                n.jobs[pj] = None
+                if not j.is_dnn:
+                    n.cpu_job_cores += j.cpus // max(1, len(on))
         for n in nodes:
             n.free_cores = max(0, n.free_cores)
             n.free_gpus = max(0, n.free_gpus)
