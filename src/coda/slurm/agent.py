@@ -81,6 +81,7 @@ class SlurmNodeAgent(NodeAgent):
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}
         self._kept: set[str] = set()  # quota groups that could not be removed yet
+        self._not_running: dict[int, int] = {}  # lookups that found a job not running yet
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -180,6 +181,8 @@ class SlurmNodeAgent(NodeAgent):
                 self.reported.pop(jid, None)
                 self._remove_progress(jid)
                 changed = True
+        self._failed_lookups = {j: t for j, t in self._failed_lookups.items() if j in groups}
+        self._not_running = {j: n for j, n in self._not_running.items() if j in groups}
         new = [
             (jid, name)
             for jid, name in sorted(groups.items())
@@ -201,6 +204,10 @@ class SlurmNodeAgent(NodeAgent):
                         raise ValueError("Slurm does not list it")
                     if self._adopt_slurm_job(sj, name, now, grants.get(jid)):
                         changed = True
+                    else:  # starting or completing: ask again, less often each time
+                        n = self._not_running[jid] = self._not_running.get(jid, 0) + 1
+                        wait = min(30.0, self.config.period_s * 2 ** (n - 1))
+                        self._failed_lookups[jid] = now + wait
                 except (CgroupError, ValueError) as e:
                     self._failed_lookups[jid] = now + 5.0  # ending, or Slurm busy
                     self.log(f"job {jid}: not adopted yet ({e})")
