@@ -144,6 +144,34 @@ class Daemons:
         return [n for n, p in self.procs.items() if p.poll() is None]
 
 
+class Submitter:
+    """``sbatch`` as the test's job user, with outputs in a directory that user can
+    write; keeps every job id (``close`` cancels what is left and removes the dir)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.user, self.py, self.pypath = _job_user()
+        self.as_user = ["runuser", "-u", self.user, "--"] if self.user != "root" else []
+        self.dir = Path(tempfile.mkdtemp(prefix="coda-e2e-", dir="/var/tmp"))
+        self.dir.chmod(0o777)
+        self.ids: list[int] = []
+
+    def __call__(self, *args: str) -> int:
+        out = subprocess.run(
+            [*self.as_user, "sbatch", "--parsable", "-o", str(self.dir / "%j.out"), "-D",
+             str(self.dir), *args],
+            env=self.env, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        jid = int(out.strip().split(";")[0])
+        self.ids.append(jid)
+        return jid
+
+    def close(self) -> None:
+        if self.ids:  # whatever is left (a failed run): cancel it, never mind errors
+            subprocess.run(["scancel", *map(str, self.ids)], env=self.env, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _wait(what: str, cond: Callable[[], object], timeout: float, step: float = 0.5) -> object:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -167,9 +195,8 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     ask = str(node_cpus)
     # Jobs run as an ordinary user where one can run the workloads, as on a real
     # cluster: their files live in a directory that user can write.
-    user, py, pypath = _job_user()
-    jobs_dir = Path(tempfile.mkdtemp(prefix="coda-e2e-", dir="/var/tmp"))
-    jobs_dir.chmod(0o777)
+    submit = Submitter(env)
+    user, py, pypath, jobs_dir = submit.user, submit.py, submit.pypath, submit.dir
     runs = jobs_dir / "runs.log"
     runs.touch()
     runs.chmod(0o666)
@@ -187,21 +214,14 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         "exit $rc\n"
     )
     job_sh.chmod(0o755)
-    as_user = ["runuser", "-u", user, "--"] if user != "root" else []
+    as_user = submit.as_user
     daemons = Daemons(env, tmp_path)
-    submitted: list[int] = []
+    submitted = submit.ids
     # A model name of its own: a reused cluster may remember jobs of earlier runs.
     model = f"tiny-{os.getpid()}-{int(time.time())}"
 
     def sbatch(kind: str, seconds: int, *args: str) -> int:
-        out = subprocess.run(
-            [*as_user, "sbatch", "--parsable", "-o", str(jobs_dir / "%j.out"), "-D",
-             str(jobs_dir), f"--export=ALL,KIND={kind},SECS={seconds}", *args, str(job_sh)],
-            env=env, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        jid = int(out.strip().split(";")[0])
-        submitted.append(jid)
-        return jid
+        return submit(f"--export=ALL,KIND={kind},SECS={seconds}", *args, str(job_sh))
 
     def job(jid: int) -> SlurmJob:
         return next(j for j in slurm.jobs() if j.job_id == jid)
@@ -337,11 +357,9 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         )
     finally:
         daemons.stop_all()
-        if submitted:  # whatever is left (a failed run): cancel it, never mind errors
-            subprocess.run(["scancel", *map(str, submitted)], env=env, capture_output=True)
         for f in [*sorted(tmp_path.glob("*.log")), runs]:
             print(f"---- {f.name}\n{f.read_text()[-3000:]}")
-        shutil.rmtree(jobs_dir, ignore_errors=True)
+        submit.close()
 
 
 def test_arrays_dependencies_and_odd_names_on_real_slurm(
@@ -354,22 +372,12 @@ def test_arrays_dependencies_and_odd_names_on_real_slurm(
     env = cluster
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
     slurm = SlurmClient(lambda argv: run_command(argv))
-    user, _, _ = _job_user()
-    as_user = ["runuser", "-u", user, "--"] if user != "root" else []
-    out_dir = Path(tempfile.mkdtemp(prefix="coda-e2e-", dir="/var/tmp"))
-    out_dir.chmod(0o777)
     daemons = Daemons(env, tmp_path)
-    submitted: list[int] = []
+    submit = Submitter(env)
+    submitted = submit.ids
 
     def sbatch(*args: str) -> int:
-        out = subprocess.run(
-            [*as_user, "sbatch", "--parsable", "-o", str(out_dir / "%j.out"), "-D",
-             str(out_dir), "-c", "1", *args],
-            env=env, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        jid = int(out.strip().split(";")[0])
-        submitted.append(jid)
-        return jid
+        return submit("-c", "1", *args)
 
     def jobs() -> dict[int, SlurmJob]:
         return {j.job_id: j for j in slurm.jobs()}
@@ -399,8 +407,7 @@ def test_arrays_dependencies_and_odd_names_on_real_slurm(
         assert now[odd].name.startswith("odd name AdminComment=")
     finally:
         daemons.stop_all()
-        subprocess.run(["scancel", *map(str, submitted)], env=env, capture_output=True)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        submit.close()
 
 
 def _job_user() -> tuple[str, str, str]:
