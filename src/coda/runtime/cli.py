@@ -189,6 +189,23 @@ def checked_policy(policy: str, tunes: tuple[str, ...]) -> dict[str, str]:
     return parse_tunes(tunes)
 
 
+def checked_loop(policy: str, tunes: tuple[str, ...], period: float, window: float) -> dict:
+    """checked_policy, plus the control loop's own rule: a window spans whole periods."""
+    tune = checked_policy(policy, tunes)
+    if window < period:
+        raise click.BadParameter("--window must be at least --period")
+    return tune
+
+
+def locked_state_dir(state_dir: str, what: str = "agent") -> tuple[Path, AgentLock]:
+    """The daemon's state directory (made 0700) with its lock held."""
+    sd = Path(state_dir)
+    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = AgentLock(sd, what)
+    lock.acquire()
+    return sd, lock
+
+
 def timestamped(quiet: bool) -> Callable[[str], None]:
     """A daemon's log line writer: ``HH:MM:SS message`` on stdout, or nothing."""
     if quiet:
@@ -270,13 +287,8 @@ def agent(
     from coda.runtime.metrics import MetricsServer, render, write_file
     from coda.runtime.resctrl import Resctrl
 
-    tune = checked_policy(policy, tunes)
-    if window < period:
-        raise click.BadParameter("--window must be at least --period")
-    sd = Path(state_dir)
-    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = AgentLock(sd)
-    lock.acquire()
+    tune = checked_loop(policy, tunes, period, window)
+    sd, lock = locked_state_dir(state_dir)
     if gpus is None:
         gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
     try:

@@ -13,15 +13,15 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
 from coda.runtime.cli import (
-    AgentLock,
+    checked_loop,
     checked_policy,
     control_loop_options,
     default_state_dir,
+    locked_state_dir,
     policy_options,
     timestamped,
 )
@@ -67,10 +67,7 @@ def controller(
     from coda.slurm.controller import Controller
 
     tune = checked_policy(policy, tunes)
-    sd = Path(state_dir)
-    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = AgentLock(sd, "controller")
-    lock.acquire()
+    sd, lock = locked_state_dir(state_dir, "controller")
     say = timestamped(quiet)
     try:
         ctl = Controller(SlurmClient(), sd, policy=policy, tune=tune, log=say)
@@ -134,13 +131,8 @@ def agent(
     from coda.slurm.cgroups import SlurmJobCgroups
     from coda.slurm.client import SlurmClient
 
-    tune = checked_policy(policy, tunes)
-    if window < period:
-        raise click.BadParameter("--window must be at least --period")
-    sd = Path(state_dir)
-    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = AgentLock(sd)
-    lock.acquire()
+    tune = checked_loop(policy, tunes, period, window)
+    sd, lock = locked_state_dir(state_dir)
     say = timestamped(quiet)
     try:
         cg = SlurmJobCgroups(node, cgroup_root, version=int(cgroup_version))
