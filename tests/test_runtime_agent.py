@@ -49,6 +49,8 @@ def env(tmp_path: Path):
 
     def new_agent(**cfg) -> NodeAgent:
         a = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**{**FAST, **cfg}))
+        for old in agents:  # the old one "crashed": the kernel dropped its parent lock
+            old.release_parent()
         a.start()
         agents.append(a)
         return a
@@ -87,19 +89,23 @@ def py(*args: str) -> list[str]:
 def test_job_runs_in_its_cgroup_and_is_reaped(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
-    code = "import os; print(os.environ['CODA_JOB_ID'], os.environ['CODA_PROGRESS_FILE'])"
+    code = (
+        "import os, time; print(os.environ['CODA_JOB_ID'], os.environ['CODA_PROGRESS_FILE']);"
+        " time.sleep(1)"
+    )
     jid = submit(store, py("-c", code), name="hello", cores=2)
     agent.tick()
     row = store.job(jid)
     assert row.state == "running" and row.launches == 1
     assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() in ("2-3", "2,3")
-    procs = cg_file(tmp, jid, "cpuset", "cgroup.procs").read_text().split()
-    assert procs == [str(row.shim_pid)]  # joined before exec
+    procs_file = cg_file(tmp, jid, "cpuset", "cgroup.procs")
+    tick_until(agent, lambda: procs_file.exists() and procs_file.read_text().split() != [])
+    assert procs_file.read_text().split() == [str(row.shim_pid)]  # the shim joined first
     tick_until(agent, lambda: store.job(jid).state == "done")
     row = store.job(jid)
     assert row.exit_code == 0 and row.message == "exited 0"
     out = (tmp / "state" / "jobs" / str(jid) / "stdout").read_text().split()
-    assert out[0] == str(jid) and out[1].endswith(f"jobs/{jid}/progress")
+    assert out[0] == str(jid) and out[1] == str(agent.progress_file(jid))
     assert not cg_file(tmp, jid, "cpuset", "").exists()  # cgroup removed
     assert agent.node.free_cores == 4
 
@@ -279,7 +285,9 @@ def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     jid = submit(store, py("-c", "import time; time.sleep(2.5)"), name="long", cores=2)
     first.tick()
     row = store.job(jid)
-    # The first agent dies without a word: no shutdown, its in-memory state is gone.
+    # The first agent dies without a word: no shutdown, its in-memory state is gone
+    # (and the kernel drops its lock on the cgroup parent).
+    first.release_parent()
     second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
     second.start()
     assert jid in second.running and second.running[jid].shim_pid == row.shim_pid
@@ -297,6 +305,7 @@ def test_job_that_ended_while_no_agent_ran_is_recorded(env) -> None:
     first.tick()
     m: Managed = first.running[jid]
     m.popen.wait(timeout=10)
+    first.release_parent()  # it died
     second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
     second.start()
     row = store.job(jid)
@@ -393,11 +402,19 @@ def test_metrics_render(env) -> None:
     agent = new_agent()
     submit(store, ["sleep", "5"], name="m", cores=1)
     agent.tick()
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = render(agent)
     assert "# TYPE coda_job_cores gauge" in text
-    assert 'coda_job_cores{job="1",name="m#1",kind="cpu"} 1' in text
-    assert "coda_node_free_cores 3" in text
-    assert 'coda_agent_decisions_total{component="scheduler",action="start"} 1' in text
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert got[("coda_job_cores", (("job", "1"), ("kind", "cpu"), ("name", "m#1")))] == 1
+    assert got[("coda_node_free_cores", ())] == 3
+    decision = (("action", "start"), ("component", "scheduler"))
+    assert got[("coda_agent_decisions_total", decision)] == 1
 
 
 def test_progress_file_is_where_the_job_writes(env) -> None:
@@ -406,7 +423,10 @@ def test_progress_file_is_where_the_job_writes(env) -> None:
     code = "from coda.runtime.progress import Reporter; r = Reporter(); r.step(42); r.close()"
     jid = submit(store, py("-c", code), name="p")
     tick_until(agent, lambda: store.job(jid).state == "done")
-    rec = read_progress(tmp / "state" / "jobs" / str(jid) / "progress")
+    path = agent.progress_file(jid)
+    assert path == tmp / "state.run" / "progress" / str(jid)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    rec = read_progress(path, owner=os.geteuid())
     assert rec is not None and rec.samples == 42 and rec.pid != os.getpid()
 
 
@@ -440,17 +460,17 @@ def test_tune_policy_overrides_and_validates() -> None:
 # ------------------------------------------------------------------ review regressions
 
 
-def test_preexec_failure_fails_the_job_not_the_agent(env) -> None:
-    # The child could not join its cgroup: Popen raises SubprocessError, not OSError.
-    # That escaped the tick (agent crash), left the row 'starting' and, on restart,
-    # requeued it into the same crash.
+def test_a_shim_that_cannot_join_fails_the_job_not_the_agent(env) -> None:
+    # The shim could not join the job's cgroup: it never starts the job, records exit
+    # 125 and says why in the job's stderr; the agent reaps it like any ended job.
     tmp, drv, store, new_agent = env
     agent = new_agent()
     drv.procs_files = lambda name: [str(tmp / "missing" / "cgroup.procs")]
     jid = submit(store, ["sleep", "5"], name="nojoin")
-    agent.tick()
+    tick_until(agent, lambda: store.job(jid).state == "failed")
     row = store.job(jid)
-    assert row.state == "failed" and "launch failed" in row.message
+    assert row.exit_code == 125
+    assert "cannot set the job up" in (agent.job_dir(jid) / "stderr").read_text()
     assert not agent.running and agent.node.free_cores == 4 and len(agent._free_cpus) == 4
     assert not cg_file(tmp, jid, "cpuset", "").exists()
 
@@ -601,6 +621,8 @@ def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
 
     def new_agent() -> NodeAgent:
         a = NodeAgent(store, drv, tmp_path / "state", cfg)
+        for old in agents:  # the old one "crashed": the kernel dropped its parent lock
+            old.release_parent()
         a.start()
         agents.append(a)
         return a

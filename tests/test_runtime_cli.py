@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -129,6 +130,8 @@ def test_agent_start_errors_are_clear_and_release_everything(tmp_path: Path, mon
     # and the caller's signal handlers untouched.
     mounts = build_v1_tree(tmp_path / "tree", 2)
     shutil.rmtree(tmp_path / "tree" / "sys" / "fs" / "cgroup" / "cpuset")
+    sd.mkdir(exist_ok=True)
+    os.chown(sd, 1000, 1000)  # the state directory of the (pretended) user 1000
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     before = signal.getsignal(signal.SIGINT)
     args = ["--cgroup-mounts", str(mounts), "--cgroup-prefix", str(tmp_path / "tree")]

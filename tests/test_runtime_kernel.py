@@ -306,3 +306,139 @@ def test_coda_run_and_status(node, tmp_path: Path) -> None:
     assert [j["state"] for j in data["jobs"]] == ["done", "failed"]
     text = (agent.state / "metrics.prom").read_text()
     assert "coda_agent_ticks_total" in text
+
+
+# ------------------------------------------------------------ who a job runs as
+NOBODY = 65534
+
+
+def as_user(uid: int, gid: int, argv: list[str]) -> tuple[int, str]:
+    """Run `coda ARGV` in a forked child that has dropped to uid/gid (no groups) before
+    it does anything: the agent sees that user through the socket's peer credentials.
+    In-process, because this machine's Python lives where other users cannot read."""
+    from coda.cli import main
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(r)
+            os.dup2(w, 1)
+            os.dup2(w, 2)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - pytest swapped them
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            try:
+                main(argv, standalone_mode=True)
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(w)
+    out = b""
+    with os.fdopen(r, "rb") as f:
+        out = f.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode()
+
+
+@pytest.fixture
+def public_node(tmp_path: Path) -> Iterator[tuple[Agent, Store, Path]]:
+    """An agent whose run directory other users can reach (the pytest tmp dir cannot be)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="coda-kt-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    parent = f"coda-kt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    agent = Agent(base / "state", parent, tmp_path / "agent.log")
+    agent.start()
+    store = Store(base / "state" / "coda.db")
+    yield agent, store, base
+    agent.kill(signal.SIGTERM)
+    drv = detect(parent=parent)
+    for name in drv.names():
+        for p in drv.pids(name):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda n=name: not drv.pids(n), 10, "job processes to exit")
+        drv.remove(name)
+    if (CG / "cpuset" / parent).exists():
+        drv.teardown()
+    store.close()
+    shutil.rmtree(base)
+    print((tmp_path / "agent.log").read_text())
+
+
+def test_a_non_root_submit_runs_as_that_user_never_root(public_node) -> None:
+    agent, store, base = public_node
+    sd = str(agent.state)
+    assert os.stat(sd).st_mode & 0o777 == 0o700  # nobody cannot read the state itself
+    code, out = as_user(NOBODY, NOBODY, ["submit", "--state-dir", sd, "--cwd", "/tmp",
+                                         "--name", "who", "--", "/usr/bin/id"])  # fmt: skip
+    assert code == 0, out
+    jid = int(out.strip().splitlines()[-1])
+    wait_for(lambda: store.job(jid).state in ("done", "failed"), 30, "nobody's job to end")
+    row = store.job(jid)
+    assert row.state == "done", row
+    assert (row.uid, row.gid, row.groups) == (NOBODY, NOBODY, [NOBODY])
+    said = (agent.state / "jobs" / str(jid) / "stdout").read_text()
+    assert said.startswith(f"uid={NOBODY}(") and f"gid={NOBODY}(" in said, said
+    assert "groups=65534(" in said and "(root)" not in said, said
+    # Its progress file is nobody's own, in the public run directory.
+    pf = Path(f"{agent.state}.run") / "progress" / str(jid)
+    assert os.stat(pf).st_uid == NOBODY and os.stat(pf).st_mode & 0o777 == 0o600
+    # Root's jobs: nobody sees no command and cancels nothing.
+    mine = subprocess.run(
+        [sys.executable, "-m", "coda.cli", "submit", "--state-dir", sd, "--name", "roots",
+         "--env", "TOKEN=secret", "--", "sleep", "20"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    code, out = as_user(NOBODY, NOBODY, ["cancel", "--state-dir", sd, mine])
+    assert code == 1 and "is not yours" in out, out
+    code, out = as_user(NOBODY, NOBODY, ["status", "--state-dir", sd, mine, "--json"])
+    assert code == 0 and "secret" not in out and json.loads(out)["jobs"][0]["argv"] == []
+    assert store.job(int(mine)).cancel == 0
+    subprocess.run([sys.executable, "-m", "coda.cli", "cancel", "--state-dir", sd, mine],
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def test_the_real_supervisor_is_insulated_from_its_job(public_node) -> None:
+    agent, store, base = public_node
+    sd = str(agent.state)
+    out = subprocess.run(
+        [sys.executable, "-m", "coda.cli", "submit", "--state-dir", sd, "--name", "ins",
+         "--env", "LD_PRELOAD=/nonexistent/evil.so", "--env", "PYTHONPATH=/nonexistent",
+         "--", "sleep", "5"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    jid = int(out.stdout.strip().splitlines()[-1])
+    wait_for(lambda: store.job(jid).shim_pid is not None, 20, "the job to start")
+    shim = store.job(jid).shim_pid
+    env = Path(f"/proc/{shim}/environ").read_bytes().split(b"\0")
+    assert not [e for e in env if e.startswith((b"LD_", b"PYTHON"))], env
+    kids = Path(f"/proc/{shim}/task/{shim}/children").read_text().split()
+    assert kids, "the shim started no job"
+    job_env = Path(f"/proc/{kids[0]}/environ").read_bytes().split(b"\0")
+    assert b"LD_PRELOAD=/nonexistent/evil.so" in job_env  # the job's own exec has it
+
+
+def test_a_second_agent_on_the_same_cgroup_parent_is_refused(public_node, tmp_path) -> None:
+    agent, store, base = public_node
+    other = subprocess.run(
+        [sys.executable, "-m", "coda.cli", "agent", "--state-dir", str(tmp_path / "other"),
+         "--cgroup-parent", agent.parent, "--gpus", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert "another agent manages cgroup parent" in other.stderr + other.stdout
+    assert "Traceback" not in other.stderr + other.stdout
+    assert (CG / "cpuset" / agent.parent).is_dir()  # the first one's parent is untouched

@@ -35,10 +35,20 @@ from coda.policy import make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Policy, Preempt, SetCores, SetQuota
 from coda.policy.state import CPU, DNN, Job, Node
+from coda.runtime import shim
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
 from coda.runtime.progress import ENV_FILE, Progress, read_progress
-from coda.runtime.shim import alive, proc_start_time, read_regular
+from coda.runtime.shim import LAUNCH_FILE, SHIM_ENV, alive, proc_start_time, read_regular
+from coda.runtime.statedir import PUBLIC_DIR_MODE, secure_dir
 from coda.runtime.store import JobRow, Store
+
+# The shim runs from its file with `python -I`: the standard library only, nothing from
+# a job's environment or working directory (see shim.main).
+SHIM_PATH = str(Path(shim.__file__).resolve())
+# What a job's environment starts from besides its own variables: the agent's PATH and
+# locale, never the rest of the agent's (root's) environment.
+PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
+PARENT_MADE_KEY = "cgroup_parent_made"
 
 LEARNED_KEY = "learned_profiles"
 
@@ -86,6 +96,7 @@ class Managed:
     kill_at: float | None = None  # cancel in progress: SIGKILL at this time
     dirty: bool = True  # DB row needs the latest cpus/quota/throughput
     mb: int | None = None  # MBA percent set through resctrl
+    uid: int | None = None  # the user the job runs as (owns its progress file)
 
 
 class NodeAgent:
@@ -102,10 +113,16 @@ class NodeAgent:
         wall: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
         node_name: str | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = store
         self.cg = cgroups
         self.state_dir = Path(state_dir)
+        # Public (0755): the control socket and the jobs' progress files, which jobs
+        # running as their submitters must reach. The state directory stays 0700.
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(self.state_dir)
+        self.progress_dir = self.run_dir / "progress"
+        self._parent_lock: int | None = None
         self.config = config or AgentConfig()
         self.resctrl = (
             resctrl if resctrl is not None and getattr(resctrl, "available", False) else None
@@ -135,7 +152,12 @@ class NodeAgent:
 
     def start(self) -> None:
         """Set up the cgroup parent, the node, learned profiles; re-adopt running jobs."""
+        parent = self.cg.parent_path()
+        made = not parent.is_dir()
         self.cg.setup()
+        self._lock_parent(parent)
+        if made:
+            self.store.set_meta(PARENT_MADE_KEY, str(parent))
         cpus = self.config.cpus if self.config.cpus is not None else self.cg.available_cpus()
         if not cpus:
             raise CgroupError("no CPUs available to manage")
@@ -150,7 +172,9 @@ class NodeAgent:
         if observe is not None:
             observe([self.node])
         self._load_learned()
-        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        secure_dir(self.state_dir / "jobs")
+        secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
+        secure_dir(self.progress_dir, PUBLIC_DIR_MODE, "progress directory")
         self._adopt_all()
         self._remove_orphan_cgroups()
         self.store.set_meta(
@@ -187,11 +211,39 @@ class NodeAgent:
         self._flush()
         self._save_learned()
         self._remove_orphan_cgroups()
-        if not self.running:
+        # The parent goes only if an agent of this state directory made it: another
+        # agent's (or an operator's) parent stays, whatever is in it.
+        made = self.store.meta(PARENT_MADE_KEY)
+        if not self.running and made and made == str(self.cg.parent_path()):
             try:
                 self.cg.teardown()
+                self.store.set_meta(PARENT_MADE_KEY, "")
             except CgroupError as e:
                 self.log(f"cgroup parent kept: {e}")
+        self.release_parent()
+
+    def _lock_parent(self, parent: Path) -> None:
+        """One agent per cgroup parent: an exclusive flock on the parent group's own
+        directory (the kernel drops it when the agent dies), whatever state directory
+        each agent was given. Two agents on one parent would adopt, throttle and
+        remove each other's job groups."""
+        import fcntl
+
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CgroupError(
+                f"another agent manages cgroup parent {parent} (its lock is held): "
+                "give this one another --cgroup-parent"
+            ) from None
+        self._parent_lock = fd
+
+    def release_parent(self) -> None:
+        if self._parent_lock is not None:
+            os.close(self._parent_lock)
+            self._parent_lock = None
 
     def run(
         self, should_stop: Callable[[], bool], idle: Callable[[float], None] = time.sleep
@@ -433,7 +485,23 @@ class NodeAgent:
             self._free_gpus.update(m.gpu_ids)
 
     def _read_job_progress(self, m: Managed) -> Progress | None:
-        return read_progress(m.job_dir / "progress")
+        # The job's user owns its file; a file anyone else made there is not trusted.
+        return read_progress(self.progress_file(m.row_id), owner=m.uid)
+
+    def progress_file(self, job_id: int) -> Path:
+        return self.progress_dir / str(int(job_id))
+
+    def _make_progress_file(self, job_id: int, uid: int, gid: int) -> Path:
+        """A fresh, empty progress file that the job's user owns (0600)."""
+        path = self.progress_file(job_id)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            if (uid, gid) != (os.geteuid(), os.getegid()):
+                os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+        return path
 
     def _take_cpus(self, n: int, kind: str) -> list[int]:
         # DNN jobs from the low end, CPU jobs from the high end: they stay apart.
@@ -449,8 +517,18 @@ class NodeAgent:
         self._free_gpus.difference_update(gpu_ids)
         name = f"job-{r.id}"
         jdir = self.job_dir(r.id)
-        jdir.mkdir(parents=True, exist_ok=True)
-        for f in ("exit", "shim.pid", "progress"):
+        if self.cg.exists(name) and self.cg.pids(name):
+            # Not this agent's group (it has no running job r.id): never join or take it.
+            self._free_cpus.update(cpus)
+            self._free_gpus.update(gpu_ids)
+            self.store.update(
+                r.id, state="failed", end_t=self.wall(), message=f"cgroup {name} is in use"
+            )
+            self._queued_jobs.pop(r.id, None)
+            self.log(f"job {r.id}: not started: cgroup {name} has processes of another owner")
+            return
+        secure_dir(jdir)
+        for f in ("exit", "shim.pid", LAUNCH_FILE):
             (jdir / f).unlink(missing_ok=True)
         # Recorded before the process exists: a crash from here on is re-adopted or
         # found never started (no shim.pid, empty cgroup), never run twice. Only a row
@@ -471,7 +549,7 @@ class NodeAgent:
             self._free_gpus.update(gpu_ids)
             self._queued_jobs.pop(r.id, None)
             return
-        m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None)
+        m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=_uid_of(r))
         self._place(m, now)
         try:
             self.cg.create(name)
@@ -479,7 +557,6 @@ class NodeAgent:
             self.cg.set_quota(name, None)
             m.popen = self._spawn(r, m)
         except (CgroupError, OSError, subprocess.SubprocessError) as e:
-            # SubprocessError: the child could not join its cgroup (preexec_fn failed).
             self._release(m, now)
             self.store.update(
                 r.id, state="failed", end_t=self.wall(), message=f"launch failed: {e}"
@@ -507,37 +584,42 @@ class NodeAgent:
         return self.state_dir / "jobs" / str(int(job_id))
 
     def _spawn(self, r: JobRow, m: Managed) -> subprocess.Popen[bytes]:
-        procs = self.cg.procs_files(m.cgroup)
-
-        def join_cgroup() -> None:  # runs in the child before exec: the job starts inside
-            pid = str(os.getpid())
-            for path in procs:
-                with open(path, "w") as f:
-                    f.write(pid)
-
-        env = dict(os.environ)
+        uid, gid = _uid_of(r), (r.gid if r.gid is not None else os.getegid())
+        groups = list(r.groups) if r.uid is not None else []
+        progress = self._make_progress_file(r.id, uid, gid)
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env.update(_user_env(uid))
         env.update(r.env)
         env.update(
             {
                 "CODA_JOB_ID": str(r.id),
                 "CODA_JOB_NAME": r.name,
-                ENV_FILE: str(m.job_dir / "progress"),
+                ENV_FILE: str(progress),
                 "CUDA_VISIBLE_DEVICES": ",".join(map(str, m.gpu_ids)),
             }
         )
-        with open(m.job_dir / "stdout", "ab") as out, open(m.job_dir / "stderr", "ab") as err:
+        launch = {
+            "argv": list(r.argv),
+            "cwd": r.cwd,
+            "env": env,
+            "uid": uid,
+            "gid": gid,
+            "groups": groups,
+            "cgroup_procs": list(self.cg.procs_files(m.cgroup)),
+        }
+        shim.write_atomic(m.job_dir / LAUNCH_FILE, json.dumps(launch))
+        with _private_log(m.job_dir / "stdout") as out, _private_log(m.job_dir / "stderr") as err:
+            # The supervisor gets a fixed environment and `-I`: a job's PYTHONPATH or
+            # LD_PRELOAD reaches only the job's own exec (the shim puts it there).
             return subprocess.Popen(
-                # -P: `-m` would put the job's cwd first on the shim's sys.path, so a
-                # json.py or signal.py there would replace the shim's own imports.
-                [sys.executable, "-P", "-m", "coda.runtime.shim", str(m.job_dir), "--", *r.argv],
-                cwd=r.cwd,
-                env=env,
+                [sys.executable, "-I", SHIM_PATH, str(m.job_dir)],
+                cwd="/",
+                env=dict(SHIM_ENV),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=join_cgroup,
                 shell=False,
             )
 
@@ -686,9 +768,8 @@ class NodeAgent:
         n = max(1, n)
         if n == cur:
             return
-        if n > cur and node.free_cores < n - cur and job.kind == DNN and self.policy.reclaim:
-            acts = self.policy.reclaim.reclaim(job, node, n - cur - node.free_cores, now)
-            self._apply(acts, now, "reclaim", reason={"for_job": m.row_id, "cores": n})
+        # Growth (a probe, a climb back, a stalled job's regrow) takes free cores only:
+        # cores CPU jobs hold are reclaimed for a DNN job's start, never to measure one.
         add = self._cpus_to_add(m, n - cur) if n > cur else []
         if add is None:
             self._decide(
@@ -857,7 +938,7 @@ class NodeAgent:
                     _quiet(lambda: self.cg.set_cpus(name, cpus_ok))
         # Only GPUs this node has and nobody holds (a restart may declare fewer).
         gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self._free_gpus]
-        m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start)
+        m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=_uid_of(r))
         self._free_cpus.difference_update(cpus_ok)
         self._free_gpus.difference_update(gpu_ids)
         self._place(m, now)
@@ -887,9 +968,15 @@ class NodeAgent:
         self.log(f"job {r.id}: re-adopted (shim pid {pid}, CPUs {format_cpus(cpus_ok)})")
 
     def _remove_orphan_cgroups(self) -> None:
+        """Remove empty groups of this agent's ended jobs. A group it did not make (no
+        job of this state directory by that name, or one still active) stays."""
         mine = {m.cgroup for m in self.running.values()}
+        ended = {
+            f"job-{r.id}"
+            for r in self.store.jobs(("queued", "done", "failed", "cancelled", "lost"))
+        }
         for name in self.cg.names():
-            if name in mine or not name.startswith("job-"):
+            if name in mine or name not in ended:
                 continue
             try:
                 if self.cg.pids(name):
@@ -991,6 +1078,32 @@ def tune_policy(policy: Policy, tune: dict[str, str]) -> None:
             raise ValueError(f"{key}={raw}: {e}") from None
         if part == "eliminator" and name == "period_s":
             obj.period_s = value
+
+
+def default_run_dir(state_dir: Path) -> Path:
+    """``<state-dir>.run``: beside the private state directory, reachable by users."""
+    return state_dir.with_name(state_dir.name + ".run")
+
+
+def _private_log(path: Path) -> Any:
+    """A job's log, appended to, readable by the agent's user only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, "ab")
+
+
+def _uid_of(r: JobRow) -> int:
+    return r.uid if r.uid is not None else os.geteuid()
+
+
+def _user_env(uid: int) -> dict[str, str]:
+    """HOME, USER, LOGNAME and SHELL of the user a job runs as (as login would set)."""
+    try:
+        import pwd
+
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return {}
+    return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": pw.pw_shell}
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -164,6 +164,7 @@ class CgroupDriver(Protocol):
 
     def setup(self) -> None: ...
     def teardown(self) -> None: ...
+    def parent_path(self) -> Path: ...
     def create(self, name: str) -> None: ...
     def remove(self, name: str) -> None: ...
     def exists(self, name: str) -> bool: ...
@@ -298,6 +299,10 @@ class CgroupV1(_Base):
         return self._cpuset_dir(name) / "tasks"
 
     # lifecycle
+    def parent_path(self) -> Path:
+        """The parent group's directory that stands for it (the cpuset hierarchy's)."""
+        return self._parent_dir("cpuset")
+
     def setup(self) -> None:
         for m in self._mount_dirs():
             (m / self.parent).mkdir(exist_ok=True)
@@ -432,6 +437,9 @@ class CgroupV2(_Base):
         want = [c for c in self._controllers if c not in enabled]
         if want:
             write_file(ctl, " ".join("+" + c for c in want))
+
+    def parent_path(self) -> Path:
+        return self.parent_dir
 
     def setup(self) -> None:
         available = read_file(self.root / "cgroup.controllers").split()

@@ -21,37 +21,86 @@ from typing import Any
 import click
 
 from coda.runtime.cgroups import parse_cpus
-from coda.runtime.store import ACTIVE, FINAL, JobSpec, SpecError, Store
+from coda.runtime.client import AgentClient, ClientError, connect
+from coda.runtime.control import SOCKET_NAME, ControlServer
+from coda.runtime.statedir import StateDirError, secure_dir
+from coda.runtime.store import (
+    ACTIVE,
+    FINAL,
+    MAX_CORES,
+    MAX_GPUS,
+    MAX_JOB_ID,
+    MAX_SPEC_BYTES,
+    JobSpec,
+    SpecError,
+    Store,
+    StoreError,
+)
+
+MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
+
+SYSTEM_STATE_DIR = "/var/lib/coda"
+JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float in a range that is also finite: click's FloatRange lets nan and inf by."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
 
 
 def default_state_dir() -> str:
+    """$CODA_STATE_DIR; else the node's agent (/var/lib/coda) for root, or for anyone
+    while a root agent listens there; else the user's own."""
     env = os.environ.get("CODA_STATE_DIR")
     if env:
         return env
-    if os.geteuid() == 0:
-        return "/var/lib/coda"
+    if os.geteuid() == 0 or os.path.exists(f"{SYSTEM_STATE_DIR}.run/{SOCKET_NAME}"):
+        return SYSTEM_STATE_DIR
     return str(Path.home() / ".local" / "state" / "coda")
 
 
 def _state_dir_option(f: Callable) -> Callable:
     return click.option(
         "--state-dir",
-        type=click.Path(file_okay=False),
+        # Not readable=True: a root agent's state directory is closed to its users.
+        type=click.Path(file_okay=False, readable=False),
         default=default_state_dir,
-        show_default="$CODA_STATE_DIR, else /var/lib/coda as root, else ~/.local/state/coda",
-        help="Where the agent keeps its database, job logs and progress files.",
+        show_default="$CODA_STATE_DIR, else /var/lib/coda as root or while its agent runs, "
+        "else ~/.local/state/coda",
+        help="Where the agent keeps its database and job logs (0700; its socket and "
+        "progress files are in STATE_DIR.run).",
     )(f)
 
 
 def _open_store(state_dir: str, create: bool = False) -> Store:
+    """The state database, for its owner: refused (one line) if not ours, corrupt or newer."""
     db = Path(state_dir) / "coda.db"
     if not create and not db.exists():
         raise click.ClickException(
             f"no CODA state in {state_dir} "
             f"(start an agent there first: coda agent --state-dir {state_dir})"
         )
-    Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    return Store(db)
+    try:
+        secure_dir(state_dir)
+        return Store(db)
+    except (StateDirError, StoreError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _client(state_dir: str, create: bool = False) -> AgentClient:
+    try:
+        return connect(state_dir, create=create)
+    except (ClientError, StateDirError, StoreError) as e:
+        raise click.ClickException(str(e)) from None
 
 
 class AgentLock:
@@ -198,9 +247,14 @@ def checked_loop(policy: str, tunes: tuple[str, ...], period: float, window: flo
 
 
 def locked_state_dir(state_dir: str, what: str = "agent") -> tuple[Path, AgentLock]:
-    """The daemon's state directory (made 0700) with its lock held."""
-    sd = Path(state_dir)
-    sd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """The daemon's state directory with its lock held: created 0700, or an existing one
+    of this user's that nobody else can write, tightened to 0700 (else one line, exit 1).
+    Files it makes are 0600 (umask)."""
+    os.umask(0o077)
+    try:
+        sd = secure_dir(state_dir)
+    except StateDirError as e:
+        raise click.ClickException(str(e)) from None
     lock = AgentLock(sd, what)
     lock.acquire()
     return sd, lock
@@ -286,6 +340,7 @@ def agent(
     from coda.runtime.cgroups import CgroupError, detect
     from coda.runtime.metrics import MetricsServer, render, write_file
     from coda.runtime.resctrl import Resctrl
+    from coda.runtime.service import AgentService
 
     tune = checked_loop(policy, tunes, period, window)
     sd, lock = locked_state_dir(state_dir)
@@ -305,7 +360,11 @@ def agent(
         from coda.runtime.faketree import LiveProcs
 
         cg = LiveProcs(cg)
-    store = Store(sd / "coda.db")
+    try:
+        store = Store(sd / "coda.db")
+    except StoreError as e:
+        lock.release()
+        raise click.ClickException(str(e)) from None
     say = timestamped(quiet)
     cfg = AgentConfig(
         period_s=period,
@@ -333,14 +392,22 @@ def agent(
         store.close()
         lock.release()
         raise click.ClickException(f"metrics port {metrics_port}: {e.strerror or e}") from None
+    sock = node_agent.run_dir / SOCKET_NAME
     try:
         node_agent.start()
-    except (CgroupError, OSError) as e:
+        try:
+            control = ControlServer(sock, AgentService(sd / "coda.db"))
+        except OSError as e:
+            raise StateDirError(f"control socket {sock}: {e.strerror or e}") from None
+    except (StateDirError, CgroupError, OSError) as e:
         # OSError: e.g. mkdir of the parent group without root. Release everything.
         if server is not None:
             server.close()
+        node_agent.release_parent()
         store.close()
         lock.release()
+        if isinstance(e, StateDirError):
+            raise click.ClickException(str(e)) from None
         hint = "" if os.geteuid() == 0 else " (the agent needs root to manage cgroups)"
         raise click.ClickException(f"cgroups: {e}{hint}") from None
     # Handlers only once the agent is up: a failed start leaves the caller's as they were.
@@ -368,6 +435,7 @@ def agent(
     try:
         node_agent.run(lambda: stop["flag"], idle=server.wait if server else time.sleep)
     finally:
+        control.close()  # no new submissions while the agent leaves
         node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
         if server is not None:
             server.close()
@@ -382,8 +450,18 @@ def agent(
 def _spec_options(f: Callable) -> Callable:
     opts = [
         click.option("--name", default="", help="Job name [default: the program's name]."),
-        click.option("--cores", type=int, default=None, help="Cores asked for [default: 1]."),
-        click.option("--gpus", type=int, default=None, help="GPUs asked for; > 0 makes a DNN job."),
+        click.option(
+            "--cores",
+            type=click.IntRange(1, MAX_CORES),
+            default=None,
+            help=f"Cores asked for, 1-{MAX_CORES} [default: 1].",
+        ),
+        click.option(
+            "--gpus",
+            type=click.IntRange(0, MAX_GPUS),
+            default=None,
+            help=f"GPUs asked for, 0-{MAX_GPUS}; > 0 makes a DNN job.",
+        ),
         click.option(
             "--model",
             default="",
@@ -411,9 +489,17 @@ def _build_spec(kw: dict[str, Any]) -> JobSpec:
     spec_file = kw.get("spec_file")
     if spec_file:
         try:
-            data = json.loads(Path(spec_file).read_text())
+            with open(spec_file, "rb") as f:
+                raw = f.read(MAX_SPEC_FILE + 1)
+            if len(raw) > MAX_SPEC_FILE:
+                raise click.ClickException(f"{spec_file}: larger than {MAX_SPEC_FILE} bytes")
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise click.ClickException(f"{spec_file}: not UTF-8 text: {e.reason}") from None
         except json.JSONDecodeError as e:
             raise click.ClickException(f"{spec_file}: not valid JSON: {e}") from None
+        except (OSError, RecursionError) as e:
+            raise click.ClickException(f"{spec_file}: cannot read it: {e}") from None
         try:
             spec = JobSpec.from_dict(data)
         except SpecError as e:
@@ -441,14 +527,13 @@ def _build_spec(kw: dict[str, Any]) -> JobSpec:
     return spec
 
 
-def _validate(spec: JobSpec, store: Store) -> None:
-    node_cores = node_gpus = None
-    info = store.meta("agent")
-    if info:
-        a = json.loads(info)
-        node_cores, node_gpus = len(parse_cpus(a.get("cpus", ""))) or None, a.get("gpus")
+def _validate(spec: JobSpec, node: dict[str, Any]) -> None:
+    """The spec's own checks and the program's existence, as the submitting user sees
+    them (the agent checks the spec again: it trusts nothing a client sends)."""
+    node_cores = len(parse_cpus(node.get("cpus", "") or "")) or None
+    node_gpus = node.get("gpus")
     try:
-        spec.validate(node_cores, node_gpus)
+        spec.validate(node_cores, node_gpus if isinstance(node_gpus, int) else None)
     except SpecError as e:
         raise click.ClickException(str(e)) from None
     prog = spec.argv[0]
@@ -460,46 +545,55 @@ def _validate(spec: JobSpec, store: Store) -> None:
         raise click.ClickException(f"program {prog!r} is not on PATH")
 
 
-def _submit(state_dir: str, kw: dict[str, Any]) -> tuple[Store, int]:
+def _submit(state_dir: str, kw: dict[str, Any]) -> tuple[AgentClient, int]:
     spec = _build_spec(kw)
-    store = _open_store(state_dir, create=True)
-    _validate(spec, store)
-    job_id = store.submit(spec)
-    if not AgentLock.held(Path(state_dir)):
+    client = _client(state_dir, create=True)
+    try:
+        node = client.status(None, False, 0)["agent"]
+        _validate(spec, node)
+        job_id = client.submit(spec)
+    except ClientError as e:
+        client.close()
+        raise click.ClickException(str(e)) from None
+    except click.ClickException:
+        client.close()
+        raise
+    if not client.via_agent:
         click.echo(
             f"warning: no agent is running on {state_dir}; job {job_id} waits until one "
             f"starts (coda agent --state-dir {state_dir})",
             err=True,
         )
-    return store, job_id
+    return client, job_id
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @_state_dir_option
 @_spec_options
 def submit(state_dir: str, **kw: Any) -> None:
-    """Queue a job: coda submit --cores 4 --gpus 1 -- python train.py. Prints its id."""
-    store, job_id = _submit(state_dir, kw)
-    store.close()
+    """Queue a job: coda submit --cores 4 --gpus 1 -- python train.py. Prints its id.
+    It runs as you (the agent learns who you are from the kernel, not from the spec)."""
+    client, job_id = _submit(state_dir, kw)
+    client.close()
     click.echo(job_id)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @_state_dir_option
 @_spec_options
-@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+@click.option("--poll", type=FiniteFloat(min=0.05, max=60), default=0.5, show_default=True)
 def run(state_dir: str, poll: float, **kw: Any) -> None:
     """Submit a job and wait for it, showing what CODA decides; exits with its status.
     Ctrl-C cancels the job."""
-    store, job_id = _submit(state_dir, kw)
+    client, job_id = _submit(state_dir, kw)
     click.echo(f"job {job_id} submitted")
     seen = 0
     state = ""
     try:
         while True:
-            row = store.job(job_id)
-            assert row is not None
-            for d in store.decisions(limit=50, job_id=job_id):
+            got = client.status(job_id, False, 50)
+            row = got["jobs"][0]
+            for d in got["decisions"]:
                 if d["id"] > seen:
                     seen = d["id"]
                     click.echo(f"  {_fmt_decision(d)}")
@@ -510,15 +604,24 @@ def run(state_dir: str, poll: float, **kw: Any) -> None:
                 break
             time.sleep(poll)
     except KeyboardInterrupt:
-        store.request_cancel(job_id)
+        _quiet_cancel(client, job_id)
         click.echo(f"job {job_id}: cancel requested", err=True)
         sys.exit(130)
+    except ClientError as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        store.close()
+        client.close()
     code = row.exit_code if row.exit_code is not None else 1
     if code < 0:  # killed by signal N: exit 128 + N, as a shell reports it
         code = 128 - code
     sys.exit(0 if row.state == "done" else (code if 0 < code < 256 else 1))
+
+
+def _quiet_cancel(client: AgentClient, job_id: int) -> None:
+    try:
+        client.cancel([job_id])
+    except ClientError as e:
+        click.echo(f"job {job_id}: cancel failed: {e}", err=True)
 
 
 # --------------------------------------------------------- status / cancel
@@ -538,11 +641,11 @@ def _fmt_decision(d: dict[str, Any]) -> str:
 
 @click.command()
 @_state_dir_option
-@click.argument("job_id", type=int, required=False)
+@click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--all", "show_all", is_flag=True, help="Also list finished jobs (last 50).")
 @click.option(
     "--decisions",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=1000),
     default=10,
     show_default=True,
     help="Recent decisions to show.",
@@ -555,22 +658,15 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    store = _open_store(state_dir)
+    client = _client(state_dir)
     try:
-        if job_id is not None:
-            row = store.job(job_id)
-            if row is None:
-                raise click.ClickException(f"no job {job_id}")
-            rows = [row]
-        elif show_all:
-            rows = store.jobs(limit=50)
-        else:
-            rows = store.jobs(("queued", *ACTIVE))
-        decs = store.decisions(limit=decisions, job_id=job_id)
-        agent_info = json.loads(store.meta("agent") or "{}")
-        running = AgentLock.held(Path(state_dir))
+        got = client.status(job_id, show_all, decisions)
+    except ClientError as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        store.close()
+        client.close()
+    rows, decs, agent_info = got["jobs"], got["decisions"], got["agent"]
+    running = client.via_agent
     if as_json:
         click.echo(
             json.dumps(
@@ -630,18 +726,21 @@ def status(
 
 @click.command()
 @_state_dir_option
-@click.argument("job_ids", type=int, nargs=-1, required=True)
+@click.argument("job_ids", type=JOB_ID, nargs=-1, required=True)
 def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
-    """Cancel jobs: queued ones at once, running ones by the agent (SIGTERM, then SIGKILL)."""
-    store = _open_store(state_dir)
+    """Cancel your jobs: queued ones at once, running ones by the agent (SIGTERM, then
+    SIGKILL). Root and the agent's own user may cancel anyone's."""
+    client = _client(state_dir)
     try:
-        for j in job_ids:
-            try:
-                row = store.request_cancel(j)
-            except KeyError:
-                raise click.ClickException(f"no job {j}") from None
-            click.echo(
-                f"job {j}: {row.state}" + (" (cancel requested)" if row.state in ACTIVE else "")
-            )
+        results = client.cancel(list(job_ids))
+    except ClientError as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        store.close()
+        client.close()
+    failed = [r for r in results if "error" in r]
+    for r in results:
+        if "error" not in r:
+            extra = " (cancel requested)" if r["state"] in ACTIVE else ""
+            click.echo(f"job {r['id']}: {r['state']}{extra}")
+    if failed:
+        raise click.ClickException("; ".join(r["error"] for r in failed))

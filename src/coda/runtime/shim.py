@@ -1,14 +1,16 @@
 """A job's supervisor: starts the command, waits for it, records its exit status.
 
-The agent starts one shim per job (``python -m coda.runtime.shim``) in the job's
-cgroup and its own session, so the job outlives the agent: an agent that crashes
+The agent starts one shim per job (``python -I shim.py JOB_DIR``, standard library
+only) in its own session; the shim joins the job's cgroup, then starts the job as
+its submitter, so the job outlives the agent: an agent that crashes
 or restarts finds the exit status in the job directory instead of losing it
 with the child it could no longer wait for (containerd's shim, Podman's conmon).
 The command runs without a shell.
 
-Files in the job directory: ``shim.pid`` (pid and start time, written first),
-``exit`` (the exit status, written atomically last; negative = killed by that
-signal).
+Files in the job directory: ``launch.json`` (written by the agent: command,
+environment, working directory, user and groups, cgroup), ``shim.pid`` (pid and
+start time, written once the shim is in the job's cgroup), ``exit`` (the exit
+status, written atomically last; negative = killed by that signal).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     ``durable=False`` skips the fsync: for files rewritten every second that nobody
     needs after a power cut (a status snapshot)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(text)
         if durable:
             f.flush()
@@ -76,20 +79,81 @@ def write_atomic(path: Path, text: str, durable: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 3 or args[1] != "--":
-        print("usage: python -m coda.runtime.shim JOB_DIR -- PROGRAM [ARGS...]", file=sys.stderr)
-        return 2
-    job_dir, command = Path(args[0]), args[2:]
-    me = os.getpid()
-    write_atomic(job_dir / "shim.pid", json.dumps({"pid": me, "start": proc_start_time(me)}))
+SHIM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
+LAUNCH_FILE = "launch.json"
+EXIT_CANNOT_JOIN = 125  # the shim could not put itself into the job's cgroup
+EXIT_CANNOT_START = 127
+
+
+def read_launch(job_dir: Path) -> dict:
+    """The launch description the agent wrote: only a regular file of this process's
+    own user, not a symlink (the job never can write it: it runs as its submitter)."""
+    fd = os.open(job_dir / LAUNCH_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        child = subprocess.Popen(command, shell=False, stdin=subprocess.DEVNULL)
-    except OSError as e:
-        print(f"coda: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr)
-        write_atomic(job_dir / "exit", "127\n")
-        return 127
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(f"{job_dir / LAUNCH_FILE}: not a regular file of this user")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            spec = json.loads(f.read(4 << 20))
+    finally:
+        os.close(fd)
+    if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list):
+        raise ValueError(f"{job_dir / LAUNCH_FILE}: not a launch description")
+    return spec
+
+
+def _privileges(spec: dict) -> dict:
+    """Popen's user/group arguments: drop to the submitter unless it is us already."""
+    uid, gid = spec.get("uid"), spec.get("gid")
+    if uid is None or gid is None or (uid == os.geteuid() and gid == os.getegid()):
+        return {}
+    return {"user": int(uid), "group": int(gid), "extra_groups": [int(g) for g in spec["groups"]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``shim.py JOB_DIR``: run the job ``JOB_DIR/launch.json`` describes.
+
+    The agent starts the shim with a fixed environment and ``python -I`` (no
+    PYTHON* variables, no user site, no current directory on sys.path) and the shim
+    uses the standard library only, so nothing of the job's can load into the
+    process the agent trusts. The job's environment, working directory and user
+    apply only to the job's own exec."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -I shim.py JOB_DIR", file=sys.stderr)
+        return 2
+    job_dir = Path(args[0])
+    me = os.getpid()
+    try:
+        spec = read_launch(job_dir)
+        # Into the job's cgroup before anything runs: the job starts inside, and a pid
+        # found in the group is the shim's (adoption relies on it).
+        for procs in spec.get("cgroup_procs", []):
+            with open(procs, "w") as f:
+                f.write(str(me))
+    except (OSError, ValueError) as e:
+        print(f"coda: cannot set the job up: {e}", file=sys.stderr)
+        write_atomic(job_dir / "exit", f"{EXIT_CANNOT_JOIN}\n")
+        return EXIT_CANNOT_JOIN
+    write_atomic(job_dir / "shim.pid", json.dumps({"pid": me, "start": proc_start_time(me)}))
+    command, cwd = [str(a) for a in spec["argv"]], str(spec.get("cwd") or "/")
+    try:
+        child = subprocess.Popen(
+            command,
+            shell=False,
+            stdin=subprocess.DEVNULL,
+            env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+            # chdir as the job's user (after the drop), so it cannot enter what it may not.
+            preexec_fn=lambda: os.chdir(cwd),
+            umask=0o022,
+            close_fds=True,
+            **_privileges(spec),
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"coda: cannot start {command[0]!r} in {cwd!r}: {why}", file=sys.stderr)
+        write_atomic(job_dir / "exit", f"{EXIT_CANNOT_START}\n")
+        return EXIT_CANNOT_START
 
     def forward(signum: int, _frame: object) -> None:
         try:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from coda.runtime.statedir import StateDirError, secure_file
+
+SCHEMA_VERSION = 2  # 2: jobs.uid/gid/groups (who submitted, as the kernel said)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 KINDS = ("dnn", "cpu")
@@ -57,7 +59,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     throughput REAL,
     reference REAL,
     phase TEXT NOT NULL DEFAULT '',
-    message TEXT NOT NULL DEFAULT ''
+    message TEXT NOT NULL DEFAULT '',
+    uid INTEGER,
+    gid INTEGER,
+    groups TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS decisions (
@@ -71,8 +76,59 @@ CREATE TABLE IF NOT EXISTS decisions (
 """
 
 
+# What one job spec may hold: enough for any real job, small enough that a hostile spec
+# cannot make the agent or the database carry megabytes per job.
+MAX_ARGS = 4096
+MAX_ENV = 1024
+MAX_SPEC_BYTES = 1 << 20  # argv, env and cwd together, UTF-8
+MAX_CORES = 4096
+MAX_GPUS = 64
+MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
+
+# Columns added after version 1, with their definitions (ALTER TABLE on upgrade).
+_ADDED = {2: ("uid INTEGER", "gid INTEGER", "groups TEXT NOT NULL DEFAULT '[]'")}
+
+
 class SpecError(ValueError):
     """A job spec that cannot run; the message says what to change."""
+
+
+class StoreError(RuntimeError):
+    """A state database that cannot be used (corrupt, newer, not ours); names the file."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a job runs as: the submitter as the kernel vouched for it (peer credentials,
+    or the user of the process that opened the database), never what a spec says."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+    @classmethod
+    def me(cls) -> Owner:
+        return cls(os.geteuid(), os.getegid(), tuple(os.getgroups()))
+
+    @classmethod
+    def of_user(cls, uid: int, gid: int) -> Owner:
+        """``uid``/``gid`` with the supplementary groups the user database gives uid
+        (only the primary group if uid has no entry)."""
+        try:
+            import pwd
+
+            name = pwd.getpwuid(uid).pw_name
+            groups = tuple(sorted(set(os.getgrouplist(name, gid))))
+        except (KeyError, OSError):
+            groups = (gid,)
+        return cls(uid, gid, groups)
+
+
+def _whole(value: Any, what: str, lo: int, hi: int) -> int:
+    # bool is an int to Python but never a core count to a user.
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise SpecError(f"{what} must be a whole number in [{lo}, {hi}], got {value!r}")
+    return value
 
 
 @dataclass
@@ -97,8 +153,19 @@ class JobSpec:
             raise SpecError("the command is empty: give the program and its arguments")
         if not all(isinstance(a, str) for a in self.argv):
             raise SpecError("every command argument must be a string")
+        if len(self.argv) > MAX_ARGS:
+            raise SpecError(f"the command has {len(self.argv)} arguments; at most {MAX_ARGS}")
         if any("\0" in a for a in self.argv):
             raise SpecError("command arguments must not contain NUL bytes")
+        if not self.argv[0]:
+            raise SpecError("the program name is empty")
+        for what, v in (("name", self.name), ("model", self.model), ("cwd", self.cwd)):
+            if not isinstance(v, str):
+                raise SpecError(f"{what} must be a string, got {type(v).__name__}")
+        if not isinstance(self.env, dict):
+            raise SpecError("env must be an object of strings")
+        if len(self.env) > MAX_ENV:
+            raise SpecError(f"env has {len(self.env)} variables; at most {MAX_ENV}")
         if not self.name:
             self.name = Path(self.argv[0]).name or "job"
         if not NAME_RE.match(self.name):
@@ -106,10 +173,8 @@ class JobSpec:
                 f"job name {self.name!r} is not allowed: use 1-64 letters, digits, '_', '.' "
                 "or '-', starting with a letter or digit"
             )
-        if not isinstance(self.cores, int) or self.cores < 1:
-            raise SpecError(f"cores must be a whole number >= 1, got {self.cores!r}")
-        if not isinstance(self.gpus, int) or self.gpus < 0:
-            raise SpecError(f"gpus must be a whole number >= 0, got {self.gpus!r}")
+        _whole(self.cores, "cores", 1, MAX_CORES)
+        _whole(self.gpus, "gpus", 0, MAX_GPUS)
         if node_cores is not None and self.cores > node_cores:
             raise SpecError(f"asks for {self.cores} cores but this node has {node_cores}")
         if node_gpus is not None and self.gpus > node_gpus:
@@ -118,7 +183,7 @@ class JobSpec:
             raise SpecError(f"model name {self.model!r} is not allowed (same rule as job names)")
         if not self.cwd:
             self.cwd = os.getcwd()
-        if not os.path.isabs(self.cwd) or not os.path.isdir(self.cwd):
+        if "\0" in self.cwd or not os.path.isabs(self.cwd) or not os.path.isdir(self.cwd):
             raise SpecError(f"working directory {self.cwd!r} is not an existing absolute path")
         for k, v in self.env.items():
             if not isinstance(k, str) or not ENV_KEY_RE.match(k):
@@ -127,6 +192,14 @@ class JobSpec:
                 raise SpecError(f"environment variable {k} must be a string without NUL bytes")
             if k.startswith("CODA_"):
                 raise SpecError(f"environment variable {k}: CODA_* variables are set by the agent")
+        size = sum(len(a.encode("utf-8", "surrogatepass")) for a in self.argv) + len(
+            self.cwd.encode("utf-8", "surrogatepass")
+        )
+        size += sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in self.env.items())
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(
+                f"the spec holds {size} bytes of command and environment; at most {MAX_SPEC_BYTES}"
+            )
 
     @classmethod
     def from_dict(cls, d: Any) -> JobSpec:
@@ -134,7 +207,7 @@ class JobSpec:
         if not isinstance(d, dict):
             raise SpecError("a job spec must be a JSON object")
         known = {"argv", "name", "cores", "gpus", "model", "cwd", "env"}
-        extra = sorted(set(d) - known)
+        extra = sorted(repr(k) for k in set(d) - known)
         if extra:
             raise SpecError(f"unknown key(s) in job spec: {', '.join(extra)}")
         if "argv" not in d:
@@ -142,8 +215,11 @@ class JobSpec:
         env = d.get("env", {})
         if not isinstance(env, dict):
             raise SpecError("'env' must be an object of strings")
-        return cls(
-            argv=list(d["argv"]) if isinstance(d["argv"], list) else d["argv"],
+        argv = d["argv"]
+        if not isinstance(argv, list):
+            raise SpecError("'argv' must be a list of strings")
+        spec = cls(
+            argv=list(argv),
             name=d.get("name", ""),
             cores=d.get("cores", 1),
             gpus=d.get("gpus", 0),
@@ -151,6 +227,30 @@ class JobSpec:
             cwd=d.get("cwd", ""),
             env=dict(env),
         )
+        # Types now, so that a wrong one is this error and never a crash further on.
+        for what in ("name", "model", "cwd"):
+            if not isinstance(getattr(spec, what), str):
+                raise SpecError(
+                    f"'{what}' must be a string, got {type(getattr(spec, what)).__name__}"
+                )
+        _whole(spec.cores, "'cores'", 1, MAX_CORES)
+        _whole(spec.gpus, "'gpus'", 0, MAX_GPUS)
+        if not all(isinstance(a, str) for a in spec.argv):
+            raise SpecError("'argv' must be a list of strings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.env.items()):
+            raise SpecError("'env' must be an object of strings")
+        return spec
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "name": self.name,
+            "cores": self.cores,
+            "gpus": self.gpus,
+            "model": self.model,
+            "cwd": self.cwd,
+            "env": dict(self.env),
+        }
 
 
 @dataclass
@@ -181,37 +281,93 @@ class JobRow:
     reference: float | None
     phase: str
     message: str
+    uid: int | None = None  # None: the agent's own user (databases from before version 2)
+    gid: int | None = None
+    groups: list[int] = field(default_factory=list)
 
     @classmethod
     def from_sql(cls, r: sqlite3.Row) -> JobRow:
         d = dict(r)
         d["argv"] = json.loads(d["argv"])
         d["env"] = json.loads(d["env"])
+        d["groups"] = json.loads(d.get("groups") or "[]")
         return cls(**d)
+
+    @property
+    def owner(self) -> Owner | None:
+        if self.uid is None or self.gid is None:
+            return None
+        return Owner(self.uid, self.gid, tuple(self.groups))
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 class Store:
-    """The SQLite database of one state directory."""
+    """The SQLite database of one state directory.
+
+    Opened only by its owner: the file (and its WAL and shared-memory files) must
+    belong to this process's user and be writable by no one else; it is kept 0600.
+    A file that is not a database, is damaged or was written by a newer CODA raises
+    StoreError naming it."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for suffix in ("", "-wal", "-shm"):
+                secure_file(f"{self.path}{suffix}", "state database")
+            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        except StateDirError as e:
+            raise StoreError(str(e)) from None
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"{self.path}: {e}") from None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a usable CODA database ({e})") from None
+        except StoreError:
+            self._db.close()
+            raise
+        for suffix in ("", "-wal", "-shm"):  # made just now under the caller's umask
+            if os.path.exists(f"{self.path}{suffix}"):
+                os.chmod(f"{self.path}{suffix}", 0o600)
+
+    def _open(self) -> None:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=10000")
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        if tables and not {"meta", "jobs", "decisions"} <= tables:
+            raise StoreError(
+                f"{self.path}: an SQLite database, but not CODA's "
+                f"(tables: {', '.join(sorted(tables))})"
+            )
         self._db.executescript(_SCHEMA)
         got = self.meta("schema")
         if got is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
-        elif got != str(SCHEMA_VERSION):
-            raise RuntimeError(
-                f"{self.path}: schema version {got}, this CODA reads {SCHEMA_VERSION}"
+            return
+        try:
+            version = int(got)
+        except ValueError:
+            raise StoreError(f"{self.path}: schema version {got!r} is not a number") from None
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this CODA reads "
+                f"({SCHEMA_VERSION}); use the CODA that wrote it"
             )
+        if version < 1:
+            raise StoreError(f"{self.path}: schema version {version} is not one CODA wrote")
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        with self.tx():
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for col in _ADDED.get(v, ()):
+                    if col.split()[0] not in cols:
+                        self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col}")
+            self.set_meta("schema", str(SCHEMA_VERSION))
 
     def close(self) -> None:
         self._db.close()
@@ -240,11 +396,13 @@ class Store:
         )
 
     # ----------------------------------------------------------------- jobs
-    def submit(self, spec: JobSpec, now: float | None = None) -> int:
+    def submit(self, spec: JobSpec, owner: Owner | None = None, now: float | None = None) -> int:
+        """Queue ``spec`` to run as ``owner`` (default: this process's user)."""
         spec.validate()
+        owner = owner or Owner.me()
         cur = self._db.execute(
-            "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
+            "uid, gid, groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 spec.name,
                 spec.kind,
@@ -255,11 +413,16 @@ class Store:
                 spec.gpus,
                 spec.model,
                 time.time() if now is None else now,
+                owner.uid,
+                owner.gid,
+                json.dumps(list(owner.groups)),
             ),
         )
         return int(cur.lastrowid)
 
     def job(self, job_id: int) -> JobRow | None:
+        if not 0 <= job_id <= MAX_JOB_ID:  # SQLite cannot even bind it: no such job
+            return None
         r = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if r is None else JobRow.from_sql(r)
 

@@ -1,0 +1,443 @@
+"""What the node runtime trusts: state directories and databases, job specs, the control
+socket's peers, the supervisor's environment, the cgroup parent, and the probe rule.
+
+Everything here runs without root on a fake cgroup tree, except where a test needs
+another user's files (it skips with its reason). The same properties on the real
+kernel, with a real non-root submitter, are in tests/test_runtime_kernel.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fakes import Affinity, v1_tree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coda.cli import main
+from coda.policy.framework import SetCores
+from coda.runtime.agent import AgentConfig, NodeAgent
+from coda.runtime.cgroups import CgroupError, CgroupV1, detect
+from coda.runtime.control import ControlError, ControlServer, Peer, request
+from coda.runtime.faketree import LiveProcs
+from coda.runtime.service import AgentService, visible
+from coda.runtime.statedir import StateDirError, secure_dir, secure_file
+from coda.runtime.store import JobSpec, Owner, SpecError, Store, StoreError
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root to make files of another user")
+
+
+def run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, list(args))
+    return res.exit_code, res.output
+
+
+def one_line_error(code: int, out: str) -> bool:
+    lines = [x for x in out.strip().splitlines() if x.strip()]
+    return code != 0 and "Traceback" not in out and len(lines) == 1
+
+
+# ------------------------------------------------------------ state directory
+def test_state_dir_is_made_0700_and_an_open_one_is_tightened(tmp_path: Path) -> None:
+    sd = tmp_path / "new"
+    secure_dir(sd)
+    assert os.stat(sd).st_mode & 0o777 == 0o700
+    old = tmp_path / "old"
+    old.mkdir(mode=0o755)
+    os.chmod(old, 0o755)
+    secure_dir(old)
+    assert os.stat(old).st_mode & 0o777 == 0o700
+    db = old / "coda.db"
+    Store(db).close()
+    os.chmod(db, 0o644)
+    Store(db).close()
+    assert os.stat(db).st_mode & 0o777 == 0o600
+
+
+def test_state_dir_writable_by_others_or_a_symlink_is_refused(tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    with pytest.raises(StateDirError, match="writable by its group or others"):
+        secure_dir(open_dir)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(StateDirError, match="not a directory"):
+        secure_dir(link)
+    f = tmp_path / "f.db"
+    f.symlink_to(tmp_path / "real.db")
+    with pytest.raises(StateDirError, match="not a regular file"):
+        secure_file(f)
+
+
+@needs_root
+def test_a_state_dir_or_database_of_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(StateDirError, match="owned by .*uid 65534"):
+        secure_dir(theirs)
+    code, out = run("agent", "--state-dir", str(theirs), "--gpus", "0")
+    assert one_line_error(code, out) and "not by this process's user" in out, out
+    mine = tmp_path / "mine"
+    Store(mine / "coda.db").close()
+    os.chown(mine / "coda.db", 65534, 65534)
+    with pytest.raises(StoreError, match="owned by"):
+        Store(mine / "coda.db")
+
+
+# ------------------------------------------------------------ the database
+def _corrupt(sd: Path) -> None:
+    sd.mkdir(mode=0o700)
+    (sd / "coda.db").write_bytes(b"this is not a database, just bytes\x00" * 100)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["status", "3"],
+        ["cancel", "1"],
+        ["submit", "--", "true"],
+        ["agent", "--gpus", "0"],
+    ],
+)
+def test_a_corrupt_database_is_one_line_in_every_command(tmp_path: Path, argv) -> None:
+    sd = tmp_path / "s"
+    _corrupt(sd)
+    code, out = run(argv[0], "--state-dir", str(sd), *argv[1:])
+    assert one_line_error(code, out) and "coda.db" in out and "not a usable" in out, out
+
+
+def test_a_newer_or_foreign_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "s" / "coda.db"
+    Store(db).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        Store(db)
+    code, out = run("status", "--state-dir", str(db.parent))
+    assert one_line_error(code, out) and "newer" in out
+    foreign = tmp_path / "f" / "coda.db"
+    foreign.parent.mkdir()
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE photos (id INTEGER)")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError, match="not CODA's"):
+        Store(foreign)
+
+
+def test_a_version_1_database_is_upgraded_and_keeps_its_jobs(tmp_path: Path) -> None:
+    db = tmp_path / "coda.db"
+    store = Store(db)
+    jid = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
+    store.close()
+    # What a version-1 agent left: no owner columns, schema 1.
+    con = sqlite3.connect(db)
+    for col in ("uid", "gid", "groups"):
+        con.execute(f"ALTER TABLE jobs DROP COLUMN {col}")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    store = Store(db)
+    row = store.job(jid)
+    assert row is not None and row.uid is None and row.owner is None  # the agent's user
+    assert store.meta("schema") == "2"
+    store.close()
+
+
+def test_job_ids_sqlite_cannot_hold_are_refused_by_the_option(tmp_path: Path) -> None:
+    sd = tmp_path / "s"
+    Store(sd / "coda.db").close()
+    for cmd in ("status", "cancel"):
+        code, out = run(cmd, "--state-dir", str(sd), "9" * 30)
+        assert code == 2 and "Traceback" not in out and "JOB_ID" in out, out
+    assert Store(sd / "coda.db").job(2**70) is None
+
+
+# ------------------------------------------------------------ job specs
+SPEC_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+SPEC_KEYS = st.sampled_from(["argv", "name", "cores", "gpus", "model", "cwd", "env", "uid", "x"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(SPEC_KEYS, SPEC_VALUES, max_size=7) | SPEC_VALUES)
+def test_any_json_spec_is_a_spec_or_a_spec_error(data) -> None:
+    try:
+        spec = JobSpec.from_dict(data)
+        spec.validate()
+    except SpecError as e:
+        assert "\n" not in str(e)
+        return
+    assert isinstance(spec.cores, int) and not isinstance(spec.cores, bool)
+    assert all(isinstance(a, str) for a in spec.argv) and spec.argv
+
+
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"argv": "true"}, "list of strings"),
+        ({"argv": ["true"], "cores": "4"}, "whole number"),
+        ({"argv": ["true"], "cores": True}, "whole number"),
+        ({"argv": ["true"], "cores": 4.5}, "whole number"),
+        ({"argv": ["true"], "cores": 10**30}, "whole number"),
+        ({"argv": ["true"], "gpus": -1}, "whole number"),
+        ({"argv": ["true"], "name": 7}, "must be a string"),
+        ({"argv": ["true"], "cwd": ["/"]}, "must be a string"),
+        ({"argv": ["true"], "env": {"A": 1}}, "object of strings"),
+        ({"argv": ["true"], "env": ["A=1"]}, "object of strings"),
+        ({"argv": [1, 2]}, "list of strings"),
+        ({"argv": ["true"], "uid": 0}, "unknown key(s) in job spec: 'uid'"),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_submit_spec_with_wrong_types_is_one_line(tmp_path: Path, spec, why: str) -> None:
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(spec))
+    code, out = run("submit", "--state-dir", str(tmp_path / "s"), "--spec", str(f))
+    assert one_line_error(code, out) and why in out, out
+
+
+def test_submit_spec_file_that_is_not_text_or_too_deep_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "spec.json"
+    f.write_bytes(b'{"argv": ["\xff\xfe"]}')
+    code, out = run("submit", "--state-dir", str(tmp_path / "s"), "--spec", str(f))
+    assert one_line_error(code, out) and "not UTF-8" in out, out
+    f.write_text("[" * 100000 + "]" * 100000)
+    code, out = run("submit", "--state-dir", str(tmp_path / "s"), "--spec", str(f))
+    assert one_line_error(code, out), out
+
+
+def test_huge_specs_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="arguments; at most"):
+        JobSpec(argv=["x"] * 5000, cwd=str(tmp_path)).validate()
+    with pytest.raises(SpecError, match="bytes of command"):
+        JobSpec(argv=["x", "y" * (2 << 20)], cwd=str(tmp_path)).validate()
+
+
+# ------------------------------------------------------------ the control socket
+@pytest.fixture
+def service(tmp_path: Path):
+    db = tmp_path / "state" / "coda.db"
+    Store(db).close()
+    sock = tmp_path / "agent.sock"
+    server = ControlServer(sock, AgentService(db))
+    yield sock, db
+    server.close()
+
+
+def test_submit_over_the_socket_records_the_kernels_word_for_who(service, tmp_path) -> None:
+    sock, db = service
+    spec = {"argv": ["true"], "cwd": str(tmp_path), "env": {"A": "1"}}
+    jid = request(sock, {"op": "submit", "spec": spec})["id"]
+    row = Store(db).job(jid)
+    assert (row.uid, row.gid) == (os.geteuid(), os.getegid())
+    assert os.getegid() in row.groups
+    # A spec that names a user is refused, not obeyed.
+    with pytest.raises(ControlError, match="unknown key"):
+        request(sock, {"op": "submit", "spec": {**spec, "uid": 0}})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json\n",
+        b"[1, 2]\n",
+        b'{"op": "format-disk"}\n',
+        b'{"op": "submit", "spec": 5}\n',
+        b'{"op": "status", "job_id": 99999999999999999999999}\n',
+        b'{"op": "status", "decisions": -1}\n',
+        b'{"op": "cancel", "ids": "all"}\n',
+        b'{"op": "cancel", "ids": [true]}\n',
+        b"\xff\xfe\n",
+    ],
+)
+def test_bad_requests_get_an_error_answer_and_the_server_lives_on(service, raw: bytes) -> None:
+    import socket
+
+    sock, _ = service
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    s.sendall(raw)
+    answer = json.loads(s.makefile("rb").readline())
+    s.close()
+    assert answer["ok"] is False and answer["error"]
+    assert request(sock, {"op": "status"})["ok"]  # still serving
+
+
+def test_a_silent_or_flooding_client_does_not_block_others(service) -> None:
+    import socket
+
+    sock, _ = service
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(str(sock))  # says nothing
+    flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    flood.connect(str(sock))
+    try:
+        flood.sendall(b"x" * (5 << 20))  # past MAX_REQUEST, no newline
+    except OSError:
+        pass  # the server cut it off
+    t0 = time.monotonic()
+    assert request(sock, {"op": "status"})["ok"]
+    assert time.monotonic() - t0 < 2.0
+    silent.close()
+    flood.close()
+
+
+def test_other_users_see_no_command_or_environment_and_cancel_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "coda.db"
+    store = Store(db)
+    theirs = store.submit(
+        JobSpec(argv=["secret-tool", "--token=abc"], cwd=str(tmp_path), env={"TOKEN": "abc"}),
+        Owner(4242, 4242, (4242,)),
+    )
+    row = store.job(theirs)
+    store.close()
+    shown = visible(row, 5151)
+    assert shown["argv"] == [] and shown["env"] == {} and shown["cwd"] == ""
+    assert visible(row, 4242)["env"] == {"TOKEN": "abc"}
+    svc = AgentService(db)
+    got = svc({"op": "cancel", "ids": [theirs]}, Peer(1, 5151, 5151))
+    if os.geteuid() not in (5151,):
+        assert "not yours" in got["jobs"][0]["error"]
+    assert Store(db).job(theirs).cancel == 0
+    assert svc({"op": "cancel", "ids": [theirs]}, Peer(1, 4242, 4242))["jobs"][0]["state"]
+
+
+def test_a_non_root_agent_runs_only_its_own_users_jobs(tmp_path: Path, monkeypatch) -> None:
+    db = tmp_path / "coda.db"
+    Store(db).close()
+    me = os.geteuid()
+    monkeypatch.setattr("os.geteuid", lambda: me if me != 0 else 1000)
+    if me == 0:
+        os.chown(db, 1000, 1000)
+    other = Peer(1, 777, 777)
+    got = AgentService(db)(
+        {"op": "submit", "spec": {"argv": ["true"], "cwd": str(tmp_path)}}, other
+    )
+    assert got["ok"] is False and "runs only its own user's jobs" in got["error"]
+
+
+# ------------------------------------------------------------ the agent
+def _driver(tmp_path: Path) -> LiveProcs:
+    mounts = v1_tree(tmp_path)
+    drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
+    assert isinstance(drv, CgroupV1)
+    return LiveProcs(drv)
+
+
+FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)
+
+
+def _tick_until(agent: NodeAgent, cond, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        agent.tick()
+        if cond():
+            return
+        time.sleep(agent.config.period_s)
+    raise AssertionError("condition not reached in time")
+
+
+def test_one_agent_per_cgroup_parent_whatever_its_state_dir(tmp_path: Path) -> None:
+    drv = _driver(tmp_path)
+    s1, s2 = Store(tmp_path / "a" / "coda.db"), Store(tmp_path / "b" / "coda.db")
+    first = NodeAgent(s1, drv, tmp_path / "a", AgentConfig(**FAST))
+    first.start()
+    second = NodeAgent(s2, drv, tmp_path / "b", AgentConfig(**FAST))
+    with pytest.raises(CgroupError, match="another agent manages cgroup parent"):
+        second.start()
+    parent = drv.parent_path()
+    first.shutdown()  # it made the parent, nothing is left in it: it removes it
+    assert not parent.exists()
+    second.start()  # the parent is free now (and second makes it anew)
+    # A group that is not second's (left by some other agent, or an operator's) stays,
+    # empty or not, and so does a parent second did not make.
+    (drv.parent_path() / "job-1").mkdir()
+    for d in ("cpu", "cpuacct", "freezer"):
+        (drv.parent_path().parent.parent / d / "coda" / "job-1").mkdir(parents=True)
+    s2.set_meta("cgroup_parent_made", "")
+    second.shutdown()
+    assert (drv.parent_path() / "job-1").is_dir() and drv.parent_path().is_dir()
+    s1.close()
+    s2.close()
+
+
+def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> None:
+    drv = _driver(tmp_path)
+    store = Store(tmp_path / "state" / "coda.db")
+    agent = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**FAST))
+    agent.start()
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "json.py").write_text("open(__file__ + '.loaded', 'w').write('x')\n")
+    code = (
+        "import os, time; print(os.environ.get('PYTHONPATH'), os.environ.get('EXTRA'));"
+        " time.sleep(3)"
+    )
+    jid = store.submit(
+        JobSpec(
+            argv=[sys.executable, "-c", code],
+            cwd=str(evil),
+            env={"PYTHONPATH": str(evil), "LD_PRELOAD": "/nonexistent/lib.so", "EXTRA": "1"},
+        )
+    )
+    agent.tick()
+    m = agent.running[jid]
+    shim_env = Path(f"/proc/{m.shim_pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in shim_env if e.startswith((b"PYTHON", b"LD_", b"EXTRA"))], shim_env
+    assert b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in shim_env
+    shim_cmd = Path(f"/proc/{m.shim_pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-I" in shim_cmd
+    _tick_until(agent, lambda: store.job(jid).state == "done")
+    out = (agent.job_dir(jid) / "stdout").read_text().split()
+    assert out == [str(evil), "1"]  # the job itself got its environment
+    assert not (evil / "json.py.loaded").exists()  # and the shim never imported its json.py
+    # The job's files are the agent's alone.
+    for f in ("stdout", "stderr", "launch.json", "exit"):
+        assert os.stat(agent.job_dir(jid) / f).st_mode & 0o077 == 0, f
+    agent.shutdown()
+    store.close()
+
+
+def test_probes_take_free_cores_only_never_a_cpu_jobs(tmp_path: Path) -> None:
+    # A DNN job beside a CPU job on a full node: the allocator (or anyone) asking to
+    # grow it gets a refusal, and the CPU job keeps its cores and its work.
+    drv = _driver(tmp_path)
+    store = Store(tmp_path / "state" / "coda.db")
+    agent = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**FAST))
+    agent.start()
+    dnn = store.submit(JobSpec(argv=["sleep", "30"], cores=2, gpus=1, cwd=str(tmp_path)))
+    cpu = store.submit(JobSpec(argv=["sleep", "30"], cores=2, cwd=str(tmp_path)))
+    agent.tick()
+    assert store.job(dnn).state == "running" and store.job(cpu).state == "running"
+    assert agent.node.free_cores == 0
+    m = agent.running[dnn]
+    agent._apply([SetCores(m.job, 3)], agent.clock(), "allocator")
+    assert len(agent.running[dnn].cpus) == 2  # refused: no free core
+    assert store.job(cpu).state == "running" and store.job(cpu).preemptions == 0
+    acts = [d["action"] for d in store.decisions(limit=20)]
+    assert "refused" in acts and "preempt" not in acts
+    for mm in list(agent.running.values()):
+        agent._kill(mm, 9)
+    agent.shutdown()
+    store.close()
