@@ -67,7 +67,7 @@ def test_submit_spec_file(tmp_path: Path) -> None:
     assert code == 0, out
     spec.write_text(json.dumps({"argv": ["true"], "shell": True}))
     code, out = run("submit", "--state-dir", sd, "--spec", str(spec))
-    assert code != 0 and "unknown key(s) in job spec: shell" in out
+    assert code != 0 and "unknown key(s) in job spec: 'shell'" in out
     spec.write_text("{not json")
     code, out = run("submit", "--state-dir", sd, "--spec", str(spec))
     assert code != 0 and "not valid JSON" in out

@@ -425,8 +425,9 @@ def test_the_real_supervisor_is_insulated_from_its_job(public_node) -> None:
     shim = store.job(jid).shim_pid
     env = Path(f"/proc/{shim}/environ").read_bytes().split(b"\0")
     assert not [e for e in env if e.startswith((b"LD_", b"PYTHON"))], env
-    kids = Path(f"/proc/{shim}/task/{shim}/children").read_text().split()
-    assert kids, "the shim started no job"
+    children = Path(f"/proc/{shim}/task/{shim}/children")
+    wait_for(lambda: children.read_text().split() != [], 20, "the shim to start the job")
+    kids = children.read_text().split()
     job_env = Path(f"/proc/{kids[0]}/environ").read_bytes().split(b"\0")
     assert b"LD_PRELOAD=/nonexistent/evil.so" in job_env  # the job's own exec has it
 

@@ -441,3 +441,63 @@ def test_probes_take_free_cores_only_never_a_cpu_jobs(tmp_path: Path) -> None:
         agent._kill(mm, 9)
     agent.shutdown()
     store.close()
+
+
+# ------------------------------------------------------------ a corpus of bad options
+BAD_OPTIONS = [
+    ["agent", "--period", "nan"],
+    ["agent", "--period", "inf"],
+    ["agent", "--period", "0"],
+    ["agent", "--window", "-1"],
+    ["agent", "--window", "1e400"],
+    ["agent", "--stall", "nan"],
+    ["agent", "--gpus", "-1"],
+    ["agent", "--gpus", "100000000000000000000"],
+    ["agent", "--cpus", "0-99999999999"],
+    ["agent", "--cpus", "3-1"],
+    ["agent", "--cpus", "a-b"],
+    ["agent", "--cpus", ""],
+    ["agent", "--metrics-port", "70000"],
+    ["agent", "--metrics-port", "-5"],
+    ["agent", "--cgroup-parent", "../etc"],
+    ["agent", "--cgroup-parent", "a/b"],
+    ["agent", "--cgroup", "v3"],
+    ["agent", "--policy", "nope"],
+    ["agent", "--tune", "allocator.tolerance=nan"],
+    ["agent", "--tune", "allocator.max_windows=1" + "0" * 40],
+    ["agent", "--tune", "eliminator.step_down=inf"],
+    ["agent", "--tune", "nodot=1"],
+    ["agent", "--tune", "allocator.nosuch=1"],
+    ["agent", "--period", "2", "--window", "1"],
+    ["submit", "--cores", "0", "--", "true"],
+    ["submit", "--cores", "nan", "--", "true"],
+    ["submit", "--cores", "99999999999999999999", "--", "true"],
+    ["submit", "--gpus", "65", "--", "true"],
+    ["submit", "--name", "a b", "--", "true"],
+    ["submit", "--name", "x" * 100, "--", "true"],
+    ["submit", "--model", "../m", "--", "true"],
+    ["submit", "--env", "CODA_JOB_ID=1", "--", "true"],
+    ["submit", "--env", "1BAD=x", "--", "true"],
+    ["submit", "--env", "NOEQ", "--", "true"],
+    ["submit", "--cwd", "/nonexistent/dir", "--", "true"],
+    ["submit", "--", ""],
+    ["submit"],
+    ["run", "--poll", "nan", "--", "true"],
+    ["run", "--poll", "0", "--", "true"],
+    ["status", "-1"],
+    ["status", "abc"],
+    ["status", "--decisions", "-3"],
+    ["status", "--decisions", "99999999999"],
+    ["cancel"],
+    ["cancel", "0"],
+    ["cancel", "1e3"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_OPTIONS, ids=lambda a: " ".join(a)[:60])
+def test_bad_runtime_options_are_one_line_errors(tmp_path: Path, argv: list[str]) -> None:
+    sd = tmp_path / "s"
+    Store(sd / "coda.db").close()
+    code, out = run(argv[0], "--state-dir", str(sd), *argv[1:])
+    assert code in (1, 2) and "Traceback" not in out, out
+    assert [x for x in out.splitlines() if x.startswith("Error")], out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -1070,8 +1071,16 @@ def tune_policy(policy: Policy, tune: dict[str, str]) -> None:
                 value = None if raw.lower() == "none" else int(raw)
             else:
                 raise ValueError(raw)
+            # nan passes every range check a config makes (all comparisons are false),
+            # and a count of 10**100 windows is no setting: both are refused here.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(raw)
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**9:
+                raise ValueError(raw)
         except ValueError:
-            raise ValueError(f"{key}={raw!r}: expected a {type(current).__name__}") from None
+            raise ValueError(
+                f"{key}={raw!r}: expected a finite {type(current).__name__} (integers within +-1e9)"
+            ) from None
         try:
             obj.config = dataclasses.replace(obj.config, **{name: value})
         except ValueError as e:

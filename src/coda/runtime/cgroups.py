@@ -97,15 +97,22 @@ def format_cpus(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+MAX_CPU_ID = 16383  # beyond any kernel's NR_CPUS: a larger id is a typo or an attack
+
+
 def parse_cpus(text: str) -> list[int]:
-    """Parse a cpulist such as "0-2,5" (empty string -> [])."""
+    """Parse a cpulist such as "0-2,5" (empty string -> []); ValueError for ids outside
+    0..MAX_CPU_ID or a range that runs backwards (so "0-99999999999" costs nothing)."""
     out: set[int] = set()
     for part in text.strip().split(","):
         part = part.strip()
         if not part:
             continue
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
+        lo_s, _, hi_s = part.partition("-")
+        lo, hi = int(lo_s), int(hi_s or lo_s)
+        if not 0 <= lo <= hi <= MAX_CPU_ID:
+            raise ValueError(f"CPU range {part!r} is not within 0-{MAX_CPU_ID} in order")
+        out.update(range(lo, hi + 1))
     return sorted(out)
 
 

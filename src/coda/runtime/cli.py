@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from coda.runtime.cgroups import parse_cpus
+from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
 from coda.runtime.client import AgentClient, ClientError, connect
 from coda.runtime.control import SOCKET_NAME, ControlServer
 from coda.runtime.statedir import StateDirError, secure_dir
@@ -179,9 +179,11 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     try:
         cpus = parse_cpus(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a CPU list like 0-3,6") from None
+        raise click.BadParameter(
+            f"{text!r} is not a CPU list like 0-3,6 (ids 0-{MAX_CPU_ID})", param_hint="--cpus"
+        ) from None
     if not cpus:
-        raise click.BadParameter("the CPU list is empty")
+        raise click.BadParameter("the CPU list is empty", param_hint="--cpus")
     return cpus
 
 
@@ -215,14 +217,16 @@ def control_loop_options(f: Callable) -> Callable:
     """--period, --window, --stall (and policy_options): the node agent's control loop,
     the same for `coda agent` and `coda slurm agent`."""
     opts = [
-        click.option("--period", type=click.FloatRange(min=0.05), default=1.0,
-                     show_default=True, help="Control period, seconds."),
-        click.option("--window", type=click.FloatRange(min=0.05), default=2.0,
+        click.option("--period", type=FiniteFloat(min=0.05, max=3600), default=1.0,
+                     show_default=True, help="Control period, seconds (0.05-3600)."),
+        click.option("--window", type=FiniteFloat(min=0.05, max=3600), default=2.0,
                      show_default=True,
-                     help="Throughput window, seconds: one allocator sample per window."),
-        click.option("--stall", type=click.FloatRange(min=0.1), default=15.0,
+                     help="Throughput window, seconds (0.05-3600): one allocator sample "
+                     "per window."),
+        click.option("--stall", type=FiniteFloat(min=0.1, max=86400), default=15.0,
                      show_default=True,
-                     help="Seconds without progress after which a job's samples are not trusted."),
+                     help="Seconds (0.1-86400) without progress after which a job's samples "
+                     "are not trusted."),
     ]  # fmt: skip
     for o in reversed(opts):
         f = o(f)
@@ -281,9 +285,9 @@ def register(main: click.Group) -> None:
 @control_loop_options
 @click.option(
     "--gpus",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_GPUS),
     default=None,
-    help="GPUs on this node [default: /dev/nvidia0.. devices found].",
+    help=f"GPUs on this node, 0-{MAX_GPUS} [default: /dev/nvidia0.. devices found].",
 )
 @click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
 @click.option(
@@ -338,7 +342,7 @@ def agent(
     cpusets (allocator) and throttle co-located CPU jobs (eliminator)."""
     from coda.runtime.agent import AgentConfig, NodeAgent
     from coda.runtime.cgroups import CgroupError, detect
-    from coda.runtime.metrics import MetricsServer, render, write_file
+    from coda.runtime.metrics import MetricsServer, agent_registry, textfile_exporter
     from coda.runtime.resctrl import Resctrl
     from coda.runtime.service import AgentService
 
@@ -387,7 +391,10 @@ def agent(
         stop["flag"] = True
 
     try:
-        server = MetricsServer("127.0.0.1", metrics_port) if metrics_port is not None else None
+        registry = agent_registry(node_agent)
+        server = (
+            MetricsServer("127.0.0.1", metrics_port, registry) if metrics_port is not None else None
+        )
     except OSError as e:
         store.close()
         lock.release()
@@ -421,15 +428,13 @@ def agent(
         + (f", metrics on :{server.port}" if server else "")
     )
     (sd / "agent.pid").write_text(f"{os.getpid()}\n")
-    metrics_path = sd / "metrics.prom"
+    export = textfile_exporter(registry, sd / "metrics.prom", say)
 
     real_tick = node_agent.tick
 
     def tick_and_export() -> None:
         real_tick()
-        write_file(node_agent, metrics_path)
-        if server is not None:
-            server.update(render(node_agent))
+        export()
 
     node_agent.tick = tick_and_export  # type: ignore[method-assign]
     try:

@@ -1,135 +1,331 @@
-"""Prometheus text exposition of the agent's state (format 0.0.4).
+"""Prometheus metrics of CODA's daemons, through the standard client library.
 
-Written to ``<state-dir>/metrics.prom`` every period (node-exporter's textfile
-collector picks it up) and, with ``--metrics-port``, served over HTTP.
+A collector reads the daemon's live state at scrape time (the node agent's, or the
+Slurm controller's), in a registry of its own: several daemons in one process (tests)
+never share or clash. The same registry is written to ``<state-dir>/metrics.prom``
+every period (atomically, for node-exporter's textfile collector) and, with
+``--metrics-port``, served over HTTP by :class:`MetricsServer`.
+
+The server has no thread of its own: ``wait(seconds)`` answers requests in the
+daemon's thread while it idles between periods. The agent forks jobs, and a fork
+while another thread holds a lock can deadlock the child; answering in the daemon's
+thread also means every scrape sees the state between two periods, never half of one.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import select
+import socket
+import socketserver
+import sys
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from http.server import HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client.exposition import MetricsHandler
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
+    from coda.slurm.controller import Controller
+
+# A scrape may hold the daemon's loop this long to send its request, and as long again
+# to take the answer: a client that stalls (or trickles bytes) cannot stall the daemon.
+REQUEST_TIMEOUT_S = 2.0
+MAX_REQUEST_BYTES = 16 * 1024  # a GET's request line and headers; more is not a scrape
+METRICS_PATHS = ("/metrics", "/")
 
 
-def _label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _label(v: object) -> str:
+    """A label value the exposition can always encode (a job name from a JSON spec may
+    hold a lone surrogate, which UTF-8 cannot carry): such code points as escapes."""
+    return str(v).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def render(agent: NodeAgent) -> str:
-    node = agent.node
-    lines: list[str] = []
-
-    def metric(
-        name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]]
-    ) -> None:
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lab = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{lab}}} {value:.6g}" if lab else f"{name} {value:.6g}")
-
-    metric("coda_agent_ticks_total", "counter", "Control periods run.", [({}, agent.ticks)])
-    metric(
-        "coda_agent_tick_seconds",
-        "gauge",
-        "Duration of the last control period's work.",
-        [({}, agent.last_tick_s)],
-    )
-    if node is not None:
-        metric("coda_node_cores", "gauge", "Cores the agent manages.", [({}, node.cores)])
-        metric("coda_node_free_cores", "gauge", "Cores no job holds.", [({}, node.free_cores)])
-        metric("coda_node_gpus", "gauge", "GPUs on the node.", [({}, node.gpus)])
-        metric("coda_node_free_gpus", "gauge", "GPUs no job holds.", [({}, node.free_gpus)])
-    jobs = list(agent.running.values())
-    lab = [{"job": str(m.row_id), "name": m.job.job_id, "kind": m.job.kind} for m in jobs]
-    metric(
-        "coda_job_cores",
-        "gauge",
-        "Cores (cpuset size) a running job holds.",
-        [(lb, len(m.cpus)) for lb, m in zip(lab, jobs, strict=True)],
-    )
-    metric(
-        "coda_job_requested_cores",
-        "gauge",
-        "Cores a running job asked for.",
-        [(lb, m.job.cores) for lb, m in zip(lab, jobs, strict=True)],
-    )
-    metric(
-        "coda_job_quota",
-        "gauge",
-        "CPU quota as a fraction of the job's cores (1 = none).",
-        [(lb, m.job.quota) for lb, m in zip(lab, jobs, strict=True)],
-    )
-    metric(
-        "coda_job_throughput",
-        "gauge",
-        "Last measured throughput, samples/s (job units).",
-        [(lb, m.throughput) for lb, m in zip(lab, jobs, strict=True) if m.throughput is not None],
-    )
-    metric(
-        "coda_job_stalled",
-        "gauge",
-        "1 while a job's progress reports are missing.",
-        [(lb, float(m.stalled)) for lb, m in zip(lab, jobs, strict=True)],
-    )
-    decisions = sorted(agent.counters.items())
-    metric(
-        "coda_agent_decisions_total",
-        "counter",
-        "Decisions by component and action.",
-        [
-            ({"component": k.split(":", 1)[0], "action": k.split(":", 1)[1]}, v)
-            for k, v in decisions
-            if ":" in k
-        ],
-    )
-    return "\n".join(lines) + "\n"
+# ------------------------------------------------------------ the node agent
+JOB_LABELS = ("job", "name", "kind")
 
 
-def write_file(agent: NodeAgent, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render(agent))
-    os.replace(tmp, path)
+class AgentCollector(Collector):
+    """The node agent's state as metric families (names, types, labels and help as
+    the agent has always exported them; dashboards depend on them)."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterable[Metric]:
+        a = self.agent
+        yield CounterMetricFamily("coda_agent_ticks_total", "Control periods run.", value=a.ticks)
+        yield GaugeMetricFamily(
+            "coda_agent_tick_seconds",
+            "Duration of the last control period's work.",
+            value=a.last_tick_s,
+        )
+        node = a.node
+        if node is not None:
+            for name, help_, value in (
+                ("coda_node_cores", "Cores the agent manages.", node.cores),
+                ("coda_node_free_cores", "Cores no job holds.", node.free_cores),
+                ("coda_node_gpus", "GPUs on the node.", node.gpus),
+                ("coda_node_free_gpus", "GPUs no job holds.", node.free_gpus),
+            ):
+                yield GaugeMetricFamily(name, help_, value=value)
+        cores = GaugeMetricFamily(
+            "coda_job_cores", "Cores (cpuset size) a running job holds.", labels=JOB_LABELS
+        )
+        requested = GaugeMetricFamily(
+            "coda_job_requested_cores", "Cores a running job asked for.", labels=JOB_LABELS
+        )
+        quota = GaugeMetricFamily(
+            "coda_job_quota",
+            "CPU quota as a fraction of the job's cores (1 = none).",
+            labels=JOB_LABELS,
+        )
+        throughput = GaugeMetricFamily(
+            "coda_job_throughput",
+            "Last measured throughput, samples/s (job units).",
+            labels=JOB_LABELS,
+        )
+        stalled = GaugeMetricFamily(
+            "coda_job_stalled", "1 while a job's progress reports are missing.", labels=JOB_LABELS
+        )
+        for m in a.running.values():
+            lv = [str(m.row_id), _label(m.job.job_id), _label(m.job.kind)]
+            cores.add_metric(lv, len(m.cpus))
+            requested.add_metric(lv, m.job.cores)
+            quota.add_metric(lv, m.job.quota)
+            if m.throughput is not None:
+                throughput.add_metric(lv, m.throughput)
+            stalled.add_metric(lv, float(m.stalled))
+        yield from (cores, requested, quota, throughput, stalled)
+        decisions = CounterMetricFamily(
+            "coda_agent_decisions_total",
+            "Decisions by component and action.",
+            labels=("component", "action"),
+        )
+        for key, value in sorted(a.counters.items()):
+            if ":" in key:  # other counters (quota_up, ...) are internal
+                component, action = key.split(":", 1)
+                decisions.add_metric([_label(component), _label(action)], value)
+        yield decisions
+
+
+def agent_registry(agent: NodeAgent) -> CollectorRegistry:
+    """A registry of its own that reads ``agent``'s live state at every collection."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(agent))
+    return registry
+
+
+# ------------------------------------------------------------ the Slurm controller
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MARK_STATES = ("held", "placing", "placed", "passed")
+
+
+class CycleTimes:
+    """Histogram of cycle durations (seconds): per-bucket counts, their sum, the last."""
+
+    def __init__(self, bounds: Sequence[float] = CYCLE_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
+        self.last = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1  # le: bound >= seconds
+        self.sum += seconds
+        self.last = seconds
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """Cumulative (le, count) pairs, ``+Inf`` last, as Prometheus histograms have."""
+        out, total = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            total += n
+            out.append((floatToGoString(bound), float(total)))
+        return out
+
+
+class ControllerCollector(Collector):
+    """The Slurm controller's counts as metric families (see ``ControllerStats``)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterable[Metric]:
+        ctl = self.controller
+        s = ctl.stats
+        yield CounterMetricFamily(
+            "coda_controller_cycles_total", "Scheduling cycles run.", value=s.cycles
+        )
+        yield CounterMetricFamily(
+            "coda_controller_cycle_errors_total",
+            "Cycles cut short because Slurm did not answer.",
+            value=s.cycle_errors,
+        )
+        yield GaugeMetricFamily(
+            "coda_controller_last_cycle_seconds",
+            "Duration of the last scheduling cycle.",
+            value=s.times.last,
+        )
+        hist = HistogramMetricFamily(
+            "coda_controller_cycle_seconds", "Durations of scheduling cycles."
+        )
+        hist.add_metric([], s.times.buckets(), s.times.sum)
+        yield hist
+        jobs = GaugeMetricFamily(
+            "coda_controller_jobs",
+            "Jobs Slurm listed, not ended, by CODA's mark, at the start of the last cycle.",
+            labels=("coda",),
+        )
+        for state in MARK_STATES:
+            jobs.add_metric([state], s.jobs_by_mark.get(state, 0))
+        yield jobs
+        yield _by_label(
+            "coda_controller_placements_total", "Jobs placed and released.", "kind", s.placements
+        )
+        yield _by_label(
+            "coda_controller_cores_requested_total",
+            "Cores the placed jobs asked for (all nodes).",
+            "kind",
+            s.cores_requested,
+        )
+        yield _by_label(
+            "coda_controller_cores_granted_total",
+            "Cores the placed jobs were granted (all nodes).",
+            "kind",
+            s.cores_granted,
+        )
+        yield _by_label(
+            "coda_controller_refusals_total",
+            "Slurm commands that failed, or placements Slurm did not take whole, by reason.",
+            "reason",
+            s.refusals,
+        )
+        yield _by_label(
+            "coda_controller_passed_total",
+            "Held jobs passed to Slurm's own scheduler, by why.",
+            "why",
+            s.passed,
+        )
+        yield CounterMetricFamily(
+            "coda_controller_reholds_total",
+            "Placed jobs held again because their nodes became unusable.",
+            value=s.reholds,
+        )
+        yield CounterMetricFamily(
+            "coda_controller_learned_jobs_total",
+            "DNN jobs whose settled core count was learned.",
+            value=s.learned_jobs,
+        )
+        alloc = ctl.allocator
+        yield GaugeMetricFamily(
+            "coda_controller_learned_shapes",
+            "Job shapes (user:model, GPUs per node, nodes) with a learned core count.",
+            value=len(alloc.learned.shapes()) if alloc is not None else 0,
+        )
+
+
+def _by_label(name: str, help_: str, label: str, counts: dict[str, int]) -> Metric:
+    fam = CounterMetricFamily(name, help_, labels=(label,))
+    for value, n in sorted(counts.items()):
+        fam.add_metric([_label(value)], n)
+    return fam
+
+
+def controller_registry(controller: Controller) -> CollectorRegistry:
+    """A registry of its own that reads ``controller``'s counts at every collection."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ControllerCollector(controller))
+    return registry
+
+
+# ------------------------------------------------------------ output
+def write_textfile(registry: CollectorRegistry, path: str | os.PathLike[str]) -> None:
+    """Write the registry's text exposition to ``path`` atomically (a temporary file
+    beside it, then a rename: a reader sees the old file or the new one, whole), mode
+    0600 like every file in the state directory."""
+    write_to_textfile(os.fspath(path), registry)
+    os.chmod(path, 0o600)
+
+
+class _Handler(MetricsHandler):
+    """The client library's handler, bounded in time and size, at /metrics (and /)."""
+
+    timeout = REQUEST_TIMEOUT_S  # StreamRequestHandler: the socket's timeout (the reply)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BytesIO(self._read_request())
+
+    def _read_request(self) -> bytes:
+        """The request line and headers, read under one deadline for all of them (the
+        socket's timeout alone restarts at every byte). Incomplete: nothing, and
+        http.server closes the connection without an answer."""
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        buf = b""
+        while b"\r\n\r\n" not in buf and b"\n\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(buf) > MAX_REQUEST_BYTES:
+                return b""
+            self.connection.settimeout(left)
+            try:
+                chunk = self.connection.recv(4096)
+            except TimeoutError:
+                return b""
+            if not chunk:
+                return b""
+            buf += chunk
+        self.connection.settimeout(REQUEST_TIMEOUT_S)
+        return buf
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?", 1)[0] not in METRICS_PATHS:
+            self.send_error(404)
+            return
+        super().do_GET()
+
+
+class _Server(HTTPServer):
+    def __init__(self, host: str, port: int, handler: type[_Handler]) -> None:
+        # IPv4 or IPv6, as the host says (a bad host is a socket.gaierror: an OSError).
+        self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        super().__init__((host, port), handler)
+        self.socket.setblocking(False)  # a client gone between select and accept: no wait
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # the client went away or stalled: its problem, not the daemon's
+        super().handle_error(request, client_address)
 
 
 class MetricsServer:
-    """Serves the last rendered text at /metrics, from the agent's own thread: ``wait``
-    answers requests while the agent idles between ticks. No thread, because the agent
-    forks jobs (a fork while another thread holds a lock can deadlock the child)."""
+    """``registry`` over HTTP at /metrics, answered by ``wait`` in the caller's thread
+    (see the module's docstring). The client library's handler does the exposition,
+    its content negotiation (OpenMetrics for a Prometheus that asks for it) and gzip.
 
-    def __init__(self, host: str, port: int) -> None:
-        self._text = ""
-        outer = self
+    Raises OSError if it cannot bind ``host``:``port`` (0: any free port, see ``port``)."""
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = 2.0  # a client that stalls mid-request cannot hold the agent long
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                body = outer._text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = HTTPServer((host, port), Handler)
+    def __init__(self, host: str, port: int, registry: CollectorRegistry) -> None:
+        self.httpd = _Server(host, port, _Handler.factory(registry))
         self.httpd.timeout = 0  # handle_request: only what select found ready
-        self.port = self.httpd.server_address[1]
-
-    def update(self, text: str) -> None:
-        self._text = text
+        self.port: int = self.httpd.server_address[1]
 
     def wait(self, seconds: float) -> None:
         """Idle up to ``seconds``, answering requests that arrive meanwhile."""
@@ -141,3 +337,31 @@ class MetricsServer:
 
     def close(self) -> None:
         self.httpd.server_close()
+
+
+def textfile_exporter(
+    registry: CollectorRegistry, path: Path, say: Callable[[str], None]
+) -> Callable[[], None]:
+    """A function that writes ``registry`` to ``path`` (``write_textfile``). A failure
+    (disk full) is logged when it first happens and when it ends, and never stops the
+    daemon that calls it every period."""
+    failing = {"error": ""}
+
+    def export() -> None:
+        try:
+            write_textfile(registry, path)
+        except OSError as e:
+            if str(e) != failing["error"]:
+                say(f"cannot write {path}: {e.strerror or e}")
+            failing["error"] = str(e)
+            return
+        if failing["error"]:
+            say(f"{path}: written again")
+            failing["error"] = ""
+
+    return export
+
+
+def render(agent: NodeAgent) -> str:
+    """The agent's metrics as text (format 0.0.4)."""
+    return generate_latest(agent_registry(agent)).decode("utf-8")

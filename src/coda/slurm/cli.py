@@ -12,7 +12,9 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +27,9 @@ from coda.runtime.cli import (
     policy_options,
     timestamped,
 )
+
+if TYPE_CHECKING:
+    pass
 
 
 def _stop_flag() -> dict[str, bool]:
@@ -58,11 +63,32 @@ def slurm() -> None:
 @click.option("--period", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between scheduling cycles.")  # fmt: skip
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free port; not with --once). "
+    "They are also written to <state-dir>/metrics.prom every cycle.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds (job names are in the metrics).",
+)
 @policy_options
 def controller(
-    state_dir: str, policy: str, period: float, once: bool, tunes: tuple[str, ...], quiet: bool
+    state_dir: str,
+    policy: str,
+    period: float,
+    once: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    tunes: tuple[str, ...],
+    quiet: bool,
 ) -> None:
     """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release."""
+    from coda.runtime.metrics import MetricsServer, controller_registry, textfile_exporter
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.controller import Controller
 
@@ -74,19 +100,36 @@ def controller(
     except ValueError as e:
         lock.release()
         raise click.ClickException(str(e)) from None
+    registry = controller_registry(ctl)
+    export = textfile_exporter(registry, sd / "metrics.prom", say)
+    server = None
     try:
         if once:
             try:
                 ctl.cycle()
             except SlurmError as e:
                 raise click.ClickException(str(e)) from None
+            finally:
+                export()
             return
+        if metrics_port is not None:
+            try:
+                server = MetricsServer(metrics_host, metrics_port, registry)
+            except OSError as e:
+                where = f"{metrics_host}:{metrics_port}"
+                raise click.ClickException(f"metrics port {where}: {e.strerror or e}") from None
         (sd / "controller.pid").write_text(f"{os.getpid()}\n")
         stop = _stop_flag()
-        say(f"controller up: policy {policy}, period {period:g} s, state {sd}")
-        ctl.run(lambda: stop["flag"], period_s=period)
+        say(
+            f"controller up: policy {policy}, period {period:g} s, state {sd}"
+            + (f", metrics on {metrics_host}:{server.port}" if server else "")
+        )
+        idle = server.wait if server is not None else time.sleep
+        ctl.run(lambda: stop["flag"], period_s=period, after_cycle=export, idle=idle)
         say(f"controller stopped after {ctl.cycles} cycles, {ctl.placed} jobs placed")
     finally:
+        if server is not None:
+            server.close()
         (sd / "controller.pid").unlink(missing_ok=True)
         lock.release()
 

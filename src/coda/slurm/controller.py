@@ -23,6 +23,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from coda.policy import make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Policy
 from coda.policy.state import CPU, DNN, Job, Node
+from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
 from coda.slurm.client import (
     SlurmClient,
@@ -225,6 +227,28 @@ def policy_job(sj: SlurmJob) -> Job:
     )
 
 
+@dataclass
+class ControllerStats:
+    """What the controller did since it started: its Prometheus metrics
+    (coda.runtime.metrics.ControllerCollector). Counters by a label are dicts."""
+
+    cycles: int = 0
+    cycle_errors: int = 0  # cycles a SlurmError cut short
+    times: CycleTimes = field(default_factory=CycleTimes)
+    jobs_by_mark: dict[str, int] = field(default_factory=dict)  # at the last cycle's start
+    placements: Counter[str] = field(default_factory=Counter)  # by kind
+    cores_requested: Counter[str] = field(default_factory=Counter)  # by kind, all nodes
+    cores_granted: Counter[str] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)  # by reason
+    passed: Counter[str] = field(default_factory=Counter)  # by why
+    reholds: int = 0
+    learned_jobs: int = 0
+
+    @property
+    def placed(self) -> int:
+        return sum(self.placements.values())
+
+
 class Controller:
     """Reads Slurm, decides, writes back. ``cycle()`` is one pass; ``run()`` loops."""
 
@@ -251,9 +275,16 @@ class Controller:
         self.log = log or (lambda msg: None)
         self.wall = wall
         self.learned_from: set[int] = set()
-        self.cycles = 0
-        self.placed = 0
+        self.stats = ControllerStats()
         self._load()
+
+    @property
+    def cycles(self) -> int:
+        return self.stats.cycles
+
+    @property
+    def placed(self) -> int:
+        return self.stats.placed
 
     @property
     def allocator(self) -> AdaptiveAllocator | None:
@@ -293,8 +324,21 @@ class Controller:
 
     # ------------------------------------------------------------ one cycle
     def cycle(self) -> list[Placement]:
-        self.cycles += 1
+        """One pass: read Slurm, place what fits, release it. Counted and timed in
+        ``stats`` (a cycle that Slurm's silence cuts short too, and re-raised)."""
+        self.stats.cycles += 1
+        t0 = time.perf_counter()
+        try:
+            return self._cycle()
+        except SlurmError:
+            self.stats.cycle_errors += 1
+            raise
+        finally:
+            self.stats.times.observe(time.perf_counter() - t0)
+
+    def _cycle(self) -> list[Placement]:
         jobs = self.slurm.jobs()
+        self._count_marks(jobs)
         snodes = self.slurm.nodes()
         if self._learn(jobs):
             self._save()
@@ -319,6 +363,12 @@ class Controller:
                 marked.append((sj, p))
         return self._release_checked(marked)
 
+    def _count_marks(self, jobs: Sequence[SlurmJob]) -> None:
+        marks = Counter(
+            (j.mark or {}).get("state", "") for j in jobs if j.mark and j.state not in ENDED
+        )
+        self.stats.jobs_by_mark = {s: marks.get(s, 0) for s in MARK_STATES}
+
     def _learn(self, jobs: Sequence[SlurmJob]) -> bool:
         alloc = self.allocator
         if alloc is None:
@@ -337,6 +387,7 @@ class Controller:
             alloc.learned.record(key, int(settled))
             alloc.generation += 1
             self.learned_from.add(j.job_id)
+            self.stats.learned_jobs += 1
             self._decide(j.job_id, "learn", {"model": key[0], "cores": int(settled)})
             self.log(f"learned: {key[0]} ({key[1]} GPUs/node) runs at {settled} cores")
             new = True
@@ -357,6 +408,7 @@ class Controller:
                 self._decide(j.job_id, "release", {"why": "placed before a restart"})
                 self.log(f"job {j.job_id}: placement finished (placed before a restart)")
             except SlurmError as e:
+                self.stats.refusals["finish_placement"] += 1
                 self.log(f"job {j.job_id}: finishing its placement failed: {e}")
 
     @staticmethod
@@ -380,10 +432,12 @@ class Controller:
                 req = j.requested_cores_pn
                 self.slurm.update(j.job_id, AdminComment=format_mark("held", req=req))
                 self.slurm.hold(j.job_id)
+                self.stats.reholds += 1
                 self._decide(j.job_id, "rehold", {"nodes": j.required_nodes})
                 self.log(f"job {j.job_id}: its node(s) {','.join(j.required_nodes)} are "
                          "not usable; held to be placed again")  # fmt: skip
             except SlurmError as e:
+                self.stats.refusals["rehold"] += 1
                 self.log(f"job {j.job_id}: re-hold failed: {e}")
 
     def _pass_through(self, jobs: Sequence[SlurmJob], ready: dict[int, bool | None]) -> None:
@@ -402,9 +456,11 @@ class Controller:
             try:
                 self.slurm.update(j.job_id, AdminComment=format_mark("passed", why=why))
                 self.slurm.release(j.job_id)
+                self.stats.passed[why] += 1
                 self._decide(j.job_id, "pass", {"why": why})
                 self.log(f"job {j.job_id} ({j.name}): {why} job, left to Slurm's scheduler")
             except SlurmError as e:
+                self.stats.refusals["pass_through"] += 1
                 self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
@@ -463,6 +519,7 @@ class Controller:
                 AdminComment=mark,
             )
         except SlurmError as e:
+            self.stats.refusals["placement_update"] += 1
             self.log(f"job {sj.job_id}: placement on {','.join(names)} failed: {e}")
             self._decide(sj.job_id, "error", {"error": str(e)})
             return False
@@ -492,15 +549,20 @@ class Controller:
                     self.slurm.update(sj.job_id, AdminComment=held)
                     detail = {"error": "placement not taken whole", "got_cpus": got and got.cpus}
                     self._decide(sj.job_id, "error", detail)
+                    self.stats.refusals["placement_not_taken_whole"] += 1
                     self.log(f"job {sj.job_id}: Slurm did not take the placement whole; held")
                     continue
                 self.slurm.release(sj.job_id)
                 self.slurm.update(sj.job_id, AdminComment=self._remark(got, "placed"))
             except SlurmError as e:
+                self.stats.refusals["release"] += 1
                 self.log(f"job {sj.job_id}: release failed ({e}); finished next cycle")
                 continue
-            self.placed += 1
             req = sj.requested_cores_pn
+            kind = p.job.kind
+            self.stats.placements[kind] += 1
+            self.stats.cores_requested[kind] += req * len(names)
+            self.stats.cores_granted[kind] += p.cores_pn * len(names)
             self._decide(
                 sj.job_id,
                 "place",
@@ -515,18 +577,28 @@ class Controller:
             done.append(p)
         return done
 
-    def run(self, should_stop: Callable[[], bool], period_s: float = 1.0) -> None:
+    def run(
+        self,
+        should_stop: Callable[[], bool],
+        period_s: float = 1.0,
+        after_cycle: Callable[[], None] | None = None,
+        idle: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Cycle every ``period_s`` until ``should_stop()``. Slurm being briefly
-        unreachable is logged and retried, never fatal."""
+        unreachable is logged and retried, never fatal. ``after_cycle()`` runs after
+        every cycle, failed or not (the metrics file); ``idle(seconds)`` fills the time
+        between cycles (the metrics server answers scrapes there)."""
         while not should_stop():
             t0 = time.monotonic()
             try:
                 self.cycle()
             except SlurmError as e:
                 self.log(f"Slurm: {e} (retrying)")
+            if after_cycle is not None:
+                after_cycle()
             end = t0 + period_s
             while not should_stop() and time.monotonic() < end:
-                time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+                idle(min(0.1, max(0.0, end - time.monotonic())))
 
 
 def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
