@@ -230,8 +230,8 @@ def test_openb_drop_options(tmp_path):
     ("row", "column", "text"),
     [
         ("p,abc,1,1,1000,,LS,Failed,0,10,0", "cpu_milli", "not a number"),
-        ("p,1000,1,-1,1000,,LS,Failed,0,10,0", "num_gpu", ">= 0"),
-        ("p,1000,1,1,1500,,LS,Failed,0,10,0", "gpu_milli", "<= 1000"),
+        ("p,1000,1,-1,1000,,LS,Failed,0,10,0", "num_gpu", "must be in [0, 65535]"),
+        ("p,1000,1,1,1500,,LS,Failed,0,10,0", "gpu_milli", "must be in [0, 1000]"),
         ("p,1000,1,0,500,,LS,Failed,0,10,0", "gpu_milli", "num_gpu is 0"),
         ("p,1000,1,1,1000,,LS,Failed,0,5,8", "deletion_time", "before start"),
         ("p,1000,1,1,1000,,LS,Failed,9,20,8", "scheduled_time", "before creation"),
@@ -319,8 +319,10 @@ def test_helios_numeric_times(tmp_path):
     assert r.format == "helios"
     assert r.excluded == {"never_started": 2}
     assert r.adjusted == {"censored_kept": 1}
+    # Submit times count from the first kept job's submit_time (job 2, at 90).
+    assert r.time_origin == "90"
     assert job(trace, "1") == {
-        "submit": 100.0,
+        "submit": 10.0,
         "duration": 1000.0,
         "gpus": 8,
         "cores": 64,
@@ -328,12 +330,12 @@ def test_helios_numeric_times(tmp_path):
         "nodes": 2,
         "flags": 0,
     }
-    assert job(trace, "2")["gpus"] == 0 and job(trace, "2")["submit"] == 90.0
+    assert job(trace, "2")["gpus"] == 0 and job(trace, "2")["submit"] == 0.0
     assert job(trace, "5")["cores"] == 7 and job(trace, "5")["flags"] == FLAG_CENSORED
     assert identity_holds(r)
 
 
-def test_helios_datetimes_become_seconds_since_first_submit(tmp_path):
+def test_helios_datetimes_become_seconds_since_first_kept_submit(tmp_path):
     p = write(
         tmp_path,
         "cluster_log.csv",
@@ -345,9 +347,10 @@ def test_helios_datetimes_become_seconds_since_first_submit(tmp_path):
         "1425500,uV,vch,4,16,1,CANCELLED,2020-06-09 18:40:00,,,0,0",
     )
     trace = load_trace(p)
-    # The never-started job submitted first still sets the origin.
-    assert job(trace, "1425511")["submit"] == 61.0
-    assert job(trace, "1425512")["submit"] == 87.0
+    # The never-started job submitted first does not set the origin: kept jobs do.
+    assert job(trace, "1425511")["submit"] == 0.0
+    assert job(trace, "1425512")["submit"] == 26.0
+    assert trace.report.time_origin == "2020-06-09 18:41:01"
     assert job(trace, "1425512")["nodes"] == 1  # node_num 0 -> 1
     assert job(trace, "1425511")["duration"] == 36848.0
     assert trace.report.excluded == {"never_started": 1}
@@ -388,12 +391,13 @@ def test_helios_derived(tmp_path):
     assert r.format == "helios-derived"
     assert r.excluded == {"zero_duration": 1}
     assert r.skipped_bad_rows == 1
-    assert job(trace, "a")["submit"] == 5.0 and job(trace, "a")["duration"] == 100.0
-    assert job(trace, "c")["submit"] == 22.0 and job(trace, "c")["flags"] == FLAG_CENSORED
+    # Arrivals 5, 22, 26 (running sums); submit counts from the first kept one (5).
+    assert job(trace, "a")["submit"] == 0.0 and job(trace, "a")["duration"] == 100.0
+    assert job(trace, "c")["submit"] == 17.0 and job(trace, "c")["flags"] == FLAG_CENSORED
     # The bad row's interval (3) still advanced the clock: 22 + 3 + 1.
-    assert job(trace, "e")["submit"] == 26.0 and job(trace, "e")["gpus"] == 4
+    assert job(trace, "e")["submit"] == 21.0 and job(trace, "e")["gpus"] == 4
     assert identity_holds(r)
-    with pytest.raises(TraceFormatError, match=">= 0") as e:
+    with pytest.raises(TraceFormatError, match=r"must be in \[0, ") as e:
         load_trace(write(tmp_path, "neg.csv", DERIVED_HEADER, "a,u,1,1,1,-1,5,5,X"))
     assert e.value.column == "interval" and e.value.line == 2
 
@@ -437,8 +441,9 @@ def test_pai_with_and_without_header(tmp_path, with_header):
         "cores_raised_to_1": 1,
     }
     assert r.jobs_loaded == 7
+    # Submit counts from the first kept task's start_time (j3, at 10).
     assert job(trace, "j1/worker") == {
-        "submit": 100.0,
+        "submit": 90.0,
         "duration": 300.0,
         "gpus": 2,
         "cores": 12,
@@ -450,7 +455,7 @@ def test_pai_with_and_without_header(tmp_path, with_header):
     assert job(trace, "j2/tensorflow")["flags"] == 0
     for k in range(3):
         assert job(trace, f"j3/ps#{k}") == {
-            "submit": 10.0,
+            "submit": 0.0,
             "duration": 60.0,
             "gpus": 0,
             "cores": 3,
@@ -471,7 +476,7 @@ def test_pai_terminated_end_before_start_is_bad(tmp_path):
     with pytest.raises(TraceFormatError) as e:
         load_trace(p)
     assert e.value.line == 1 and e.value.column == "end_time"  # no header: data on line 1
-    with pytest.raises(TraceFormatError, match=">= 1"):
+    with pytest.raises(TraceFormatError, match=r"must be in \[1, 10000\]"):
         load_trace(write(tmp_path, "pai0.csv", "j,t,0,Terminated,1,2,100,1,100,T4"), "pai")
 
 
@@ -507,7 +512,7 @@ def test_generic_csv(tmp_path):
     r = trace.report
     assert trace.jobs.ids == ["b", "a", "c"]
     assert job(trace, "a") == {
-        "submit": 10.0,
+        "submit": 5.0,  # seconds since b, the first arrival
         "duration": 100.0,
         "gpus": 2,
         "cores": 4,

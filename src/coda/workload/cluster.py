@@ -7,11 +7,14 @@ the node's memory bandwidth in GB/s (omitted: ``bw_per_core`` x cores).
 
 from __future__ import annotations
 
-import csv
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from coda.workload import limits
+from coda.workload.jobs import TraceFormatError
+from coda.workload.traces._common import FieldParser, clip, iter_rows
 
 # A two-socket server with ~96 cores streams ~190 GB/s: about 2 GB/s per core.
 # The profile set may override this (ProfileSet.node_bw_gbps_per_core).
@@ -22,6 +25,9 @@ _GROUP = re.compile(
     r"(?:(?P<mem>\d+)m)?(?:(?P<bw>\d+(?:\.\d+)?)b)?\s*$",
     re.IGNORECASE,
 )
+_SPEC = limits.FIELDS["cluster spec"]
+_NODE_LIST = limits.FIELDS["node list"]
+NODE_LIST_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,60 +73,102 @@ class ClusterSpec:
         }
 
 
+def _spec_value(text: str, group: str, part: str, digits: str) -> float:
+    """One number of a spec group, range-checked (limits.FIELDS['cluster spec'])."""
+    lim = _SPEC[part]
+    # Many digits are out of range anyway; checking the length first keeps int() cheap.
+    v = float(digits) if len(digits) <= 20 else float("inf")
+    if not lim.holds(v):
+        raise ValueError(
+            f"cluster spec {clip(text)}: group {clip(group.strip())}: {part} must be in "
+            f"[{lim.lo:g}, {lim.hi:g}] ({lim.unit}), got {clip(digits)}"
+        )
+    return v
+
+
 def parse_cluster_spec(text: str, bw_per_core: float = DEFAULT_BW_PER_CORE) -> ClusterSpec:
     """Parse ``48x8g96c,16x0g96c`` (see module docstring). Errors name the bad group."""
-    nodes: list[NodeSpec] = []
     groups = [g for g in text.split(",") if g.strip()]
     if not groups:
-        raise ValueError(f"empty cluster spec {text!r}; expected e.g. '48x8g96c,16x0g96c'")
+        raise ValueError(f"empty cluster spec {clip(text)}; expected e.g. '48x8g96c,16x0g96c'")
+    shapes: list[tuple[int, int, int, int, float]] = []
+    total = 0
     for group in groups:
         m = _GROUP.match(group)
         if not m:
             raise ValueError(
-                f"bad cluster spec group {group.strip()!r} in {text!r}; expected "
+                f"bad cluster spec group {clip(group.strip())} in {clip(text)}; expected "
                 "<count>x<gpus>g<cores>c[<mem GiB>m][<bandwidth GB/s>b], "
                 "e.g. 48x8g96c or 4x8g96c512m200b"
             )
-        count, gpus, cores = int(m["count"]), int(m["gpus"]), int(m["cores"])
-        if count < 1 or cores < 1:
-            raise ValueError(f"cluster spec group {group.strip()!r}: count and cores must be >= 1")
-        mem = int(m["mem"]) * 1024 if m["mem"] else 0
-        bw = float(m["bw"]) if m["bw"] else bw_per_core * cores
+        count = int(_spec_value(text, group, "count", m["count"]))
+        gpus = int(_spec_value(text, group, "gpus", m["gpus"]))
+        cores = int(_spec_value(text, group, "cores", m["cores"]))
+        mem = int(_spec_value(text, group, "mem", m["mem"])) * 1024 if m["mem"] else 0
+        if m["bw"]:
+            bw = _spec_value(text, group, "bw", m["bw"])
+        else:
+            bw = bw_per_core * cores
+            if not _SPEC["bw"].holds(bw):
+                raise ValueError(
+                    f"cluster spec group {clip(group.strip())}: bandwidth per core "
+                    f"{bw_per_core!r} x {cores} cores is outside {_SPEC['bw'].lo:g}.."
+                    f"{_SPEC['bw'].hi:g} GB/s"
+                )
+        total += count
+        if total > limits.MAX_NODES:  # checked before any node is made
+            raise ValueError(f"cluster spec {clip(text)} has more than {limits.MAX_NODES} nodes")
+        shapes.append((count, gpus, cores, mem, bw))
+    nodes: list[NodeSpec] = []
+    for count, gpus, cores, mem, bw in shapes:
         start = len(nodes)
         nodes.extend(NodeSpec(f"n{start + i:05d}", gpus, cores, mem, bw) for i in range(count))
     return ClusterSpec(label=text.strip(), nodes=tuple(nodes))
 
 
 def load_node_list(path: str | Path, bw_per_core: float = DEFAULT_BW_PER_CORE) -> ClusterSpec:
-    """Read an Alibaba-style node list: ``sn,cpu_milli,memory_mib,gpu,model``."""
+    """Read an Alibaba-style node list: ``sn,cpu_milli,memory_mib,gpu[,model]``.
+
+    Every bad row is a ValueError (TraceFormatError) naming file, line and column;
+    ranges are limits.FIELDS['node list'], and names must be unique.
+    """
     path = Path(path)
+    if not 0 < bw_per_core < float("inf"):
+        raise ValueError(f"bandwidth per core must be > 0 and finite, got {bw_per_core!r}")
+    f = FieldParser(path, _NODE_LIST)
     nodes: list[NodeSpec] = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        need = {"sn", "cpu_milli", "memory_mib", "gpu"}
-        missing = need - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}:1: node list lacks column(s) {sorted(missing)}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                cores = int(row["cpu_milli"]) // 1000
-                gpus = int(row["gpu"])
-                mem = int(row["memory_mib"])
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{line}: bad node row {row!r}: {e}") from None
-            if cores < 1 or gpus < 0:
-                raise ValueError(f"{path}:{line}: node needs >= 1 core and >= 0 GPUs, got {row!r}")
-            nodes.append(
-                NodeSpec(row["sn"], gpus, cores, mem, bw_per_core * cores, row.get("model") or "")
-            )
+    names: set[str] = set()
+    for line, row in iter_rows(path, NODE_LIST_COLUMNS, ("model",)):
+        f.line = line
+        if not isinstance(row, dict):
+            raise row
+        name = f.ident(row, "sn")
+        if name in names:
+            raise f.error("sn", f"node name {clip(name)} appears twice")
+        cores = f.integer(row, "cpu_milli") // 1000
+        gpus = f.integer(row, "gpu")
+        mem = f.integer(row, "memory_mib")
+        bw = bw_per_core * cores
+        if not _SPEC["bw"].holds(bw):
+            raise f.error("cpu_milli", f"node bandwidth {bw:g} GB/s is outside the range")
+        if len(nodes) >= limits.MAX_NODES:
+            raise f.error(None, f"node list has more than {limits.MAX_NODES} nodes")
+        names.add(name)
+        nodes.append(NodeSpec(name, gpus, cores, mem, bw, f.text(row, "model")))
     if not nodes:
-        raise ValueError(f"{path}: node list has no nodes")
+        raise TraceFormatError(str(path), 1, None, "node list has no nodes")
     return ClusterSpec(label=str(path), nodes=tuple(nodes))
 
 
 def resample_cluster(base: ClusterSpec, n_nodes: int, seed: int) -> ClusterSpec:
     """A cluster of n_nodes drawn (with replacement) from base's node shapes."""
     import numpy as np
+
+    if not 1 <= n_nodes <= limits.MAX_NODES or not base.nodes:
+        raise ValueError(
+            f"a resampled cluster needs 1..{limits.MAX_NODES} nodes from a nonempty base, "
+            f"got {n_nodes!r}"
+        )
 
     rng = np.random.default_rng(seed)
     pick = rng.integers(0, len(base.nodes), size=n_nodes)

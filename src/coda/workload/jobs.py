@@ -52,16 +52,19 @@ class JobTable:
         if not rows:
             return cls.empty()
         ids, submit, duration, gpus, cores, mem, nodes, flags = zip(*rows, strict=True)
-        return cls(
-            ids=[str(i) for i in ids],
-            submit=np.asarray(submit, dtype=np.float64),
-            duration=np.asarray(duration, dtype=np.float64),
-            gpus=np.asarray(gpus, dtype=np.int32),
-            cores=np.asarray(cores, dtype=np.int32),
-            mem_mib=np.asarray(mem, dtype=np.int64),
-            nodes=np.asarray(nodes, dtype=np.int32),
-            flags=np.asarray(flags, dtype=np.uint8),
-        )
+        try:
+            return cls(
+                ids=[str(i) for i in ids],
+                submit=np.asarray(submit, dtype=np.float64),
+                duration=np.asarray(duration, dtype=np.float64),
+                gpus=np.asarray(gpus, dtype=np.int32),
+                cores=np.asarray(cores, dtype=np.int32),
+                mem_mib=np.asarray(mem, dtype=np.int64),
+                nodes=np.asarray(nodes, dtype=np.int32),
+                flags=np.asarray(flags, dtype=np.uint8),
+            )
+        except (OverflowError, TypeError) as e:  # e.g. an int beyond int32: not a traceback
+            raise ValueError(f"job table: a value does not fit its column: {e}") from None
 
     @classmethod
     def empty(cls) -> JobTable:
@@ -112,6 +115,9 @@ class TraceReport:
     excluded: dict[str, int] = field(default_factory=dict)  # reason -> rows not turned into jobs
     adjusted: dict[str, int] = field(default_factory=dict)  # treatment -> jobs changed
     treatments: dict[str, str] = field(default_factory=dict)  # rule -> how it is handled
+    time_origin: str | None = None  # raw first-arrival value; submit times count from it
+    duplicate_ids: int = 0  # jobs whose id repeated an earlier one (renamed id#k)
+    duplicate_id_examples: list[str] = field(default_factory=list)  # first few repeated ids
 
     def count(self, bucket: dict[str, int], key: str, n: int = 1) -> None:
         bucket[key] = bucket.get(key, 0) + n
@@ -127,6 +133,9 @@ class TraceReport:
             "excluded": dict(self.excluded),
             "adjusted": dict(self.adjusted),
             "treatments": dict(self.treatments),
+            "time_origin": self.time_origin,
+            "duplicate_ids": self.duplicate_ids,
+            "duplicate_id_examples": list(self.duplicate_id_examples),
         }
 
 
@@ -144,6 +153,7 @@ class TraceFormatError(ValueError):
         self.line = line
         self.column = column
         self.message = message
-        where = f"{path}:{line}"
+        shown = path if path.isprintable() else repr(path)  # one line whatever the name
+        where = f"{shown}:{line}"
         col = f" column {column!r}:" if column else ""
         super().__init__(f"{where}:{col} {message}")

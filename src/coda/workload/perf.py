@@ -20,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from coda.workload import limits
 from coda.workload.jobs import JobTable
+from coda.workload.traces._common import clip as _clip
+from coda.workload.traces._common import shown as _shown
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 SCHEMA = "coda-profile-set/1"
@@ -107,14 +110,27 @@ class _Reader:
         return d[key]
 
     def number(
-        self, value: Any, key: str, *, positive: bool = False, minimum: float = 0.0
+        self,
+        value: Any,
+        key: str,
+        *,
+        positive: bool = False,
+        minimum: float = 0.0,
+        kind: str | None = None,
     ) -> float:
+        """A finite number >= minimum (> 0 if positive), at most limits.PROFILE[kind].hi."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, f"must be a number, got {value!r}")
-        v = float(value)
-        if not math.isfinite(v) or v < minimum or (positive and v <= 0):
-            bound = "> 0" if positive else f">= {minimum}"
-            raise self.fail(key, f"must be finite and {bound}, got {value!r}")
+            raise self.fail(key, f"must be a number, got {_clip(value)}")
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond float range
+            v = math.inf
+        top = limits.PROFILE[kind].hi if kind else math.inf
+        if not math.isfinite(v) or v < minimum or (positive and v <= 0) or v > top:
+            bound = "> 0" if positive else f">= {minimum:g}"
+            if kind:
+                bound += f" and <= {top:g} ({limits.PROFILE[kind].unit})"
+            raise self.fail(key, f"must be finite and {bound}, got {_clip(value)}")
         return v
 
     def numbers(self, value: Any, key: str, n: int | None = None, **kw: Any) -> tuple[float, ...]:
@@ -122,11 +138,12 @@ class _Reader:
             raise self.fail(key, f"must be a list of {n if n is not None else 'some'} numbers")
         return tuple(self.number(v, f"{key}[{i}]", **kw) for i, v in enumerate(value))
 
-    def table(self, d: Any, key: str) -> dict[str, float]:
+    def table(self, d: Any, key: str, kind: str) -> dict[str, float]:
         if not isinstance(d, dict):
             raise self.fail(key, "must be an object with columns " + ", ".join(TABLE_COLUMNS))
         return {
-            c: self.number(self.get(d, c, key), f"{key}.{c}", positive=True) for c in TABLE_COLUMNS
+            c: self.number(self.get(d, c, key), f"{key}.{c}", positive=True, kind=kind)
+            for c in TABLE_COLUMNS
         }
 
 
@@ -150,14 +167,20 @@ def _parse_model(r: _Reader, name: str, m: Any, batch: str, n_press: int) -> _Mo
     cx: tuple[float, ...] = ()
     cy: tuple[float, ...] = ()
     if kind == "table":
-        cores_table = r.table(r.get(cores, batch, f"{where}.cores"), f"{where}.cores.{batch}")
+        cores_table = r.table(
+            r.get(cores, batch, f"{where}.cores"), f"{where}.cores.{batch}", "cores"
+        )
         for col, v in cores_table.items():
             if v < 1:
                 raise r.fail(f"{where}.cores.{batch}.{col}", "optimal cores must be >= 1")
     elif kind == "curve":
         xk, yk = f"{where}.cores.cpus_per_gpu", f"{where}.cores.throughput"
-        xs = r.numbers(r.get(cores, "cpus_per_gpu", f"{where}.cores"), xk, positive=True)
-        ys = r.numbers(r.get(cores, "throughput", f"{where}.cores"), yk, n=len(xs))
+        xs = r.numbers(
+            r.get(cores, "cpus_per_gpu", f"{where}.cores"), xk, positive=True, kind="cores"
+        )
+        ys = r.numbers(
+            r.get(cores, "throughput", f"{where}.cores"), yk, n=len(xs), kind="throughput"
+        )
         if not xs or any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
             raise r.fail(xk, "must be a nonempty ascending list")
         if any(b < a for a, b in zip(ys, ys[1:], strict=False)) or max(ys) <= 0:
@@ -168,13 +191,15 @@ def _parse_model(r: _Reader, name: str, m: Any, batch: str, n_press: int) -> _Mo
         cx = (0.0, *xs[: k + 1])
         cy = (0.0, *(y / top for y in ys[:k]), 1.0)
     else:
-        raise r.fail(f"{where}.cores.kind", f"must be 'table' or 'curve', got {kind!r}")
+        raise r.fail(f"{where}.cores.kind", f"must be 'table' or 'curve', got {_clip(kind)}")
     bw = r.get(m, "bw_gbps", where)
-    bw_table = r.table(r.get(bw, batch, f"{where}.bw_gbps"), f"{where}.bw_gbps.{batch}")
-    sd = r.numbers(r.get(m, "slowdown", where), f"{where}.slowdown", n=n_press, minimum=1.0)
+    bw_table = r.table(r.get(bw, batch, f"{where}.bw_gbps"), f"{where}.bw_gbps.{batch}", "bw_gbps")
+    sd = r.numbers(
+        r.get(m, "slowdown", where), f"{where}.slowdown", n=n_press, minimum=1.0, kind="slowdown"
+    )
     pcie = r.get(m, "pcie", where)
     if pcie not in ("heavy", "light"):
-        raise r.fail(f"{where}.pcie", f"must be 'heavy' or 'light', got {pcie!r}")
+        raise r.fail(f"{where}.pcie", f"must be 'heavy' or 'light', got {_clip(pcie)}")
     return _Model(
         name=name,
         kind=kind,
@@ -239,17 +264,20 @@ class ProfileSet:
             raise r.fail("<root>", "must be a JSON object")
         schema = r.get(spec, "schema", "")
         if schema != SCHEMA:
-            raise r.fail("schema", f"expected {SCHEMA!r}, got {schema!r}")
+            raise r.fail("schema", f"expected {SCHEMA!r}, got {_clip(schema)}")
         self._spec = spec  # kept so `perturbed` and `to_dict` work on the raw values
         self.name = str(r.get(spec, "name", ""))
         self.source = str(r.get(spec, "source", ""))
         batch = spec.get("batch", "default")
         if batch not in ("default", "max"):
-            raise r.fail("batch", f"must be 'default' or 'max', got {batch!r}")
+            raise r.fail("batch", f"must be 'default' or 'max', got {_clip(batch)}")
         self.batch: str = batch
 
         press = r.numbers(
-            r.get(spec, "slowdown_pressures", ""), "slowdown_pressures", positive=True
+            r.get(spec, "slowdown_pressures", ""),
+            "slowdown_pressures",
+            positive=True,
+            kind="pressure",
         )
         if (
             not press
@@ -270,18 +298,23 @@ class ProfileSet:
             raise r.fail("multi_gpu_floor.gpus", "must be a nonempty object")
         self._floor: dict[int, tuple[float, ...]] = {}
         for k, row in floor.items():
-            key = f"multi_gpu_floor.gpus.{k}"
-            if not str(k).isdigit() or int(k) < 1:
-                raise r.fail(key, "GPU counts must be whole numbers >= 1")
-            self._floor[int(k)] = r.numbers(row, key, n=len(press))
+            k = str(k)
+            key = f"multi_gpu_floor.gpus.{_shown(k, 20)}"
+            top = limits.PROFILE["floor_gpus"].hi
+            if not (k.isascii() and k.isdigit() and len(k) <= 6 and 1 <= int(k) <= top):
+                raise r.fail(key, f"GPU counts must be whole numbers in [1, {top:g}]")
+            self._floor[int(k)] = r.numbers(row, key, n=len(press), kind="excess")
         self._floor = dict(sorted(self._floor.items()))
 
         pcie = r.get(spec, "pcie", "")
         default_pair = r.number(
-            r.get(pcie, "pair_slowdown", "pcie"), "pcie.pair_slowdown", minimum=1
+            r.get(pcie, "pair_slowdown", "pcie"), "pcie.pair_slowdown", minimum=1, kind="slowdown"
         )
         overrides: dict[tuple[str, str], float] = {}
-        for i, o in enumerate(pcie.get("pair_overrides", [])):
+        raw_overrides = pcie.get("pair_overrides", [])
+        if not isinstance(raw_overrides, list):
+            raise r.fail("pcie.pair_overrides", "must be a list")
+        for i, o in enumerate(raw_overrides):
             key = f"pcie.pair_overrides[{i}]"
             pair = r.get(o, "models", key)
             if (
@@ -289,8 +322,10 @@ class ProfileSet:
                 or len(pair) != 2
                 or any(p not in self._models for p in pair)
             ):
-                raise r.fail(f"{key}.models", f"must be two of {list(self.models)}, got {pair!r}")
-            s = r.number(r.get(o, "slowdown", key), f"{key}.slowdown", minimum=1)
+                raise r.fail(
+                    f"{key}.models", f"must be two of {list(self.models)}, got {_clip(pair)}"
+                )
+            s = r.number(r.get(o, "slowdown", key), f"{key}.slowdown", minimum=1, kind="slowdown")
             overrides[(pair[0], pair[1])] = overrides[(pair[1], pair[0])] = s
         # Every ordered pair precomputed: the engine asks for these in its inner loop.
         self._pcie = {
@@ -309,6 +344,7 @@ class ProfileSet:
             r.number(
                 r.get(c, "weight", f"cpu_jobs.bw_per_core_classes[{i}]"),
                 f"cpu_jobs.bw_per_core_classes[{i}].weight",
+                kind="weight",
             )
             for i, c in enumerate(classes)
         ]
@@ -317,6 +353,7 @@ class ProfileSet:
                 r.number(
                     r.get(c, "gbps_per_core", f"cpu_jobs.bw_per_core_classes[{i}]"),
                     f"cpu_jobs.bw_per_core_classes[{i}].gbps_per_core",
+                    kind="gbps_per_core",
                 )
                 for i, c in enumerate(classes)
             ]
@@ -324,7 +361,9 @@ class ProfileSet:
         if sum(w) <= 0:
             raise r.fail("cpu_jobs.bw_per_core_classes", "weights must sum to > 0")
         self._cpu_weights = np.array(w) / sum(w)
-        self._cpu_jitter = r.number(r.get(cpu, "jitter", "cpu_jobs"), "cpu_jobs.jitter")
+        self._cpu_jitter = r.number(
+            r.get(cpu, "jitter", "cpu_jobs"), "cpu_jobs.jitter", kind="jitter"
+        )
         if self._cpu_jitter >= 1:
             raise r.fail("cpu_jobs.jitter", "must be < 1 (bandwidth stays positive)")
 
@@ -332,6 +371,7 @@ class ProfileSet:
             r.get(r.get(spec, "node", ""), "bw_gbps_per_core", "node"),
             "node.bw_gbps_per_core",
             positive=True,
+            kind="gbps_per_core",
         )
         mix = r.get(spec, "default_mix", "")
         try:
@@ -484,9 +524,20 @@ def load_profile_set(name_or_path: str = "coda") -> ProfileSet:
                 f"available names are {', '.join(names)}"
             )
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as f:
+            raw = f.read(limits.MAX_PROFILE_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"profile set {path}: cannot read: {e.strerror or e}") from None
+    if len(raw) > limits.MAX_PROFILE_BYTES:
+        raise ValueError(f"profile set {path}: larger than {limits.MAX_PROFILE_BYTES} bytes")
+    try:
+        spec = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"profile set {path}: not UTF-8 text at byte {e.start}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"profile set {path}: invalid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # an int of > 4300 digits; nesting too deep
+        raise ValueError(f"profile set {path}: unreadable JSON: {_clip(str(e), 80)}") from None
     return ProfileSet(spec, origin=str(path))
 
 
@@ -496,9 +547,14 @@ def _normalise_mix(mix: Any, profiles: ProfileSet) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in mix.items():
         if k not in profiles.models:
-            raise ValueError(f"unknown model {k!r} in mix; valid: {', '.join(profiles.models)}")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"mix weight of {k!r} must be a finite number >= 0, got {v!r}")
+            valid = ", ".join(profiles.models)
+            raise ValueError(f"unknown model {_clip(k)} in mix; valid: {valid}")
+        top = limits.PROFILE["weight"].hi
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= top:
+            raise ValueError(
+                f"mix weight of {_clip(k)} must be a finite number >= 0 and <= {top:g}, "
+                f"got {_clip(v)}"
+            )
         out[k] = float(v)
     total = sum(out.values())
     if total <= 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from coda.workload.jobs import Trace, TraceFormatError
 from coda.workload.traces import generic_csv, helios, openb, pai
-from coda.workload.traces._common import check_options, read_header
+from coda.workload.traces._common import check_options, clip, read_header
 
 __all__ = [
     "FORMATS",
@@ -82,7 +82,7 @@ def detect_format(path: str | Path) -> str:
         str(path),
         1,
         None,
-        f"cannot tell the trace format from the first line {','.join(header)!r}; "
+        f"cannot tell the trace format from the first line {clip(','.join(header), 120)}; "
         f"pass format= one of {', '.join(FORMATS)}",
     )
 
@@ -106,7 +106,7 @@ def load_trace(
     if format is None:
         format = detect_format(path)
     elif format not in _LOADERS:
-        raise ValueError(f"unknown trace format {format!r}; known: {', '.join(FORMATS)}")
+        raise ValueError(f"unknown trace format {clip(format)}; known: {', '.join(FORMATS)}")
     return _LOADERS[format](
         path, skip_bad_rows=skip_bad_rows, fractional=fractional, censored=censored
     )

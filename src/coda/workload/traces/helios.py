@@ -4,12 +4,18 @@ interval-based subsets that circulate with columns u_id,...,interval,run_time,..
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from coda.workload.jobs import Trace
-from coda.workload.traces._common import NEVER_STARTED, Outcome, TraceBuilder
+from coda.workload.traces._common import (
+    NEVER_STARTED,
+    Outcome,
+    Time,
+    TraceBuilder,
+    clip,
+)
 
 FORMAT = "helios"
 REQUIRED = (
@@ -32,6 +38,9 @@ DERIVED_OPTIONAL = ("user", "wall_time", "new_status")
 DERIVED_SIGNATURE = ("u_id", "gpu_num", "interval", "run_time")
 
 _EPOCH = datetime(1970, 1, 1)
+# Where each job total comes from, for the message when one is above its cap.
+SOURCES = {"gpus": "gpu_num", "cores": "cpu_num", "nodes": "node_num", "duration": "duration"}
+DERIVED_SOURCES = {**SOURCES, "duration": "run_time"}
 
 _RESOURCES = (
     "gpus = gpu_num and cores = ceil(cpu_num) are the job's totals; nodes = max(1, "
@@ -48,7 +57,13 @@ def load(
 ) -> Trace:
     """The original cluster_log.csv (times as seconds or 'YYYY-MM-DD HH:MM:SS')."""
     b = TraceBuilder(
-        path, FORMAT, skip_bad_rows=skip_bad_rows, fractional=fractional, censored=censored
+        path,
+        FORMAT,
+        skip_bad_rows=skip_bad_rows,
+        fractional=fractional,
+        censored=censored,
+        sources=SOURCES,
+        submit_column="submit_time",
     )
     b.treat(
         NEVER_STARTED,
@@ -58,16 +73,15 @@ def load(
     b.treat(
         "times",
         "submit = submit_time, duration = the duration column (end_time - start_time "
-        "in seconds); numeric times are kept as they are, date-times become seconds "
-        "since the earliest submit_time in the file; state RUNNING counts as censored",
+        "in seconds); times are seconds or date-times (naive ones are UTC), and submit "
+        "counts from the first kept job's submit_time; state RUNNING counts as censored",
     )
     b.treat("resources", _RESOURCES)
     # The first submit_time decides whether the file's times are numbers or
     # date-times; a file mixing both is malformed, not guessable.
     datetimes: bool | None = None
-    first = math.inf  # earliest submit seen, the origin for date-times
 
-    def time(row: dict[str, str], col: str) -> float | None:
+    def time(row: dict[str, str], col: str) -> Time | None:
         nonlocal datetimes
         s = row.get(col, "").strip()
         if not s:
@@ -79,33 +93,31 @@ def load(
             except ValueError:
                 datetimes = True
         if not datetimes:
-            return b.num(row, col)
+            return b.time(row, col)
         try:
             dt = datetime.fromisoformat(s)
-        except ValueError:
-            msg = f"not a time 'YYYY-MM-DD HH:MM:SS' like earlier rows: {s!r}"
+            if dt.tzinfo is not None:
+                dt = dt.astimezone(UTC).replace(tzinfo=None)
+        except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved by a zone
+            msg = f"not a time 'YYYY-MM-DD HH:MM:SS' like earlier rows: {clip(s)}"
             raise b.error(col, msg) from None
-        if dt.tzinfo is not None:
-            dt = dt.astimezone(UTC).replace(tzinfo=None)
-        return (dt - _EPOCH).total_seconds()
+        return b.epoch_seconds(dt)
 
     def parse(row: dict[str, str]) -> Outcome:
-        nonlocal first
         job_id = b.ident(row, "job_id")
-        gpus = b.integer(row, "gpu_num", minimum=0)
-        cpus = b.number(row, "cpu_num", minimum=0)
-        nodes = b.integer(row, "node_num", minimum=0)
+        gpus = b.integer(row, "gpu_num")
+        cpus = b.number(row, "cpu_num")
+        nodes = b.integer(row, "node_num")
         submit = time(row, "submit_time")
         if submit is None:
             raise b.error("submit_time", "value is missing")
         start = time(row, "start_time")
         end = time(row, "end_time")
-        duration = b.number(row, "duration", minimum=0)
+        duration = b.number(row, "duration")
         if start is not None and start < submit:
             raise b.error("start_time", "start is before submit")
         if start is not None and end is not None and end < start:
             raise b.error("end_time", "end is before start")
-        first = min(first, submit)
         if start is None or duration == 0:
             return NEVER_STARTED
         return b.job(
@@ -120,7 +132,14 @@ def load(
         )
 
     b.load(parse, REQUIRED, OPTIONAL)
-    return b.finish(submit_offset=first if datetimes and math.isfinite(first) else 0.0)
+    return b.finish(origin_text=_as_datetime if datetimes else str)
+
+
+def _as_datetime(seconds: Time) -> str:
+    """The time origin of a date-time file as the date-time it was written as (UTC)."""
+    return str(
+        _EPOCH + timedelta(seconds=float(seconds) if isinstance(seconds, Decimal) else seconds)
+    )
 
 
 def load_derived(
@@ -137,26 +156,30 @@ def load_derived(
         skip_bad_rows=skip_bad_rows,
         fractional=fractional,
         censored=censored,
+        sources=DERIVED_SOURCES,
+        submit_column="interval",
     )
     b.treat(
         "times",
-        "submit = running sum of interval (seconds since the previous row's arrival; "
-        "the first row's counts from 0); a row's interval advances the clock whenever it "
+        "arrival = running sum of interval (seconds since the previous row's arrival; "
+        "the first row's counts from 0, sums are exact) and submit counts from the first "
+        "kept job's arrival; a row's interval advances the clock whenever it "
         "parses, even if the row is then excluded or skipped as bad, so later arrivals "
         "keep their times; duration = run_time; wall_time (the requested time limit) "
         "is not used; new_status 'running' (any case) counts as censored",
     )
     b.treat("resources", _RESOURCES)
-    clock = [0.0]
+    clock: list[Time] = [0]
 
     def parse(row: dict[str, str]) -> Outcome:
-        clock[0] += b.number(row, "interval", minimum=0)
+        # Exact sum, so no run of intervals rounds or overflows to inf; the span is capped.
+        clock[0] += b.time(row, "interval")  # type: ignore[operator]
         submit = clock[0]
         job_id = b.ident(row, "u_id")
-        gpus = b.integer(row, "gpu_num", minimum=0)
-        cpus = b.number(row, "cpu_num", minimum=0)
-        nodes = b.integer(row, "node_num", minimum=0)
-        run_time = b.number(row, "run_time", minimum=0)
+        gpus = b.integer(row, "gpu_num")
+        cpus = b.number(row, "cpu_num")
+        nodes = b.integer(row, "node_num")
+        run_time = b.number(row, "run_time")
         return b.job(
             job_id,
             submit,

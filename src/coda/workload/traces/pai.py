@@ -17,7 +17,9 @@ from coda.workload.traces._common import (
     ZERO_DURATION,
     JobRow,
     Outcome,
+    Time,
     TraceBuilder,
+    shown,
 )
 
 FORMAT = "pai"
@@ -38,6 +40,14 @@ REQUIRED = COLUMNS[:9]
 OPTIONAL = ("gpu_type",)
 SIGNATURE = ("job_name", "task_name", "inst_num")
 NO_END_TIME = "no_end_time"
+# Where each job total comes from, for the message when one is above its cap.
+SOURCES = {
+    "gpus": "inst_num, plan_gpu",
+    "cores": "inst_num, plan_cpu",
+    "mem_mib": "inst_num, plan_mem",
+    "nodes": "inst_num",
+    "duration": "end_time",
+}
 
 
 def load(
@@ -48,12 +58,19 @@ def load(
     censored: str = "keep",
 ) -> Trace:
     b = TraceBuilder(
-        path, FORMAT, skip_bad_rows=skip_bad_rows, fractional=fractional, censored=censored
+        path,
+        FORMAT,
+        skip_bad_rows=skip_bad_rows,
+        fractional=fractional,
+        censored=censored,
+        sources=SOURCES,
+        submit_column="start_time",
     )
     b.treat(
         "times",
         "the task table has no submit time: submit = start_time (queueing in the original "
-        "cluster is unknown), duration = end_time - start_time; times are kept as they are",
+        "cluster is unknown), duration = end_time - start_time; submit counts from the first "
+        "kept task's start_time",
     )
     b.treat(
         NEVER_STARTED,
@@ -78,7 +95,7 @@ def load(
         "gpus = inst_num * ceil(plan_gpu / 100) (flagged FRACTIONAL if plan_gpu is not a "
         "multiple of 100), cores = inst_num * ceil(plan_cpu / 100), mem = inst_num * "
         "plan_mem. A task with empty or 0 plan_gpu is CPU-only: each instance is its own "
-        "one-node job with id job_name/task_name#k",
+        "one-node job with id job_name/task_name#k; inst_num is at most 10000",
     )
     b.treat(
         "row_identity",
@@ -90,14 +107,14 @@ def load(
         "an empty plan_cpu gives 1 core per instance (counted as cores_raised_to_1); an "
         "empty plan_mem gives mem_mib = 0 (unknown)",
     )
-    trace_end = -math.inf
+    trace_end: Time | None = None
     deferred: list[tuple[int, tuple]] = []
 
     def make(
         name: str,
         inst: int,
-        start: float,
-        duration: float,
+        start: Time,
+        duration: Time,
         plan_cpu: float | None,
         mem: int,
         plan_gpu: float | None,
@@ -128,20 +145,20 @@ def load(
     def parse(row: dict[str, str]) -> Outcome | None:
         nonlocal trace_end
         name = f"{b.ident(row, 'job_name')}/{b.ident(row, 'task_name')}"
-        inst = b.integer(row, "inst_num", minimum=1)
+        inst = b.integer(row, "inst_num")  # capped: a CPU task makes inst_num jobs
         status = b.text(row, "status")
-        start = b.num(row, "start_time", allow_empty=True)
-        end = b.num(row, "end_time", allow_empty=True)
-        plan_cpu = b.num(row, "plan_cpu", minimum=0, allow_empty=True)
-        plan_mem = b.num(row, "plan_mem", minimum=0, allow_empty=True)
-        plan_gpu = b.num(row, "plan_gpu", minimum=0, allow_empty=True)
+        start = b.time(row, "start_time", allow_empty=True)
+        end = b.time(row, "end_time", allow_empty=True)
+        plan_cpu = b.num(row, "plan_cpu", allow_empty=True)
+        plan_mem = b.num(row, "plan_mem", allow_empty=True)
+        plan_gpu = b.num(row, "plan_gpu", allow_empty=True)
         mem = round(plan_mem * 1024) if plan_mem is not None else 0
         running = status == "Running"
         backwards = start is not None and end is not None and end < start
         if backwards and status == "Terminated":
-            raise b.error("end_time", f"end {end:g} is before start {start:g}")
+            raise b.error("end_time", f"end {shown(end)} is before start {shown(start)}")
         for t in (start, end):
-            if t is not None and t > trace_end:
+            if t is not None and (trace_end is None or t > trace_end):
                 trace_end = t
         if status == "Waiting" or start is None:
             return NEVER_STARTED
@@ -153,7 +170,7 @@ def load(
             return NO_END_TIME
         if backwards:
             return ZERO_DURATION
-        return make(name, inst, start, end - start, plan_cpu, mem, plan_gpu, running)
+        return make(name, inst, start, end - start, plan_cpu, mem, plan_gpu, running)  # type: ignore[operator]
 
     b.load(parse, REQUIRED, OPTIONAL, headerless=COLUMNS)
     for line, (name, inst, start, plan_cpu, mem, plan_gpu) in deferred:
