@@ -501,3 +501,21 @@ def test_bad_runtime_options_are_one_line_errors(tmp_path: Path, argv: list[str]
     code, out = run(argv[0], "--state-dir", str(sd), *argv[1:])
     assert code in (1, 2) and "Traceback" not in out, out
     assert [x for x in out.splitlines() if x.startswith("Error")], out
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"\xff\xfe", b"{" * 5000, b'{"schema": 99}'])
+def test_a_corrupt_controller_state_is_one_line(tmp_path: Path, content: bytes) -> None:
+    from coda.slurm.controller import STATE_FILE
+
+    sd = tmp_path / "ctl"
+    sd.mkdir(mode=0o700)
+    (sd / STATE_FILE).write_bytes(content)
+    code, out = run("slurm", "controller", "--state-dir", str(sd), "--once")
+    assert one_line_error(code, out) and STATE_FILE in out, out
+
+
+def test_a_corrupt_slurm_agent_database_is_one_line(tmp_path: Path) -> None:
+    sd = tmp_path / "sa"
+    _corrupt(sd)
+    code, out = run("slurm", "agent", "--node", "n1", "--state-dir", str(sd))
+    assert one_line_error(code, out) and "not a usable" in out, out

@@ -169,7 +169,7 @@ def agent(
     on the jobs Slurm runs on this node."""
     from coda.runtime.agent import AgentConfig
     from coda.runtime.cgroups import CgroupError
-    from coda.runtime.store import Store
+    from coda.runtime.store import Store, StoreError
     from coda.slurm.agent import SlurmNodeAgent
     from coda.slurm.cgroups import SlurmJobCgroups
     from coda.slurm.client import SlurmClient
@@ -183,7 +183,7 @@ def agent(
                           tune=tune)  # fmt: skip
         store = Store(sd / "coda.db")
         a = SlurmNodeAgent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say)
-    except ValueError as e:
+    except (ValueError, StoreError) as e:
         lock.release()
         raise click.ClickException(str(e)) from None
     try:

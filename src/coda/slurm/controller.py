@@ -35,6 +35,7 @@ from coda.policy.framework import Policy
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
+from coda.runtime.statedir import StateDirError, secure_file
 from coda.slurm.client import (
     SlurmClient,
     SlurmError,
@@ -294,17 +295,21 @@ class Controller:
     # ------------------------------------------------------------ state
     def _load(self) -> None:
         path = self.state_dir / STATE_FILE
-        if not path.exists():
-            return
         try:
+            if not secure_file(path, "controller state"):
+                return
             d = json.loads(path.read_text())
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
             if d.get("schema") != STATE_SCHEMA:
                 raise ValueError(f"schema {d.get('schema')!r}, expected {STATE_SCHEMA!r}")
             alloc = self.allocator
             if alloc is not None:
                 alloc.learned = LearnedProfiles.from_dict(d["learned"])
             self.learned_from = {int(j) for j in d.get("learned_from", [])}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except StateDirError as e:
+            raise ValueError(str(e)) from None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise ValueError(f"{path}: cannot read the controller's state ({e})") from None
 
     def _save(self) -> None:
