@@ -14,7 +14,12 @@ import math
 import numpy as np
 import pytest
 
-from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig, LearnedProfiles
+from coda.policy.allocator import (
+    AdaptiveAllocator,
+    AllocatorConfig,
+    LearnedProfiles,
+    free_room,
+)
 from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import JobControl, SetCores
 from coda.policy.state import Job, Node
@@ -359,18 +364,25 @@ def test_no_free_cores_means_no_growth_beyond_what_it_holds() -> None:
     assert alloc.stats()["learned"] == {}  # held back by the node: nothing learned
 
 
-def test_with_reclaim_cores_cpu_jobs_hold_count_as_room_to_grow() -> None:
-    # Same node, but the 6 missing cores are a CPU job's: a driver with reclaim
-    # takes them back, so the allocator may ask for them.
-    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(reclaim_cpu_cores=True))
+def test_cores_cpu_jobs_hold_are_no_room_to_grow() -> None:
+    # Same node, but the 6 missing cores are a CPU job's: they are reclaimed for a
+    # DNN job's start only, so the allocator never probes into them.
+    alloc = AdaptiveAllocator(ThroughputBook())
     d = Driver(alloc, 6, 2, noise=0.03)
     d.nodes[0].free_cores = 0
     d.nodes[0].cpu_job_cores = 6
-    grew = False
-    for _ in range(40):
-        d.run(1)
-        grew = grew or d.max_asked > 2
-    assert grew
+    d.converge()
+    d.run(300)
+    assert d.max_asked <= 2 and d.refused == 0 and d.job.cores_pn == 2
+    assert alloc.stats()["learned"] == {}  # capped by the node, not the shape's answer
+
+
+def test_free_room_counts_free_cores_only() -> None:
+    a, b = Node(0, "a", 1, 16, 0, 0.0), Node(1, "b", 1, 16, 0, 0.0)
+    a.free_cores, a.cpu_job_cores = 3, 10
+    b.free_cores, b.cpu_job_cores = 5, 0
+    assert free_room([a, b]) == 3
+    assert free_room([]) == 0
 
 
 def test_cores_taken_by_a_neighbour_hold_the_job_until_they_come_back() -> None:

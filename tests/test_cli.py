@@ -98,7 +98,10 @@ def test_simulate_writes_outputs(runner, trace, tmp_path):
     assert s["trace_report"]["skipped_bad_rows"] == 0
     header = (out / "jobs.csv").read_text().splitlines()
     assert len(header) == 41
-    assert header[0].startswith("is_dnn,submit,start,end")
+    assert header[0].startswith("job_id,is_dnn,submit,start,end")
+    # The trace's ids, in submit order: the column identifies each job.
+    ids = [line.split(",")[0] for line in header[1:]]
+    assert ids == [r.split(",")[0] for r in trace_rows()]
     assert (out / "timeseries.csv").read_text().startswith("t,gpu_util_effective")
     for png in ("utilisation.png", "queue_delay_cdf.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -513,7 +513,7 @@ def test_unregistered_known_policy_is_skipped_with_a_warning(runner, trace, tmp_
         (["--policies", "static-shared"], ["--policies", "must include static-separate"]),
         (["--policies", "static-separate,static-separate"], ["named twice"]),
         (["--loads", "0.8,abc"], ["--loads", "bad load 'abc'"]),
-        (["--loads", "0.8,-1"], ["--loads", "bad load '-1'", "> 0"]),
+        (["--loads", "0.8,-1"], ["--loads", "bad load '-1'", "in (0, 1000]"]),
         (["--loads", ","], ["--loads", "no loads"]),
         (["--headline-load", "0.7"], ["--headline-load", "0.7 is not among"]),
         (["--loads", "50"], ["offer"]),  # unreachable load: one clear line from the loader

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,8 +13,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from coda.params import FiniteFloat
 from coda.policy import POLICIES
-from coda.sim.run import DEFAULT_CLUSTER, DEFAULT_LOAD, Prepared, RunConfig, prepare, run_policy
+from coda.sim.run import (
+    CENSORED,
+    DEFAULT_CLUSTER,
+    DEFAULT_LOAD,
+    FRACTIONAL,
+    MAX_HORIZON_S,
+    MAX_LOAD,
+    MAX_SEED,
+    Prepared,
+    RunConfig,
+    prepare,
+    run_policy,
+)
 from coda.workload.jobs import TraceFormatError
 from coda.workload.traces import FORMATS
 
@@ -21,6 +35,11 @@ from coda.workload.traces import FORMATS
 # columns and squeeze the label column of a many-policy table to nothing.
 console = Console() if Console().is_terminal else Console(width=160)
 err_console = Console(stderr=True)
+
+# Stated ranges of the numeric options (shown in --help; click checks them); the
+# run's own ranges come from RunConfig, which checks them again.
+MAX_SEEDS = 1000
+MAX_WORKERS = 1024
 
 
 def _trace_options(f: Callable) -> Callable:
@@ -47,7 +66,7 @@ def _trace_options(f: Callable) -> Callable:
         ),
         click.option(
             "--load",
-            type=float,
+            type=FiniteFloat(0.0, MAX_LOAD, min_open=True),
             default=DEFAULT_LOAD,
             show_default=True,
             help="Rescale arrivals to this offered GPU load (x GPU capacity).",
@@ -57,7 +76,13 @@ def _trace_options(f: Callable) -> Callable:
             is_flag=True,
             help="Keep the trace's own arrival times (ignores --load).",
         ),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--seed",
+            type=click.IntRange(0, MAX_SEED),
+            default=0,
+            show_default=True,
+            help="Seeds the model draw, profile perturbation and sample noise.",
+        ),
         click.option(
             "--profiles",
             default="coda",
@@ -76,27 +101,28 @@ def _trace_options(f: Callable) -> Callable:
         ),
         click.option(
             "--fractional",
-            type=click.Choice(["whole", "drop"]),
+            type=click.Choice(FRACTIONAL),
             default="whole",
             show_default=True,
             help="Fractional-GPU jobs: give a whole GPU, or drop.",
         ),
         click.option(
             "--censored",
-            type=click.Choice(["keep", "drop"]),
+            type=click.Choice(CENSORED),
             default="keep",
             show_default=True,
             help="Jobs still running at the trace end: keep or drop.",
         ),
         click.option(
             "--horizon",
-            type=float,
+            type=FiniteFloat(0.0, MAX_HORIZON_S, min_open=True),
             default=None,
-            help="Stop at this simulated time (s); later jobs count as unfinished.",
+            help="Stop at this simulated time (s, from the trace's first arrival); "
+            "later jobs count as unfinished. Default: run until every job finished.",
         ),
         click.option(
             "--warmup",
-            type=click.FloatRange(0, 1, max_open=True),
+            type=FiniteFloat(0.0, 1.0, max_open=True),
             default=0.01,
             show_default=True,
             help="Share of the first arrivals that only warm the cluster up: "
@@ -131,27 +157,36 @@ def _model_options(f: Callable) -> Callable:
     """Measurement noise and profile perturbation (simulate, compare)."""
     f = click.option(
         "--perturb",
-        type=click.FloatRange(0.0, 1.0, max_open=True),
+        type=FiniteFloat(0.0, 1.0, max_open=True),
         default=0.0,
         show_default=True,
         help="Scale every profile value by its own U(1-P, 1+P) draw (seeded).",
     )(f)
     return click.option(
         "--noise",
-        type=click.FloatRange(min=0.0),
+        type=FiniteFloat(0.0, 1.0),
         default=0.05,
         show_default=True,
         help="Relative noise of each throughput sample the allocator sees.",
     )(f)
 
 
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its message with line breaks folded, never empty."""
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Bad input ends with one clear line, not a traceback."""
+    """Bad input ends with one clear line and exit 1, not a traceback: loaders raise
+    TraceFormatError/ValueError (UnicodeDecodeError and json errors are ValueErrors),
+    unreadable or unwritable paths OSError, and numbers beyond what numpy or a
+    float holds OverflowError."""
     try:
         yield
-    except (TraceFormatError, ValueError, FileNotFoundError) as e:
-        raise click.ClickException(str(e)) from None
+    except (TraceFormatError, ValueError, OSError, OverflowError) as e:
+        raise click.ClickException(one_line(e)) from None
 
 
 def _prepare(config: RunConfig) -> Prepared:
@@ -159,9 +194,11 @@ def _prepare(config: RunConfig) -> Prepared:
         prepared = prepare(config)
     rep = prepared.trace_report
     excluded = ", ".join(f"{k} {v}" for k, v in rep.excluded.items()) or "none"
+    dups = getattr(rep, "duplicate_ids", 0)
+    renamed = f"; duplicate ids (kept, renamed): {dups}" if dups else ""
     err_console.print(
         f"[dim]{rep.path}: {rep.rows_read} rows, {rep.jobs_loaded} jobs; excluded: {excluded}; "
-        f"bad rows skipped: {rep.skipped_bad_rows}; cluster {prepared.cluster.label}: "
+        f"bad rows skipped: {rep.skipped_bad_rows}{renamed}; cluster {prepared.cluster.label}: "
         f"{len(prepared.cluster.nodes)} nodes, {prepared.cluster.gpus} GPUs, "
         f"{prepared.cluster.cores} cores[/dim]"
     )
@@ -259,8 +296,8 @@ def compare(policies: str, out: str, **kw) -> None:
 )
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
 @click.option("--skip-bad-rows", is_flag=True)
-@click.option("--fractional", type=click.Choice(["whole", "drop"]), default="whole")
-@click.option("--censored", type=click.Choice(["keep", "drop"]), default="keep")
+@click.option("--fractional", type=click.Choice(FRACTIONAL), default="whole")
+@click.option("--censored", type=click.Choice(CENSORED), default="keep")
 def trace_info(
     trace: str | None, fmt: str | None, skip_bad_rows: bool, fractional: str, censored: str
 ) -> None:
@@ -284,6 +321,9 @@ def trace_info(
     table.add_row("  DNN (GPU) jobs", f"{int(jobs.is_dnn.sum()):,}")
     table.add_row("  CPU jobs", f"{int((~jobs.is_dnn).sum()):,}")
     table.add_row("skipped bad rows", f"{rep.skipped_bad_rows:,}")
+    if getattr(rep, "duplicate_ids", 0):
+        examples = ", ".join(getattr(rep, "duplicate_id_examples", []))
+        table.add_row("duplicate ids (kept, renamed)", f"{rep.duplicate_ids:,} ({examples})")
     for key, n in rep.excluded.items():
         table.add_row(f"excluded: {key}", f"{n:,}")
     for key, n in rep.adjusted.items():
@@ -322,8 +362,11 @@ def _parse_loads(text: str) -> tuple[float, ...]:
             raise click.BadParameter(
                 f"bad load {item!r}: not a number", param_hint="--loads"
             ) from None
-        if not load > 0 or load != load or load == float("inf"):
-            raise click.BadParameter(f"bad load {item!r}: must be > 0", param_hint="--loads")
+        if not (math.isfinite(load) and 0 < load <= MAX_LOAD):
+            raise click.BadParameter(
+                f"bad load {item!r}: must be a finite number in (0, {MAX_LOAD:g}]",
+                param_hint="--loads",
+            )
         if load in loads:
             raise click.BadParameter(f"load {item!r} is given twice", param_hint="--loads")
         loads.append(load)
@@ -365,10 +408,14 @@ def experiment() -> None:
     "--loads",
     default="0.8,1.0,1.3",
     show_default=True,
-    help="Comma-separated offered GPU loads (x GPU capacity).",
+    help=f"Comma-separated offered GPU loads (x GPU capacity), each in (0, {MAX_LOAD:g}].",
 )
 @click.option(
-    "--seeds", type=click.IntRange(min=1), default=5, show_default=True, help="Seeds 0..N-1."
+    "--seeds",
+    type=click.IntRange(1, MAX_SEEDS),
+    default=5,
+    show_default=True,
+    help="Seeds 0..N-1.",
 )
 @click.option(
     "--policies",
@@ -380,7 +427,7 @@ def experiment() -> None:
 )
 @click.option(
     "--headline-load",
-    type=float,
+    type=FiniteFloat(0.0, MAX_LOAD, min_open=True),
     default=None,
     help="Load at which the claim is judged (and the robustness sweep runs). "
     "Default: the highest of --loads.",
@@ -393,21 +440,21 @@ def experiment() -> None:
 )
 @click.option(
     "--perturb",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloat(0.0, 1.0, max_open=True),
     default=0.3,
     show_default=True,
     help="Robustness: scale every profile value by U(1-p, 1+p).",
 )
 @click.option(
     "--noise",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(0.0, 1.0),
     default=0.1,
     show_default=True,
     help="Robustness: relative std of the allocator's throughput samples.",
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_WORKERS),
     default=None,
     help="Parallel processes. Default: the number of CPUs; 1 runs inline.",
 )
@@ -441,18 +488,19 @@ def headline(
         raise click.BadParameter(
             f"{headline_load:g} is not among --loads ({loads})", param_hint="--headline-load"
         )
-    base = _config({**kw, "load": load_list[0], "native_time": False, "seed": 0})
-    cfg = ExperimentConfig(
-        base=base,
-        loads=load_list,
-        seeds=seeds,
-        policies=names,
-        headline_load=headline_load,
-        robustness=robustness,
-        perturb=perturb,
-        noise=noise,
-        workers=workers,
-    )
+    with _user_errors():
+        base = _config({**kw, "load": load_list[0], "native_time": False, "seed": 0})
+        cfg = ExperimentConfig(
+            base=base,
+            loads=load_list,
+            seeds=seeds,
+            policies=names,
+            headline_load=headline_load,
+            robustness=robustness,
+            perturb=perturb,
+            noise=noise,
+            workers=workers,
+        )
     missing = [p for p in names if p not in POLICIES]
     if missing:
         err_console.print(

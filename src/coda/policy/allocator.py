@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import Action, SetCores
-from coda.policy.state import CPU, Job
+from coda.policy.state import CPU, Job, Node
 
 SCHEMA = "coda-learned-profiles/1"
 Shape = tuple[str, int, int]  # (model, GPUs per node, nodes)
@@ -93,9 +94,6 @@ class AllocatorConfig:
     shift_z: float = 3.0  # ... and beyond this many relative stds of the job's noise
     confident_after: int = 3  # converged jobs of a shape before its learned value is trusted
     verify_every: int = 10  # every n-th job of a confident shape still verifies (c-1 / c+1)
-    # The driver reclaims CPU jobs' cores when a DNN job grows (policies with a
-    # Reclaim plugin): growth may count them as available.
-    reclaim_cpu_cores: bool = False
     search: bool = True  # False: keep the request, only measure the reference (ablation)
     peak_windows: int = 4  # windows at the best level so far before others are judged by it
     settle_windows: int = 0  # windows discarded after a core change (0: driver cuts at windows)
@@ -186,6 +184,14 @@ class LearnedProfiles:
                 raise ValueError(f"learned profiles: malformed entry {i}: {p!r}")
             out._seen[(model, g, n)] = dict(pairs)
         return out
+
+
+def free_room(nodes: Sequence[Node]) -> int:
+    """Cores a running DNN job on these nodes may grow by: the fewest free cores on
+    any of them. Cores CPU jobs hold do not count: they are reclaimed for a DNN job's
+    start only, never for a probe or later growth (docs/policies.md). Shared by the
+    allocator, the simulator and the node agent so the rule is the same everywhere."""
+    return max(0, min((n.free_cores for n in nodes), default=0))
 
 
 def _noise(t: _Track) -> tuple[float, int]:
@@ -360,6 +366,16 @@ class AdaptiveAllocator:
         for want of cores (it counts windows to its next climb)."""
         t = self._tracks.get(job)
         return t is not None and (t.phase != "converged" or (t.capped and t.hi > t.level))
+
+    def waiting_for_room(self, job: Job) -> bool:
+        """Converged below its answer for want of cores and no free core on its nodes
+        to climb into: its windows only count down to a climb that cannot happen yet.
+        A driver whose free cores change only with its jobs (the simulator) may stop
+        sampling it until they do."""
+        t = self._tracks.get(job)
+        if t is None or t.phase != "converged" or not (t.capped and t.hi > t.level):
+            return False
+        return free_room(job.placement) == 0
 
     def on_resize(self, job: Job, now: float) -> list[Action]:
         if job.kind == CPU:
@@ -572,13 +588,8 @@ class AdaptiveAllocator:
         if self.config.max_cores is not None:
             limit = min(limit, self.config.max_cores)
         if room:
-            # With reclaim, cores CPU jobs hold are the DNN job's for the asking too.
-            extra = (
-                (lambda n: n.free_cores + n.cpu_job_cores)
-                if self.config.reclaim_cpu_cores
-                else (lambda n: n.free_cores)
-            )
-            limit = min(limit, job.cores_pn + min((extra(n) for n in nodes), default=0))
+            # Free cores only: cores CPU jobs hold are never room for a probe.
+            limit = min(limit, job.cores_pn + free_room(nodes))
             limit = limit if t.cap is None else min(limit, t.cap)
         return max(job.cores_pn, limit)
 

@@ -9,7 +9,8 @@ Scheduler rules (from the paper, docs/policies.md says why each is built so):
 - CPU jobs run on CPU nodes first, then on GPU nodes' free cores, beyond a
   reserve for each node's idle GPUs.
 - A DNN job never waits for cores CPU jobs hold: those cores count as free for
-  it, and are taken back when it starts (shrink first, then preempt).
+  it, and are taken back when it starts (shrink first, then preempt). Only
+  its start: a probe or any later growth uses free cores only.
 - A CPU job preempted ``max_preemptions`` times runs on CPU nodes only, so no
   CPU job can be preempted forever.
 """
@@ -160,9 +161,7 @@ def _coda(
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
     allocator = AdaptiveAllocator(
         book,
-        AllocatorConfig(
-            search=slimming, max_windows=16, peak_windows=8, reclaim_cpu_cores=colocation
-        ),
+        AllocatorConfig(search=slimming, max_windows=16, peak_windows=8),
     )
     control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
     return Policy(

@@ -156,6 +156,25 @@ class ContentionEliminator:
         st = self._nodes.get(node)
         return has_dnn or throttled or (st is not None and st.pending is not None)
 
+    def at_rest(self, node: Node) -> bool:
+        """Nothing to follow up on this node: no state kept (nothing held low, no
+        throttle being judged, no back-off, calm since the last action) and no CPU
+        job throttled. A driver whose speeds change only with the node's jobs (the
+        simulator) may stop ticking such a node until they change.
+
+        Also at rest: holding CPU jobs low after its restores backed off to the
+        slowest pace (``max_restore_ticks``) and relapsed, nothing being judged. With
+        the node unchanged the next restore would only relapse again."""
+        st = self._nodes.get(node)
+        if st is None:
+            return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
+        return (
+            st.pending is None
+            and st.chain is None
+            and st.last_action == "relapse"
+            and st.restore_need >= self.config.max_restore_ticks
+        )
+
     def control(self, node: Node, now: float) -> list[Action]:
         self._counts["ticks"] += 1
         st = self._nodes.get(node)

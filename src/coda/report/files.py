@@ -21,7 +21,16 @@ from coda.report.tables import markdown_comparison
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 
 # Order of SimResult.jobs columns in jobs.csv; any other arrays follow in their own order.
-JOB_COLUMNS = ("is_dnn", "submit", "start", "end", "gpus", "cores_requested", "cores_granted")
+JOB_COLUMNS = (
+    "job_id",
+    "is_dnn",
+    "submit",
+    "start",
+    "end",
+    "gpus",
+    "cores_requested",
+    "cores_granted",
+)
 
 # Files write_comparison puts at the top of its folder, beside the per-policy folders.
 COMPARISON_FILES = (

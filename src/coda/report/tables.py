@@ -316,6 +316,9 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
         _Row("jobs loaded", _key("trace_report", "jobs_loaded")),
         _Row("skipped bad rows", _key("trace_report", "skipped_bad_rows")),
     ]
+    if any(lookup(s, "trace_report", "duplicate_ids") for s in summaries):
+        # Repeated ids were kept under new names (id#2...); shown only when there are any.
+        trace_rows.append(_Row("duplicate ids", _key("trace_report", "duplicate_ids")))
     for group in ("excluded", "adjusted"):
         for sub in _scalar_subkeys(summaries, "trace_report", group):
             trace_rows.append(_Row(f"{group}: {sub}", _key("trace_report", group, sub)))

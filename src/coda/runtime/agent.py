@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.policy import make_policy
-from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
+from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles, free_room
 from coda.policy.framework import Action, Policy, Preempt, SetCores, SetQuota
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime import shim
@@ -464,7 +464,8 @@ class NodeAgent:
 
     def _room(self, m: Managed) -> int:
         """How many more cores ``m`` could get now."""
-        return self.node.free_cores if self.node is not None else 0
+        # Free cores only, as in the simulator: never cores CPU jobs hold (free_room).
+        return free_room([self.node]) if self.node is not None else 0
 
     def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
         """``k`` more CPUs for a growing job, or None if it has not got the room."""

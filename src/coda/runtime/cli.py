@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from coda.params import FiniteFloat
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
 from coda.runtime.client import AgentClient, ClientError, connect
 from coda.runtime.control import SOCKET_NAME, ControlServer
@@ -41,20 +42,6 @@ MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
 
 SYSTEM_STATE_DIR = "/var/lib/coda"
 JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
-
-
-class FiniteFloat(click.FloatRange):
-    """A float in a range that is also finite: click's FloatRange lets nan and inf by."""
-
-    name = "finite float"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        import math
-
-        v = super().convert(value, param, ctx)
-        if not math.isfinite(v):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return v
 
 
 def default_state_dir() -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.runtime.statedir import StateDirError, secure_file
+from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS
 
 SCHEMA_VERSION = 2  # 2: jobs.uid/gid/groups (who submitted, as the kernel said)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -81,8 +82,8 @@ CREATE TABLE IF NOT EXISTS decisions (
 MAX_ARGS = 4096
 MAX_ENV = 1024
 MAX_SPEC_BYTES = 1 << 20  # argv, env and cwd together, UTF-8
-MAX_CORES = 4096
-MAX_GPUS = 64
+MAX_CORES = MAX_NODE_CORES  # a job runs on this one node: the simulator's node caps
+MAX_GPUS = MAX_NODE_GPUS
 MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
 
 # Columns added after version 1, with their definitions (ALTER TABLE on upgrade).

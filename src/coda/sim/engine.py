@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coda.policy.allocator import free_room
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
 from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 from coda.sim.index import PoolIndex
@@ -35,6 +36,9 @@ _RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's r
 # An interference episode: a DNN job runs this much below its speed from cores
 # because of memory-bandwidth pressure (the eliminator's detect/recover times).
 _EPISODE_LOSS = 0.05
+# A watched node unchanged this long, with nothing held by its controls, stops being
+# ticked until it changes (Simulator._resting); ten minutes, the eliminator's calm_s.
+_REST_AFTER_S = 600.0
 
 
 class InvariantError(AssertionError):
@@ -193,6 +197,8 @@ class Simulator:
         self.busy: dict[Node, None] = {}  # nodes with at least one job
         # Nodes the job/node controls want ticked (and their DNN jobs sampled).
         self.watched: dict[Node, None] = {}
+        self._quiet: dict[Node, tuple[tuple[int, ...], float]] = {}  # signature, since when
+        self.rests = 0  # times a watched node went to rest
         nc = policy.node_control
         self._nc_watching = getattr(nc, "watching", None) if nc is not None else None
         if noise < 0:
@@ -919,6 +925,15 @@ class Simulator:
     # ------------------------------------------------------ node control
     def _rewatch(self, node: Node) -> None:
         """Ask the controls whether node still needs ticks; start its meters if new."""
+        if self._quiet:
+            # A gang job's speed depends on all its nodes: a change here may wake them.
+            for job in node.jobs:
+                for other in job.placement:
+                    if other is not node and other in self._quiet and other not in self.watched:
+                        self._rewatch_one(other)
+        self._rewatch_one(node)
+
+    def _rewatch_one(self, node: Node) -> None:
         jc = self.policy.job_control
         want = False
         if jc is not None:
@@ -926,6 +941,8 @@ class Simulator:
         if not want and self.policy.node_control is not None:
             watching = self._nc_watching
             want = watching(node) if watching is not None else bool(node.jobs)
+        if want and self._resting(node):
+            want = False
         if want:
             if node not in self.watched:
                 if not self.watched:
@@ -939,6 +956,45 @@ class Simulator:
                         job.sample_work = job.work - job.remaining
         elif node in self.watched:
             del self.watched[node]
+
+    def _signature(self, node: Node) -> tuple[int, ...]:
+        """Versions of the node and of every node its jobs span: while they hold,
+        no job on it changed speed (a gang job's speed depends on all its nodes)."""
+        nodes = {node.idx: node}
+        for job in node.jobs:
+            for n in job.placement:
+                nodes[n.idx] = n
+        return tuple(x for i in sorted(nodes) for x in (i, nodes[i].version))
+
+    def _resting(self, node: Node) -> bool:
+        """Idle spans cost nothing: a watched node whose jobs, speeds and quotas have
+        not changed for _REST_AFTER_S, whose node control holds nothing there and
+        whose DNN jobs' job control needs no samples (or waits for free cores), stops
+        being ticked until something on it (or on its jobs' nodes) changes. Its
+        samples would repeat the same exact speeds (noise aside) for ever: two
+        co-located jobs running for years would otherwise cost a tick per period."""
+        if not node.jobs:
+            self._quiet.pop(node, None)
+            return False
+        sig = self._signature(node)
+        seen = self._quiet.get(node)
+        if seen is None or seen[0] != sig:
+            self._quiet[node] = (sig, self.now)
+            return False
+        if self.now - seen[1] < _REST_AFTER_S:
+            return False
+        at_rest = getattr(self.policy.node_control, "at_rest", None)
+        if self.policy.node_control is not None and (at_rest is None or not at_rest(node)):
+            return False
+        jc = self.policy.job_control
+        if jc is not None:
+            waiting = getattr(jc, "waiting_for_room", None)
+            for job in node.jobs:
+                if job.is_dnn and jc.wants_samples(job):
+                    if waiting is None or not waiting(job):
+                        return False
+        self.rests += node in self.watched
+        return True
 
     def _arm(self) -> None:
         policy = self.policy
@@ -1030,18 +1086,12 @@ class Simulator:
         delta = new - job.cores_pn
         if delta == 0:
             return False
-        if delta > 0 and any(n.free_cores < delta for n in job.placement):
-            # A DNN job may take back what CPU jobs hold (policies with reclaim);
-            # otherwise the driver never over-commits: refused.
-            if not (
-                job.is_dnn
-                and self.dnn_index is not None
-                and all(n.free_cores + n.cpu_job_cores >= delta for n in job.placement)
-            ):
-                return False
-            for node in job.placement:
-                if node.free_cores < delta:
-                    self._reclaim(job, node, delta - node.free_cores)
+        if delta > 0 and delta > free_room(job.placement):
+            # Growth comes from free cores only (docs/policies.md, "Probes use free
+            # cores only"): CPU jobs' cores are reclaimed for a DNN job's start, never
+            # for a probe or later growth, which would cost a CPU job its work to
+            # measure a core the DNN job may not need. Refused; the allocator caps.
+            return False
         self.cores_useful -= self._useful_cores(job)
         for node in job.placement:
             node.free_cores -= delta
@@ -1307,6 +1357,7 @@ class Simulator:
             "policy_stats": self._policy_stats(),
         }
         jobs = {
+            "job_id": np.asarray(self.workload.jobs.ids, dtype=object),
             "is_dnn": is_dnn,
             "submit": submit,
             "start": self.start,

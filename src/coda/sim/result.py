@@ -42,6 +42,7 @@ class SimResult:
     regular grid over the measurement window.
 
     jobs: per-job arrays, one entry per job of the workload, in submit order:
+      job_id (the trace's id, unique after loading; object array of str),
       is_dnn (bool), submit, start, end (float seconds; NaN = never started /
       never finished), gpus, cores_requested, cores_granted (int; cores per job
       in total at start, 0 if never started).

@@ -3,10 +3,12 @@ workload, scale the load, run policies. Shared by the CLI, tests and benchmarks.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,27 @@ DEFAULT_CLUSTER = "openb:0.1"
 DEFAULT_LOAD = 1.0
 BUNDLED = "bundled:alibaba-openb-2023"
 
+# Stated ranges of a run's numeric settings (the CLI's options show and check them too).
+MAX_LOAD = 1000.0  # offered GPU load, x GPU capacity
+MAX_HORIZON_S = 1e10  # simulated seconds (about 317 years)
+MAX_SEED = 2**32 - 1
+MAX_SAMPLES = 100_000  # time-series points per run
+FRACTIONAL = ("whole", "drop")
+CENSORED = ("keep", "drop")
+
+
+def _number(name: str, v: Any, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"run config: {name} must be a finite number, got {v!r}")
+    if v < lo or (lo_open and v == lo) or v > hi or (hi_open and v == hi):
+        span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise ValueError(f"run config: {name} must be in {span}, got {v!r}")
+
+
+def _integer(name: str, v: Any, lo: int, hi: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= hi:
+        raise ValueError(f"run config: {name} must be an integer in [{lo}, {hi}], got {v!r}")
+
 
 @dataclass
 class RunConfig:
@@ -56,6 +79,29 @@ class RunConfig:
     samples: int = 1000
     noise: float = 0.05  # relative std of one throughput sample the allocator sees
     perturb: float = 0.0  # scale every profile value by U(1-p, 1+p) (robustness)
+
+    def __post_init__(self) -> None:
+        # The experiment and benchmarks build configs directly, past the CLI's checks:
+        # a NaN here would silently mean "no horizon" or "every DNN job 30x slower".
+        if self.load is not None:
+            _number("load", self.load, 0.0, MAX_LOAD, True, False)
+        if self.horizon is not None:
+            _number("horizon", self.horizon, 0.0, MAX_HORIZON_S, True, False)
+        _number("warmup", self.warmup, 0.0, 1.0, False, True)
+        _number("noise", self.noise, 0.0, 1.0, False, False)
+        _number("perturb", self.perturb, 0.0, 1.0, False, True)
+        _integer("seed", self.seed, 0, MAX_SEED)
+        _integer("samples", self.samples, 2, MAX_SAMPLES)
+        if self.fractional not in FRACTIONAL:
+            raise ValueError(f"run config: fractional must be one of {FRACTIONAL}")
+        if self.censored not in CENSORED:
+            raise ValueError(f"run config: censored must be one of {CENSORED}")
+        for name in ("trace", "format", "mix"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str | Path):
+                raise ValueError(f"run config: {name} must be text, got {type(v).__name__}")
+        if not isinstance(self.cluster, str) or not isinstance(self.profiles, str):
+            raise ValueError("run config: cluster and profiles must be text")
 
 
 @dataclass

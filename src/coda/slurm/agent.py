@@ -74,9 +74,6 @@ class SlurmNodeAgent(NodeAgent):
         self.progress_dir = Path(progress_dir)
         # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
         self.policy.reclaim = None
-        alloc = self.allocator
-        if alloc is not None:
-            alloc.config = dataclasses.replace(alloc.config, reclaim_cpu_cores=False)
         self.info: dict[int, SlurmJobInfo] = {}
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}

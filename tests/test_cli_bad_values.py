@@ -1,0 +1,245 @@
+"""A corpus of bad option values for the simulator commands (issue 11): each ends
+with a non-zero exit and one 'Error:' line naming the option or the file, never a
+traceback, and never after a simulation (every case fails before simulating)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from coda.cli import FiniteFloat, main
+from coda.sim.run import RunConfig
+
+TRACE = "job_id,submit_s,duration_s,gpus,cores\na,0,100,1,4\nb,300,100,0,2\n"
+CLUSTER = "1x8g96c"
+
+# (extra arguments, text the error line must hold). Option errors are click's
+# usage errors (exit 2); input files and specs are rejected while loading (exit 1).
+OPTION_CASES = [
+    (["--noise", "nan"], "'--noise'"),
+    (["--noise", "inf"], "'--noise'"),
+    (["--noise", "-0.1"], "'--noise'"),
+    (["--noise", "2"], "'--noise'"),
+    (["--noise", "abc"], "'--noise'"),
+    (["--perturb", "nan"], "'--perturb'"),
+    (["--perturb", "1"], "'--perturb'"),
+    (["--perturb", "-1e-9"], "'--perturb'"),
+    (["--horizon", "nan"], "'--horizon'"),
+    (["--horizon", "-5"], "'--horizon'"),
+    (["--horizon", "0"], "'--horizon'"),
+    (["--horizon", "inf"], "'--horizon'"),
+    (["--horizon", "1e400"], "'--horizon'"),
+    (["--load", "nan"], "'--load'"),
+    (["--load", "-1"], "'--load'"),
+    (["--load", "0"], "'--load'"),
+    (["--load", "inf"], "'--load'"),
+    (["--load", "1e400"], "'--load'"),
+    (["--load", "1e6"], "'--load'"),
+    (["--load", ""], "'--load'"),
+    (["--warmup", "nan"], "'--warmup'"),
+    (["--warmup", "1"], "'--warmup'"),
+    (["--warmup", "-0.5"], "'--warmup'"),
+    (["--seed", "-1"], "'--seed'"),
+    (["--seed", "99999999999999999999999"], "'--seed'"),
+    (["--seed", "1.5"], "'--seed'"),
+    (["--seed", "nan"], "'--seed'"),
+    (["--fractional", "half"], "'--fractional'"),
+    (["--censored", "maybe"], "'--censored'"),
+    (["--format", "xml"], "'--format'"),
+    (["--policy", "nonesuch"], "nonesuch"),
+]
+
+INPUT_CASES = [
+    (["--cluster", "1x0g0c"], "1x0g0c"),
+    (["--cluster", "99999999999x8g96c"], "99999999999x8g96c"),
+    (["--cluster", "1x8g99999999999c"], "1x8g99999999999c"),
+    (["--cluster", "2x4g"], "2x4g"),
+    (["--cluster", ""], "cluster"),
+    (["--cluster", "openb:nan"], "openb:nan"),
+    (["--cluster", "openb:0"], "openb:0"),
+    (["--cluster", "openb:1e-9"], "openb:1e-9"),
+    (["--cluster", "openb:x"], "openb:x"),
+    (["--mix", "AlexNet=nan"], "AlexNet"),
+    (["--mix", "AlexNet=-1"], "AlexNet"),
+    (["--mix", "AlexNet=inf"], "AlexNet"),
+    (["--mix", "AlexNet=1e400"], "AlexNet"),
+    (["--mix", "AlexNet=x"], "AlexNet"),
+    (["--mix", "Nope=1"], "Nope"),
+    (["--mix", ","], "mix"),
+    (["--profiles", "nonesuch"], "nonesuch"),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bad")
+    out = {"trace": d / "t.csv", "bad_json": d / "bad.json", "wrong_json": d / "wrong.json"}
+    out["trace"].write_text(TRACE, encoding="utf-8")
+    out["bad_json"].write_text("{not json", encoding="utf-8")
+    out["wrong_json"].write_text('{"models": 3}', encoding="utf-8")
+    out["latin1"] = d / "latin1.csv"
+    out["latin1"].write_bytes(TRACE.encode() + b"c\xff\xfe,600,100,1,4\n")
+    out["huge"] = d / "huge.csv"
+    out["huge"].write_text(TRACE + f"c,600,{10**30},1,4\n", encoding="utf-8")
+    out["empty"] = d / "empty.csv"
+    out["empty"].write_text("job_id,submit_s,duration_s,gpus,cores\n", encoding="utf-8")
+    out["nodes"] = d / "nodes.csv"
+    out["nodes"].write_text("sn,cpu_milli,memory_mib,gpu\nn1,0,1024,1\n", encoding="utf-8")
+    out["dir"] = d
+    return out
+
+
+def invoke(files: dict[str, Path], tmp_path: Path, extra: list[str], command="simulate"):
+    args = [command, "--trace", str(files["trace"])]
+    if command != "trace":
+        args += ["--cluster", CLUSTER, "--native-time", "--out", str(tmp_path / "o")]
+    return CliRunner().invoke(main, [*args, *extra])
+
+
+def assert_one_line_error(result, needle: str, tmp_path: Path | None = None) -> str:
+    assert result.exit_code not in (0, None), result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    assert needle in errors[0], (needle, errors[0])
+    if tmp_path is not None:
+        assert not (tmp_path / "o" / "summary.json").exists()  # failed before simulating
+    return errors[0]
+
+
+@pytest.mark.parametrize(("extra", "needle"), OPTION_CASES)
+def test_bad_option_values_are_usage_errors(files, tmp_path, extra, needle):
+    result = invoke(files, tmp_path, extra)
+    assert result.exit_code == 2, result.output
+    assert_one_line_error(result, needle, tmp_path)
+
+
+@pytest.mark.parametrize(("extra", "needle"), INPUT_CASES)
+def test_bad_specs_are_one_line_errors(files, tmp_path, extra, needle):
+    result = invoke(files, tmp_path, extra)
+    assert result.exit_code == 1, result.output
+    assert_one_line_error(result, needle, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("key", "args"),
+    [
+        ("bad_json", ["--profiles"]),
+        ("wrong_json", ["--profiles"]),
+        ("nodes", ["--cluster"]),
+        ("latin1", ["--trace"]),
+        ("huge", ["--trace"]),
+        ("empty", ["--trace"]),
+    ],
+)
+def test_bad_files_are_one_line_errors_naming_the_file(files, tmp_path, key, args):
+    path = files[key]
+    result = invoke(files, tmp_path, [*args, str(path)])
+    assert result.exit_code == 1, result.output
+    assert_one_line_error(result, path.name, tmp_path)
+
+
+def test_an_unwritable_out_folder_is_one_line(files, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    result = invoke(files, tmp_path, ["--out", str(blocker / "sub")])
+    assert result.exit_code != 0
+    assert_one_line_error(result, "file")
+
+
+def test_the_trace_command_reports_bad_files_in_one_line(files, tmp_path):
+    result = invoke(files, tmp_path, ["--trace", str(files["latin1"])], command="trace")
+    assert result.exit_code == 1
+    assert_one_line_error(result, "latin1.csv")
+    # --skip-bad-rows skips that row and counts it: no error.
+    ok = invoke(files, tmp_path, ["--trace", str(files["latin1"]), "--skip-bad-rows"], "trace")
+    assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--loads", "nan"], "--loads"),
+        (["--loads", "1,inf"], "--loads"),
+        (["--loads", "0"], "--loads"),
+        (["--loads", "1,1"], "--loads"),
+        (["--loads", "1e9"], "--loads"),
+        (["--loads", ","], "--loads"),
+        (["--seeds", "0"], "'--seeds'"),
+        (["--seeds", "100000"], "'--seeds'"),
+        (["--workers", "0"], "'--workers'"),
+        (["--headline-load", "nan"], "'--headline-load'"),
+        (["--headline-load", "2"], "--headline-load"),
+        (["--noise", "nan"], "'--noise'"),
+        (["--perturb", "nan"], "'--perturb'"),
+        (["--horizon", "-1"], "'--horizon'"),
+        (["--policies", "coda"], "--policies"),
+    ],
+)
+def test_experiment_headline_bad_values(files, tmp_path, extra, needle):
+    args = ["experiment", "headline", "--trace", str(files["trace"]), "--cluster", CLUSTER]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "e"), *extra])
+    assert_one_line_error(result, needle)
+    assert not (tmp_path / "e").exists()
+
+
+def test_help_states_every_numeric_range():
+    text = CliRunner().invoke(main, ["simulate", "--help"], terminal_width=200).output
+    for option, shown in [
+        ("--load", "0.0<x<=1000.0"),
+        ("--seed", "0<=x<=4294967295"),
+        ("--horizon", "0.0<x<=10000000000.0"),
+        ("--warmup", "0.0<=x<1.0"),
+        ("--noise", "0.0<=x<=1.0"),
+        ("--perturb", "0.0<=x<1.0"),
+    ]:
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(option + " "))
+        assert shown in text[text.index(line) :].split("\n  --")[0], option
+
+
+def test_finite_float_refuses_nan_where_float_range_does_not():
+    import click
+
+    assert math.isnan(click.FloatRange(0, 1).convert("nan", None, None))  # click's gap
+    with pytest.raises(click.BadParameter, match="finite"):
+        FiniteFloat(0, 1).convert("nan", None, None)
+    with pytest.raises(click.BadParameter, match="finite"):
+        FiniteFloat().convert("-inf", None, None)
+    assert FiniteFloat(0, 1).convert("0.25", None, None) == 0.25
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"load": math.nan},
+        {"load": -1.0},
+        {"load": math.inf},
+        {"horizon": math.nan},
+        {"horizon": -5.0},
+        {"noise": math.nan},
+        {"noise": 3.0},
+        {"perturb": 1.0},
+        {"warmup": math.nan},
+        {"seed": -1},
+        {"seed": 1.5},
+        {"seed": True},
+        {"samples": 0},
+        {"samples": 10**9},
+        {"fractional": "half"},
+        {"censored": None},
+        {"cluster": 3},
+        {"trace": 5},
+    ],
+)
+def test_run_config_refuses_bad_fields(field):
+    with pytest.raises(ValueError, match=next(iter(field))):
+        RunConfig(**field)
+
+
+def test_run_config_accepts_its_defaults_and_native_time():
+    RunConfig()
+    RunConfig(load=None, horizon=3600.0, seed=2**32 - 1, noise=0.0, perturb=0.5)
