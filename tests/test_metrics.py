@@ -62,6 +62,7 @@ def fake_agent(*jobs: Any, node: bool = True) -> Any:
         node=SimpleNamespace(cores=16, free_cores=10, gpus=2, free_gpus=1) if node else None,
         running={m.row_id: m for m in jobs},
         counters={"scheduler:start": 3, "allocator:set_cores": 2, "quota_up": 9},
+        lock=threading.Lock(),
     )
 
 

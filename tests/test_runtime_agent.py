@@ -420,14 +420,23 @@ def test_metrics_render(env) -> None:
 def test_progress_file_is_where_the_job_writes(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
-    code = "from coda.runtime.progress import Reporter; r = Reporter(); r.step(42); r.close()"
+    code = (
+        "import time; from coda.runtime.progress import Reporter; r = Reporter(); "
+        "r.step(42); r.close(); time.sleep(1.5)"
+    )
     jid = submit(store, py("-c", code), name="p")
-    tick_until(agent, lambda: store.job(jid).state == "done")
     path = agent.progress_file(jid)
     assert path == tmp / "state.run" / "progress" / str(jid)
+
+    def record():
+        return read_progress(path, owner=os.geteuid())
+
+    tick_until(agent, lambda: record() is not None)
     assert os.stat(path).st_mode & 0o777 == 0o600
-    rec = read_progress(path, owner=os.geteuid())
+    rec = record()
     assert rec is not None and rec.samples == 42 and rec.pid != os.getpid()
+    tick_until(agent, lambda: store.job(jid).state == "done")
+    assert not path.exists()  # an ended job's file goes with it
 
 
 # ------------------------------------------------------------------ tuning

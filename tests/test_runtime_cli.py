@@ -41,7 +41,9 @@ def test_submit_queues_and_warns_without_agent(tmp_path: Path) -> None:
     assert "no agent is running" in out
     job_id = int(out.strip().splitlines()[-1])
     row = Store(Path(sd) / "coda.db").job(job_id)
-    assert row.state == "queued" and row.kind == "dnn" and row.env == {"A": "1"}
+    # The submitter's PATH goes with the job (the agent's own never does).
+    assert row.state == "queued" and row.kind == "dnn"
+    assert row.env == {"A": "1", "PATH": os.environ["PATH"]}
     assert row.argv == [sys.executable, "-c", "pass"]
 
 

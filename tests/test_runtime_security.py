@@ -519,3 +519,192 @@ def test_a_corrupt_slurm_agent_database_is_one_line(tmp_path: Path) -> None:
     _corrupt(sd)
     code, out = run("slurm", "agent", "--node", "n1", "--state-dir", str(sd))
     assert one_line_error(code, out) and "not a usable" in out, out
+
+
+# ------------------------------------------------------------ review: the attacks that worked
+def test_a_trickling_client_is_cut_off_at_one_deadline(service, monkeypatch) -> None:
+    import socket
+
+    from coda.runtime import control
+
+    monkeypatch.setattr(control, "TIMEOUT_S", 0.6)
+    sock, _ = service
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(sock))
+    t0 = time.monotonic()
+    closed = False
+    while time.monotonic() - t0 < 5:
+        try:
+            s.send(b"{")  # one byte at a time: every read is quick, the request never ends
+        except OSError:
+            closed = True
+            break
+        s.settimeout(0.1)
+        try:
+            if s.recv(1) == b"":
+                closed = True
+                break
+        except TimeoutError:
+            pass
+    s.close()
+    assert closed and time.monotonic() - t0 < 2.0
+
+
+def test_connections_are_capped_per_user_and_cost_no_threads(service) -> None:
+    import socket
+    import threading
+
+    from coda.runtime import control
+
+    sock, _ = service
+    before = threading.active_count()
+    silent = []
+    for _ in range(control.MAX_PER_USER):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(str(sock))
+        silent.append(c)
+    time.sleep(0.3)
+    assert threading.active_count() == before  # one serving thread, whatever the load
+    with pytest.raises(ControlError, match="closed the connection"):
+        request(sock, {"op": "status"}, timeout=3)
+    for c in silent:
+        c.close()
+    time.sleep(0.3)
+    assert request(sock, {"op": "status"})["ok"]
+
+
+@needs_root
+def test_a_socket_planted_by_another_user_gets_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "state.run"
+    run_dir.mkdir(mode=0o755)
+    fake = run_dir / "agent.sock"
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(fake))
+    listener.listen(1)
+    os.chown(fake, 65534, 65534)  # as if nobody had made it
+    try:
+        code, out = run(
+            "submit", "--state-dir", str(tmp_path / "state"), "--env", "TOKEN=x", "--", "true"
+        )
+        assert one_line_error(code, out) and "not an agent's" in out, out
+    finally:
+        listener.close()
+
+
+def test_a_state_dir_below_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # not sticky: anyone could rename what is in it
+    with pytest.raises(StateDirError, match="which others can write"):
+        secure_dir(shared / "state")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)  # like /tmp: entries are their owners' to move
+    secure_dir(sticky / "state")
+
+
+@needs_root
+def test_a_state_dir_below_another_users_directory_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    os.chown(home, 65534, 65534)
+    code, out = run("agent", "--state-dir", str(home / "state"), "--gpus", "0")
+    assert one_line_error(code, out) and "could swap the path" in out, out
+    assert not (home / "state").exists()
+
+
+def test_a_directory_with_other_files_is_not_taken_over(tmp_path: Path) -> None:
+    d = tmp_path / "etc-like"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    (d / "passwd").write_text("precious\n")
+    code, out = run("submit", "--state-dir", str(d), "--", "true")
+    assert one_line_error(code, out) and "not taking it over" in out, out
+    assert os.stat(d).st_mode & 0o777 == 0o755 and not (d / "coda.db").exists()
+
+
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ({"argv": ["true", "\ud800"]}, "not valid UTF-8"),
+        ({"argv": ["true"], "env": {"A": "\udcff"}}, "not valid UTF-8"),
+        ({"argv": ["true"], "name": "evil\n"}, "is not allowed"),
+        ({"argv": ["true"], "model": "m\n"}, "is not allowed"),
+        ({"argv": ["true"], "env": {"A\n": "1"}}, "is not allowed"),
+    ],
+)
+def test_text_that_is_not_text_is_refused(tmp_path: Path, spec, why: str) -> None:
+    with pytest.raises(SpecError, match=why):
+        JobSpec.from_dict({**spec, "cwd": str(tmp_path)}).validate()
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [("argv", "not json"), ("env", "[1]"), ("uid", "abc"), ("groups", '["x"]'), ("cores", "four")],
+)
+def test_damaged_job_rows_are_one_line_in_every_command(tmp_path: Path, column, value) -> None:
+    sd = tmp_path / "s"
+    store = Store(sd / "coda.db")
+    store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
+    store.close()
+    con = sqlite3.connect(sd / "coda.db")
+    con.execute(f"UPDATE jobs SET {column} = ?", (value,))
+    con.commit()
+    con.close()
+    for argv in (["status"], ["status", "1"], ["cancel", "1"], ["logs", "1"]):
+        code, out = run(argv[0], "--state-dir", str(sd), *argv[1:])
+        assert one_line_error(code, out) and "coda.db" in out and "job 1" in out, (argv, out)
+
+
+def test_users_read_only_their_own_logs_and_queue_a_bounded_number(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from coda.runtime import service as svc_mod
+
+    db = tmp_path / "state" / "coda.db"
+    store = Store(db)
+    mine = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)), Owner(4242, 4242, (4242,)))
+    store.close()
+    log = tmp_path / "state" / "jobs" / str(mine)
+    log.mkdir(parents=True)
+    (log / "stdout").write_text("x" * 100 + "the end\n")
+    svc = AgentService(db)
+    got = svc({"op": "logs", "job_id": mine, "tail": 8}, Peer(1, 4242, 4242))
+    assert got == {"ok": True, "text": "the end\n"}
+    other = svc({"op": "logs", "job_id": mine}, Peer(1, 5151, 5151))
+    if os.geteuid() != 5151:
+        assert other["ok"] is False and "not yours" in other["error"]
+    monkeypatch.setattr(svc_mod, "MAX_QUEUED_PER_USER", 1)
+    spec = {"argv": ["true"], "cwd": str(tmp_path)}
+    if os.geteuid() == 0:
+        got = svc({"op": "submit", "spec": spec}, Peer(1, 4242, 4242))
+        assert got["ok"] is False and "jobs waiting already" in got["error"]
+
+
+def test_a_progress_record_with_a_non_finite_time_is_ignored() -> None:
+    from coda.runtime.progress import RECORD_SIZE, decode
+
+    for t in ("nan", "inf", "1e300"):
+        raw = f"coda1 5 {t} 7".ljust(RECORD_SIZE - 1).encode() + b"\n"
+        assert decode(raw) is None
+
+
+def test_an_agent_on_damaged_rows_says_so_in_one_line_and_lets_go(tmp_path: Path) -> None:
+    from coda.runtime.cli import AgentLock
+
+    sd = tmp_path / "s"
+    store = Store(sd / "coda.db")
+    jid = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
+    store.update(jid, state="running")  # adoption reads it at start
+    store.close()
+    con = sqlite3.connect(sd / "coda.db")
+    con.execute("UPDATE jobs SET env = 'not json'")
+    con.commit()
+    con.close()
+    mounts = v1_tree(tmp_path / "tree")
+    args = ["--cgroup-mounts", str(mounts), "--cgroup-prefix", str(tmp_path / "tree")]
+    code, out = run("agent", "--state-dir", str(sd), "--gpus", "0", *args)
+    assert one_line_error(code, out) and "job 1" in out, out
+    assert not AgentLock.held(sd)

@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,9 +47,10 @@ from coda.runtime.store import JobRow, Store
 # The shim runs from its file with `python -I`: the standard library only, nothing from
 # a job's environment or working directory (see shim.main).
 SHIM_PATH = str(Path(shim.__file__).resolve())
-# What a job's environment starts from besides its own variables: the agent's PATH and
-# locale, never the rest of the agent's (root's) environment.
-PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
+# What a job's environment starts from besides its own variables: the agent's locale,
+# never the rest of the agent's (root's) environment; `coda submit` sends the user's PATH.
+PASSED_ENV = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PARENT_MADE_KEY = "cgroup_parent_made"
 
 LEARNED_KEY = "learned_profiles"
@@ -144,6 +146,7 @@ class NodeAgent:
         self.ticks = 0
         self.counters: dict[str, int] = {}
         self.last_tick_s = 0.0
+        self.lock = threading.Lock()
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -267,16 +270,17 @@ class NodeAgent:
 
     # ----------------------------------------------------------------- tick
     def tick(self) -> None:
-        t0 = time.perf_counter()
-        now = self.clock()
-        self.ticks += 1
-        self._reap(now)
-        self._cancels(now)
-        self._admit(now)
-        self._sample(now)
-        self._control(now)
-        self._flush()
-        self.last_tick_s = time.perf_counter() - t0
+        with self.lock:  # a metrics scrape (another thread) sees whole ticks only
+            t0 = time.perf_counter()
+            now = self.clock()
+            self.ticks += 1
+            self._reap(now)
+            self._cancels(now)
+            self._admit(now)
+            self._sample(now)
+            self._control(now)
+            self._flush()
+            self.last_tick_s = time.perf_counter() - t0
 
     # ------------------------------------------------------------- reaping
     def _reap(self, now: float, final_state: str | None = None) -> None:
@@ -325,6 +329,7 @@ class NodeAgent:
             "lost": "its supervisor vanished without an exit status",
         }[state]
         self._release(m, now)
+        self.progress_file(m.row_id).unlink(missing_ok=True)
         self.store.update(
             m.row_id,
             state=state,
@@ -590,6 +595,7 @@ class NodeAgent:
         groups = list(r.groups) if r.uid is not None else []
         progress = self._make_progress_file(r.id, uid, gid)
         env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env["PATH"] = DEFAULT_PATH
         env.update(_user_env(uid))
         env.update(r.env)
         env.update(

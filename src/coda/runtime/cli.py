@@ -31,6 +31,7 @@ from coda.runtime.store import (
     MAX_CORES,
     MAX_GPUS,
     MAX_JOB_ID,
+    MAX_LOG_TAIL,
     MAX_SPEC_BYTES,
     JobSpec,
     SpecError,
@@ -264,6 +265,7 @@ def register(main: click.Group) -> None:
     main.add_command(run)
     main.add_command(status)
     main.add_command(cancel)
+    main.add_command(logs)
 
 
 # ------------------------------------------------------------------- agent
@@ -393,14 +395,14 @@ def agent(
             control = ControlServer(sock, AgentService(sd / "coda.db"))
         except OSError as e:
             raise StateDirError(f"control socket {sock}: {e.strerror or e}") from None
-    except (StateDirError, CgroupError, OSError) as e:
+    except (StateDirError, StoreError, CgroupError, OSError) as e:
         # OSError: e.g. mkdir of the parent group without root. Release everything.
         if server is not None:
             server.close()
         node_agent.release_parent()
         store.close()
         lock.release()
-        if isinstance(e, StateDirError):
+        if isinstance(e, StateDirError | StoreError):
             raise click.ClickException(str(e)) from None
         hint = "" if os.geteuid() == 0 else " (the agent needs root to manage cgroups)"
         raise click.ClickException(f"cgroups: {e}{hint}") from None
@@ -424,11 +426,19 @@ def agent(
         export()
 
     node_agent.tick = tick_and_export  # type: ignore[method-assign]
+    failure = ""
     try:
-        node_agent.run(lambda: stop["flag"], idle=server.wait if server else time.sleep)
+        if server is not None:
+            server.serve_in_background()
+        node_agent.run(lambda: stop["flag"])
+    except StoreError as e:  # the database was damaged under the running agent
+        failure = str(e)
     finally:
         control.close()  # no new submissions while the agent leaves
-        node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
+        try:
+            node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
+        except StoreError as e:
+            failure = failure or str(e)
         if server is not None:
             server.close()
         (sd / "agent.pid").unlink(missing_ok=True)
@@ -436,6 +446,8 @@ def agent(
         lock.release()
         left = len(node_agent.running)
         say("agent stopped" + (f"; {left} job(s) left running for the next agent" if left else ""))
+    if failure:
+        raise click.ClickException(failure)
 
 
 # ------------------------------------------------------------ submit / run
@@ -514,6 +526,10 @@ def _build_spec(kw: dict[str, Any]) -> JobSpec:
         if not sep:
             raise click.BadParameter(f"--env {pair!r}: expected KEY=VALUE")
         spec.env[key] = value
+    # The job finds its programs as its submitter does (the agent's own PATH, root's
+    # perhaps, is never passed on).
+    if "PATH" not in spec.env and os.environ.get("PATH"):
+        spec.env["PATH"] = os.environ["PATH"]
     if spec.cwd:
         spec.cwd = os.path.abspath(spec.cwd)
     return spec
@@ -649,6 +665,7 @@ def status(
     """Jobs, the cores and quota each holds, throughput, and why (recent decisions)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     client = _client(state_dir)
     try:
@@ -679,7 +696,7 @@ def status(
             f" on {agent_info.get('node')} (CPUs {agent_info.get('cpus')}, "
             f"{agent_info.get('gpus')} GPUs, policy {agent_info.get('policy')})"
         )
-    console.print(head)
+    console.print(head, markup=False, highlight=False)
     table = Table(box=None, header_style="bold")
     for col in (
         "id",
@@ -696,7 +713,7 @@ def status(
     ):
         table.add_column(col)
     for r in rows:
-        table.add_row(
+        cells = (
             str(r.id),
             r.name,
             r.kind,
@@ -709,6 +726,7 @@ def status(
             r.phase or "-",
             r.message or (f"exit {r.exit_code}" if r.exit_code is not None else ""),
         )
+        table.add_row(*(Text(c) for c in cells))  # Text: a job's name is never markup
     console.print(table)
     if decs:
         console.print("\nrecent decisions:")
@@ -736,3 +754,27 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
             click.echo(f"job {r['id']}: {r['state']}{extra}")
     if failed:
         raise click.ClickException("; ".join(r["error"] for r in failed))
+
+
+@click.command()
+@_state_dir_option
+@click.argument("job_id", type=JOB_ID)
+@click.option("--stderr", "stream", flag_value="stderr", help="The job's stderr.")
+@click.option("--stdout", "stream", flag_value="stdout", default=True, help="[default]")
+@click.option(
+    "--tail",
+    type=click.IntRange(0, MAX_LOG_TAIL),
+    default=65536,
+    show_default=True,
+    help=f"Bytes from the end (at most {MAX_LOG_TAIL}).",
+)
+def logs(state_dir: str, job_id: int, stream: str, tail: int) -> None:
+    """Print the end of your job's output (the logs live in the agent's private state)."""
+    client = _client(state_dir)
+    try:
+        text = client.logs(job_id, stream, tail)
+    except ClientError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        client.close()
+    click.echo(text, nl=False)

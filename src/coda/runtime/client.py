@@ -1,22 +1,35 @@
-"""How `coda submit/run/status/cancel` reach a node's jobs: the agent's socket, or the
-database itself for its owner when no agent runs.
+"""How `coda submit/run/status/cancel/logs` reach a node's jobs: the agent's socket, or
+the database itself for its owner when no agent runs.
 
 While an agent runs, every command goes through its control socket, so the agent
 learns who is asking from the kernel (see control.py). With no agent, the owner of
 a state directory may still queue, list and cancel jobs in its database directly;
-anyone else gets one line saying no agent answers.
+anyone else gets one line saying no agent answers. An answer from the socket is
+checked for shape before anything is shown: a malformed one is an error, not a crash.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sqlite3
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from coda.runtime.control import SOCKET_NAME, ControlError, answers, request
+from coda.runtime.control import (
+    SOCKET_NAME,
+    ControlError,
+    Unreachable,
+    answers,
+    check_socket,
+    request,
+)
 from coda.runtime.statedir import owned_by_me, secure_dir
-from coda.runtime.store import ACTIVE, JobRow, JobSpec, Store
+from coda.runtime.store import ACTIVE, JobRow, JobSpec, Store, StoreError, read_log
+
+T = TypeVar("T")
 
 
 class ClientError(RuntimeError):
@@ -30,6 +43,7 @@ class AgentClient(Protocol):
     def submit(self, spec: JobSpec) -> int: ...
     def status(self, job_id: int | None, show_all: bool, decisions: int) -> dict[str, Any]: ...
     def cancel(self, ids: list[int]) -> list[dict[str, Any]]: ...
+    def logs(self, job_id: int, stream: str, tail: int) -> str: ...
     def close(self) -> None: ...
 
 
@@ -38,9 +52,32 @@ def socket_path(state_dir: str | os.PathLike[str]) -> Path:
     return sd.with_name(sd.name + ".run") / SOCKET_NAME
 
 
-def _row(d: dict[str, Any]) -> JobRow:
-    names = {f.name for f in fields(JobRow)}
-    return JobRow(**{k: v for k, v in d.items() if k in names})
+_ROW_FIELDS = {f.name for f in fields(JobRow)}
+_DECISION_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": int,
+    "t": (int, float),
+    "component": str,
+    "action": str,
+    "detail": dict,
+}
+
+
+def _row(d: Any) -> JobRow:
+    if not isinstance(d, dict) or not _ROW_FIELDS <= set(d):
+        raise ClientError("the agent's answer is malformed (a job without its fields)")
+    row = JobRow(**{k: d[k] for k in _ROW_FIELDS})
+    try:
+        row.check()
+    except ValueError as e:
+        raise ClientError(f"the agent's answer is malformed ({e})") from None
+    return row
+
+
+def _decision(d: Any) -> dict[str, Any]:
+    ok = isinstance(d, dict) and all(isinstance(d.get(k), t) for k, t in _DECISION_TYPES.items())
+    if not ok or (d.get("job_id") is not None and not isinstance(d["job_id"], int)):
+        raise ClientError("the agent's answer is malformed (a decision without its fields)")
+    return d
 
 
 class SocketClient:
@@ -56,22 +93,50 @@ class SocketClient:
         except ControlError as e:
             raise ClientError(str(e)) from None
 
+    def _field(self, answer: dict[str, Any], key: str, kind: type) -> Any:
+        got = answer.get(key)
+        if not isinstance(got, kind) or isinstance(got, bool):
+            raise ClientError(f"the agent's answer is malformed (no {key})")
+        return got
+
     def submit(self, spec: JobSpec) -> int:
-        return int(self._ask({"op": "submit", "spec": spec.as_dict()})["id"])
+        return int(self._field(self._ask({"op": "submit", "spec": spec.as_dict()}), "id", int))
 
     def status(self, job_id: int | None, show_all: bool, decisions: int) -> dict[str, Any]:
         a = self._ask({"op": "status", "job_id": job_id, "all": show_all, "decisions": decisions})
+        jobs = self._field(a, "jobs", list)
+        decs = self._field(a, "decisions", list)
         return {
-            "jobs": [_row(d) for d in a["jobs"]],
-            "decisions": a["decisions"],
-            "agent": a["agent"],
+            "jobs": [_row(d) for d in jobs],
+            "decisions": [_decision(d) for d in decs],
+            "agent": self._field(a, "agent", dict),
         }
 
     def cancel(self, ids: list[int]) -> list[dict[str, Any]]:
-        return list(self._ask({"op": "cancel", "ids": ids})["jobs"])
+        got = self._field(self._ask({"op": "cancel", "ids": ids}), "jobs", list)
+        if not all(isinstance(r, dict) and ("state" in r or "error" in r) for r in got):
+            raise ClientError("the agent's answer is malformed (cancel)")
+        return got
+
+    def logs(self, job_id: int, stream: str, tail: int) -> str:
+        req = {"op": "logs", "job_id": job_id, "stream": stream, "tail": tail}
+        return str(self._field(self._ask(req), "text", str))
 
     def close(self) -> None:
         pass
+
+
+def _store_errors(method: Callable[..., T]) -> Callable[..., T]:
+    """A damaged database found half-way through a command: one line, like at open."""
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kw: Any) -> T:
+        try:
+            return method(*args, **kw)
+        except (StoreError, sqlite3.Error) as e:
+            raise ClientError(str(e)) from None
+
+    return wrapped
 
 
 class LocalClient:
@@ -83,12 +148,12 @@ class LocalClient:
         self.store = store
         self.where = str(store.path)
 
+    @_store_errors
     def submit(self, spec: JobSpec) -> int:
         return self.store.submit(spec)
 
+    @_store_errors
     def status(self, job_id: int | None, show_all: bool, decisions: int) -> dict[str, Any]:
-        import json
-
         if job_id is not None:
             row = self.store.job(job_id)
             if row is None:
@@ -101,9 +166,10 @@ class LocalClient:
         return {
             "jobs": rows,
             "decisions": self.store.decisions(limit=decisions, job_id=job_id),
-            "agent": json.loads(self.store.meta("agent") or "{}"),
+            "agent": self.store.agent_info(),
         }
 
+    @_store_errors
     def cancel(self, ids: list[int]) -> list[dict[str, Any]]:
         out = []
         for j in ids:
@@ -113,6 +179,12 @@ class LocalClient:
                 out.append({"id": j, "error": f"no job {j}"})
         return out
 
+    @_store_errors
+    def logs(self, job_id: int, stream: str, tail: int) -> str:
+        if self.store.job(job_id) is None:
+            raise ClientError(f"no job {job_id}")
+        return read_log(self.store.path.parent, job_id, stream, tail)
+
     def close(self) -> None:
         self.store.close()
 
@@ -121,8 +193,15 @@ def connect(state_dir: str | os.PathLike[str], create: bool = False) -> AgentCli
     """The running agent's socket if it answers; else the database, for its owner
     (``create``: make an empty state directory and database if there is none)."""
     sock = socket_path(state_dir)
-    if sock.exists() and answers(sock):
-        return SocketClient(sock)
+    if os.path.lexists(sock):
+        try:
+            check_socket(sock)
+            if answers(sock):
+                return SocketClient(sock)
+        except Unreachable:
+            pass  # a dead agent's socket: the database, for its owner
+        except ControlError as e:
+            raise ClientError(str(e)) from None
     sd = Path(state_dir)
     db = sd / "coda.db"
     if sd.exists() and not owned_by_me(sd):

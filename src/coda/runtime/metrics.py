@@ -20,6 +20,7 @@ import select
 import socket
 import socketserver
 import sys
+import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
@@ -67,6 +68,10 @@ class AgentCollector(Collector):
         self.agent = agent
 
     def collect(self) -> Iterable[Metric]:
+        with self.agent.lock:  # between two ticks: one consistent picture
+            return list(self._collect())
+
+    def _collect(self) -> Iterable[Metric]:
         a = self.agent
         yield CounterMetricFamily("coda_agent_ticks_total", "Control periods run.", value=a.ticks)
         yield GaugeMetricFamily(
@@ -102,7 +107,9 @@ class AgentCollector(Collector):
         stalled = GaugeMetricFamily(
             "coda_job_stalled", "1 while a job's progress reports are missing.", labels=JOB_LABELS
         )
-        for m in a.running.values():
+        # list(): one step under the GIL, so a scrape from the server's thread never sees
+        # the control loop change the dict half-way.
+        for m in list(a.running.values()):
             lv = [str(m.row_id), _label(m.job.job_id), _label(m.job.kind)]
             cores.add_metric(lv, len(m.cpus))
             requested.add_metric(lv, m.job.cores)
@@ -165,6 +172,10 @@ class ControllerCollector(Collector):
         self.controller = controller
 
     def collect(self) -> Iterable[Metric]:
+        with self.controller.lock:  # between two cycles: one consistent picture
+            return list(self._collect())
+
+    def _collect(self) -> Iterable[Metric]:
         ctl = self.controller
         s = ctl.stats
         yield CounterMetricFamily(
@@ -326,6 +337,19 @@ class MetricsServer:
         self.httpd = _Server(host, port, _Handler.factory(registry))
         self.httpd.timeout = 0  # handle_request: only what select found ready
         self.port: int = self.httpd.server_address[1]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def serve_in_background(self) -> None:
+        """Answer scrapes from a thread of the server's own, one at a time (2 s at most
+        each): a slow or silent scraper delays other scrapes, never the daemon's loop."""
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.wait(0.2)
+
+        self._thread = threading.Thread(target=loop, name="coda-metrics", daemon=True)
+        self._thread.start()
 
     def wait(self, seconds: float) -> None:
         """Idle up to ``seconds``, answering requests that arrive meanwhile."""
@@ -336,6 +360,9 @@ class MetricsServer:
                 self.httpd.handle_request()
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
         self.httpd.server_close()
 
 

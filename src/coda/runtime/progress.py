@@ -54,7 +54,7 @@ def decode(raw: bytes) -> Progress | None:
         samples, t, pid = int(parts[1]), float(parts[2]), int(parts[3])
     except (UnicodeDecodeError, ValueError):
         return None
-    if samples < 0 or t < 0 or pid < 0:
+    if samples < 0 or not 0 <= t < 1e12 or pid < 0:  # also refuses nan and inf
         return None
     return Progress(samples, t, pid)
 

@@ -1,16 +1,18 @@
-"""What the agent answers on its control socket: submit, status, cancel, per peer.
+"""What the agent answers on its control socket: submit, status, cancel, logs, per peer.
 
 The rules, all keyed by the uid the kernel reported for the connecting process:
 - a submitted job runs as the submitter (uid, primary gid, the user's groups); an
-  agent that is not root can run only its own user's jobs and refuses others;
-- a user cancels only their own jobs (root and the agent's own user cancel any);
-- status lists every job, but the command, working directory and environment only of
-  the asker's own jobs (environments hold tokens; commands hold paths).
+  agent that is not root can run only its own user's jobs and refuses others; a user
+  has at most MAX_QUEUED_PER_USER jobs waiting;
+- a user cancels and reads the logs of only their own jobs (root and the agent's own
+  user may do so for any);
+- status lists every job, without commands and environments; one job's command,
+  working directory and environment are shown to its owner only (environments hold
+  tokens; commands hold paths).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from pathlib import Path
@@ -21,15 +23,18 @@ from coda.runtime.control import Peer
 from coda.runtime.store import (
     ACTIVE,
     MAX_JOB_ID,
+    MAX_LOG_TAIL,
     JobRow,
     JobSpec,
     Owner,
     SpecError,
     Store,
     StoreError,
+    read_log,
 )
 
 MAX_DECISIONS = 1000
+MAX_QUEUED_PER_USER = 1000
 
 
 def _is_admin(uid: int) -> bool:
@@ -42,36 +47,39 @@ def _int(value: Any, what: str, lo: int, hi: int) -> int:
     return value
 
 
-def visible(row: JobRow, uid: int) -> dict[str, Any]:
-    """A job as ``uid`` may see it."""
+def visible(row: JobRow, uid: int, detail: bool = True) -> dict[str, Any]:
+    """A job as ``uid`` may see it: command, working directory and environment only
+    for its owner (or an admin), and only with ``detail`` (one job, not a list)."""
     d = row.as_dict()
-    if not (_is_admin(uid) or row.uid == uid):
+    if not detail or not (_is_admin(uid) or row.uid == uid):
         d.update(argv=[], env={}, cwd="")
     return d
 
 
 class AgentService:
     """Answers requests against the state database at ``db`` (one connection per
-    request: they come from the control socket's threads)."""
+    request; they come from the control socket's thread, not the control loop's)."""
 
     def __init__(self, db: str | os.PathLike[str]) -> None:
         self.db = Path(db)
 
     def __call__(self, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         op = req.get("op")
+        handlers = {
+            "submit": self.submit,
+            "status": self.status,
+            "cancel": self.cancel,
+            "logs": self.logs,
+        }
+        if not isinstance(op, str) or op not in handlers:
+            return {"ok": False, "error": f"unknown request {str(op)[:40]!r}"}
         try:
             store = Store(self.db)
         except StoreError as e:
             return {"ok": False, "error": str(e)}
         try:
-            if op == "submit":
-                return self.submit(store, req, peer)
-            if op == "status":
-                return self.status(store, req, peer)
-            if op == "cancel":
-                return self.cancel(store, req, peer)
-            return {"ok": False, "error": f"unknown request {op!r}"}
-        except SpecError as e:
+            return handlers[op](store, req, peer)
+        except (SpecError, StoreError) as e:
             return {"ok": False, "error": str(e)}
         except sqlite3.Error as e:
             return {"ok": False, "error": f"{self.db}: {e}"}
@@ -87,12 +95,16 @@ class AgentService:
         spec = JobSpec.from_dict(req.get("spec"))
         if not spec.cwd:
             raise SpecError("the spec needs an absolute working directory ('cwd')")
-        node_cores = node_gpus = None
-        info = store.meta("agent")
-        if info:
-            a = json.loads(info)
-            node_cores, node_gpus = len(parse_cpus(a.get("cpus", ""))) or None, a.get("gpus")
-        spec.validate(node_cores, node_gpus)
+        a = store.agent_info()
+        cpus = a.get("cpus")
+        node_cores = len(parse_cpus(cpus)) if isinstance(cpus, str) and cpus else None
+        gpus = a.get("gpus")
+        spec.validate(node_cores, gpus if type(gpus) is int else None)
+        if store.queued_by(peer.uid) >= MAX_QUEUED_PER_USER:
+            raise SpecError(
+                f"uid {peer.uid} has {MAX_QUEUED_PER_USER} jobs waiting already: "
+                "wait for some to start, or cancel some"
+            )
         job_id = store.submit(spec, Owner.of_user(peer.uid, peer.gid))
         return {"ok": True, "id": job_id}
 
@@ -103,16 +115,15 @@ class AgentService:
             row = store.job(_int(job_id, "job id", 0, MAX_JOB_ID))
             if row is None:
                 return {"ok": False, "error": f"no job {job_id}"}
-            rows = [row]
-        elif req.get("all"):
-            rows = store.jobs(limit=50)
+            jobs = [visible(row, peer.uid)]
         else:
-            rows = store.jobs(("queued", *ACTIVE))
+            rows = store.jobs(limit=50) if req.get("all") else store.jobs(("queued", *ACTIVE))
+            jobs = [visible(r, peer.uid, detail=False) for r in rows]
         return {
             "ok": True,
-            "jobs": [visible(r, peer.uid) for r in rows],
+            "jobs": jobs,
             "decisions": store.decisions(limit=n, job_id=job_id),
-            "agent": json.loads(store.meta("agent") or "{}"),
+            "agent": store.agent_info(),
         }
 
     def cancel(self, store: Store, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
@@ -132,3 +143,16 @@ class AgentService:
             row = store.request_cancel(j)
             out.append({"id": j, "state": row.state})
         return {"ok": True, "jobs": out}
+
+    def logs(self, store: Store, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
+        j = _int(req.get("job_id"), "job id", 0, MAX_JOB_ID)
+        stream = req.get("stream", "stdout")
+        if stream not in ("stdout", "stderr"):
+            raise SpecError("stream must be stdout or stderr")
+        tail = _int(req.get("tail", 65536), "tail", 0, MAX_LOG_TAIL)
+        row = store.job(j)
+        if row is None:
+            return {"ok": False, "error": f"no job {j}"}
+        if not (_is_admin(peer.uid) or row.uid == peer.uid):
+            return {"ok": False, "error": f"job {j} is not yours (uid {row.uid})"}
+        return {"ok": True, "text": read_log(self.db.parent, j, str(stream), tail)}

@@ -149,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             close_fds=True,
             **_privileges(spec),
         )
-    except (OSError, subprocess.SubprocessError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        # SubprocessError: the chdir (as the job's user) failed in preexec_fn.
+        if isinstance(e, subprocess.SubprocessError):
+            why = "cannot enter that directory as the job's user"
+        else:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         print(f"coda: cannot start {command[0]!r} in {cwd!r}: {why}", file=sys.stderr)
         write_atomic(job_dir / "exit", f"{EXIT_CANNOT_START}\n")
         return EXIT_CANNOT_START

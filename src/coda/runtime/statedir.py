@@ -46,15 +46,56 @@ def check_owned(st: os.stat_result, path: Path, what: str) -> None:
         )
 
 
+# What a directory CODA made may hold: one with any of these is CODA's to tighten.
+CODA_ENTRIES = frozenset(
+    {"coda.db", "controller.json", "agent.lock", "controller.lock", "agent.sock", "jobs",
+     "progress"}
+)  # fmt: skip
+
+
+def check_ancestors(path: str | os.PathLike[str], what: str = "state directory") -> None:
+    """Every directory above ``path`` (as written and as resolved) must belong to root
+    or to this user and be writable by no one else, unless sticky (/tmp): otherwise
+    another user could rename a directory on the way and swap in their own tree
+    between our checks and our writes (the same rule as sshd's StrictModes)."""
+    me = os.geteuid()
+    p = Path(os.path.abspath(path))
+    chains = {p.parent, Path(os.path.realpath(p.parent))}
+    for top in chains:
+        for d in (top, *top.parents):
+            try:
+                st = os.lstat(d)
+            except FileNotFoundError:
+                continue  # not made yet: made by us, below an ancestor that passed
+            except OSError as e:
+                raise StateDirError(f"{what} {p}: {d}: {e.strerror or e}") from None
+            if st.st_uid not in (0, me):
+                raise StateDirError(
+                    f"{what} {p} is below {d}, which {_owner_name(st.st_uid)} owns: "
+                    "another user could swap the path under it (refusing it)"
+                )
+            writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            if stat.S_ISDIR(st.st_mode) and writable and not st.st_mode & stat.S_ISVTX:
+                raise StateDirError(
+                    f"{what} {p} is below {d}, which others can write (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}, not sticky): refusing it"
+                )
+
+
 def secure_dir(
     path: str | os.PathLike[str], mode: int = DIR_MODE, what: str = "state directory"
 ) -> Path:
     """Create ``path`` with ``mode``, or take an existing one that passes the owner
-    checks and set its mode to ``mode``. A symlink or non-directory is refused."""
+    checks and set its mode to ``mode``. A symlink or non-directory is refused, and so
+    is a directory with someone else's things in it whose mode would have to change
+    (``--state-dir /var/lib`` must not chmod /var/lib)."""
     p = Path(path)
+    check_ancestors(p, what)
+    made = False
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(p, mode)
+        made = True
     except FileExistsError:
         pass
     except OSError as e:
@@ -67,6 +108,15 @@ def secure_dir(
         raise StateDirError(f"{what} {p} is not a directory (a symlink or a file): refusing it")
     check_owned(st, p, what)
     if stat.S_IMODE(st.st_mode) != mode:
+        try:
+            entries = set(os.listdir(p))
+        except OSError as e:
+            raise StateDirError(f"{what} {p}: {e.strerror or e}") from None
+        if not made and entries and not entries & CODA_ENTRIES:
+            raise StateDirError(
+                f"{what} {p} already holds other files (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "not taking it over; give CODA a directory of its own"
+            )
         os.chmod(p, mode)
     return p
 

@@ -24,8 +24,10 @@ from coda.runtime.statedir import StateDirError, secure_file
 from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS
 
 SCHEMA_VERSION = 2  # 2: jobs.uid/gid/groups (who submitted, as the kernel said)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Used with fullmatch: `$` alone would let a trailing newline through.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_LOG_TAIL = 1 << 20  # bytes of a job's log one request may read
 KINDS = ("dnn", "cpu")
 # queued -> starting -> running -> done | failed | cancelled | lost;
 # a preempted job goes back to queued
@@ -125,6 +127,16 @@ class Owner:
         return cls(uid, gid, groups)
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates: the database, the shim's
+    exec and every terminal need real text)."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _whole(value: Any, what: str, lo: int, hi: int) -> int:
     # bool is an int to Python but never a core count to a user.
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -169,7 +181,7 @@ class JobSpec:
             raise SpecError(f"env has {len(self.env)} variables; at most {MAX_ENV}")
         if not self.name:
             self.name = Path(self.argv[0]).name or "job"
-        if not NAME_RE.match(self.name):
+        if not NAME_RE.fullmatch(self.name):
             raise SpecError(
                 f"job name {self.name!r} is not allowed: use 1-64 letters, digits, '_', '.' "
                 "or '-', starting with a letter or digit"
@@ -180,19 +192,26 @@ class JobSpec:
             raise SpecError(f"asks for {self.cores} cores but this node has {node_cores}")
         if node_gpus is not None and self.gpus > node_gpus:
             raise SpecError(f"asks for {self.gpus} GPUs but this node has {node_gpus}")
-        if self.model and not NAME_RE.match(self.model):
+        if self.model and not NAME_RE.fullmatch(self.model):
             raise SpecError(f"model name {self.model!r} is not allowed (same rule as job names)")
         if not self.cwd:
             self.cwd = os.getcwd()
         if "\0" in self.cwd or not os.path.isabs(self.cwd) or not os.path.isdir(self.cwd):
             raise SpecError(f"working directory {self.cwd!r} is not an existing absolute path")
         for k, v in self.env.items():
-            if not isinstance(k, str) or not ENV_KEY_RE.match(k):
+            if not isinstance(k, str) or not ENV_KEY_RE.fullmatch(k):
                 raise SpecError(f"environment variable name {k!r} is not allowed")
             if not isinstance(v, str) or "\0" in v:
                 raise SpecError(f"environment variable {k} must be a string without NUL bytes")
             if k.startswith("CODA_"):
                 raise SpecError(f"environment variable {k}: CODA_* variables are set by the agent")
+        for what, texts in (
+            ("command", self.argv),
+            ("working directory", [self.cwd]),
+            ("environment", [*self.env, *self.env.values()]),
+        ):
+            if not all(_utf8(t) for t in texts):
+                raise SpecError(f"the {what} is not valid UTF-8 text")
         size = sum(len(a.encode("utf-8", "surrogatepass")) for a in self.argv) + len(
             self.cwd.encode("utf-8", "surrogatepass")
         )
@@ -288,11 +307,53 @@ class JobRow:
 
     @classmethod
     def from_sql(cls, r: sqlite3.Row) -> JobRow:
+        """A row as the agent wrote it; ValueError naming the field if it is not (a
+        damaged or hand-edited database must not crash the agent or the CLI)."""
         d = dict(r)
-        d["argv"] = json.loads(d["argv"])
-        d["env"] = json.loads(d["env"])
-        d["groups"] = json.loads(d.get("groups") or "[]")
-        return cls(**d)
+        try:
+            d["argv"] = json.loads(d["argv"])
+            d["env"] = json.loads(d["env"])
+            d["groups"] = json.loads(d.get("groups") or "[]")
+            row = cls(**d)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ValueError(
+                f"job {d.get('id')}: unreadable command or environment ({e})"
+            ) from None
+        row.check()
+        return row
+
+    def check(self) -> None:
+        def bad(what: str) -> ValueError:
+            return ValueError(f"job {self.id}: {what} is not what the agent writes")
+
+        for name, kind in (("id", int), ("cores", int), ("gpus", int), ("launches", int),
+                           ("preemptions", int), ("cancel", int)):  # fmt: skip
+            v = getattr(self, name)
+            if not isinstance(v, kind) or isinstance(v, bool):
+                raise bad(name)
+        for name in ("name", "kind", "cwd", "model", "state", "cpus", "gpu_ids", "phase",
+                     "message"):  # fmt: skip
+            if not isinstance(getattr(self, name), str):
+                raise bad(name)
+        if not (isinstance(self.argv, list) and all(isinstance(a, str) for a in self.argv)):
+            raise bad("argv")
+        if not (
+            isinstance(self.env, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items())
+        ):
+            raise bad("env")
+        if not (isinstance(self.groups, list) and all(type(g) is int for g in self.groups)):
+            raise bad("groups")
+        for name in ("uid", "gid", "shim_pid", "shim_start", "exit_code"):
+            v = getattr(self, name)
+            if v is not None and type(v) is not int:
+                raise bad(name)
+        for name in ("submit_t", "start_t", "end_t", "throughput", "reference", "quota"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise bad(name)
+        if self.uid is not None and not 0 <= self.uid < 2**32:
+            raise bad("uid")
 
     @property
     def owner(self) -> Owner | None:
@@ -421,11 +482,17 @@ class Store:
         )
         return int(cur.lastrowid)
 
+    def _row(self, r: sqlite3.Row) -> JobRow:
+        try:
+            return JobRow.from_sql(r)
+        except ValueError as e:
+            raise StoreError(f"{self.path}: {e}") from None
+
     def job(self, job_id: int) -> JobRow | None:
         if not 0 <= job_id <= MAX_JOB_ID:  # SQLite cannot even bind it: no such job
             return None
         r = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if r is None else JobRow.from_sql(r)
+        return None if r is None else self._row(r)
 
     def jobs(self, states: Sequence[str] | None = None, limit: int | None = None) -> list[JobRow]:
         q = "SELECT * FROM jobs"
@@ -438,7 +505,7 @@ class Store:
             newest = q.replace(" ORDER BY id", " ORDER BY id DESC")
             q = f"SELECT * FROM ({newest} LIMIT ?) ORDER BY id"
             args.append(limit)
-        return [JobRow.from_sql(r) for r in self._db.execute(q, args)]
+        return [self._row(r) for r in self._db.execute(q, args)]
 
     def update(self, job_id: int, **fields: Any) -> None:
         if not fields:
@@ -493,5 +560,52 @@ class Store:
         args.append(limit)
         rows = [dict(r) for r in self._db.execute(q, args)]
         for r in rows:
-            r["detail"] = json.loads(r["detail"])
+            try:
+                r["detail"] = json.loads(r["detail"])
+            except (ValueError, TypeError, RecursionError):
+                r["detail"] = None
+            ok = (
+                isinstance(r["detail"], dict)
+                and isinstance(r["t"], int | float)
+                and isinstance(r["component"], str)
+                and isinstance(r["action"], str)
+                and (r["job_id"] is None or type(r["job_id"]) is int)
+            )
+            if not ok:
+                raise StoreError(f"{self.path}: decision {r['id']} is not what the agent writes")
         return rows[::-1]
+
+    def agent_info(self) -> dict[str, Any]:
+        """What the running (or last) agent said about itself; {} if nothing."""
+        raw = self.meta("agent")
+        try:
+            info = json.loads(raw) if raw else {}
+        except (ValueError, RecursionError):
+            info = None
+        if not isinstance(info, dict):
+            raise StoreError(f"{self.path}: the agent's record (meta 'agent') is damaged")
+        return info
+
+    def queued_by(self, uid: int) -> int:
+        r = self._db.execute(
+            "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND uid IS ?", (uid,)
+        ).fetchone()
+        return int(r[0])
+
+
+def read_log(state_dir: str | os.PathLike[str], job_id: int, stream: str, tail: int) -> str:
+    """The last ``tail`` bytes (at most MAX_LOG_TAIL) of a job's stdout or stderr."""
+    if stream not in ("stdout", "stderr"):
+        raise ValueError(f"no log {stream!r}: stdout or stderr")
+    tail = max(0, min(int(tail), MAX_LOG_TAIL))
+    path = Path(state_dir) / "jobs" / str(int(job_id)) / stream
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - tail), os.SEEK_SET)
+        return os.read(fd, tail).decode("utf-8", "replace")
+    finally:
+        os.close(fd)

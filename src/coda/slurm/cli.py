@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -124,8 +123,9 @@ def controller(
             f"controller up: policy {policy}, period {period:g} s, state {sd}"
             + (f", metrics on {metrics_host}:{server.port}" if server else "")
         )
-        idle = server.wait if server is not None else time.sleep
-        ctl.run(lambda: stop["flag"], period_s=period, after_cycle=export, idle=idle)
+        if server is not None:
+            server.serve_in_background()  # a slow scraper never holds up a cycle
+        ctl.run(lambda: stop["flag"], period_s=period, after_cycle=export)
         say(f"controller stopped after {ctl.cycles} cycles, {ctl.placed} jobs placed")
     finally:
         if server is not None:

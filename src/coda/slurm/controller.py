@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -277,6 +278,7 @@ class Controller:
         self.wall = wall
         self.learned_from: set[int] = set()
         self.stats = ControllerStats()
+        self.lock = threading.Lock()
         self._load()
 
     @property
@@ -331,15 +333,16 @@ class Controller:
     def cycle(self) -> list[Placement]:
         """One pass: read Slurm, place what fits, release it. Counted and timed in
         ``stats`` (a cycle that Slurm's silence cuts short too, and re-raised)."""
-        self.stats.cycles += 1
-        t0 = time.perf_counter()
-        try:
-            return self._cycle()
-        except SlurmError:
-            self.stats.cycle_errors += 1
-            raise
-        finally:
-            self.stats.times.observe(time.perf_counter() - t0)
+        with self.lock:  # a scrape sees the counts between cycles, never half of one
+            self.stats.cycles += 1
+            t0 = time.perf_counter()
+            try:
+                return self._cycle()
+            except SlurmError:
+                self.stats.cycle_errors += 1
+                raise
+            finally:
+                self.stats.times.observe(time.perf_counter() - t0)
 
     def _cycle(self) -> list[Placement]:
         jobs = self.slurm.jobs()
