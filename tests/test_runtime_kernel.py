@@ -383,9 +383,14 @@ def test_a_non_root_submit_runs_as_that_user_never_root(public_node) -> None:
     sd = str(agent.state)
     assert os.stat(sd).st_mode & 0o777 == 0o700  # nobody cannot read the state itself
     code, out = as_user(NOBODY, NOBODY, ["submit", "--state-dir", sd, "--cwd", "/tmp",
-                                         "--name", "who", "--", "/usr/bin/id"])  # fmt: skip
+                                         "--name", "who", "--", "/bin/sh", "-c",
+                                         "/usr/bin/id; sleep 2"])  # fmt: skip
     assert code == 0, out
     jid = int(out.strip().splitlines()[-1])
+    # While it runs, its progress file is nobody's own, in the public run directory.
+    pf = Path(f"{agent.state}.run") / "progress" / str(jid)
+    wait_for(lambda: pf.exists(), 30, "nobody's job to start")
+    assert os.stat(pf).st_uid == NOBODY and os.stat(pf).st_mode & 0o777 == 0o600
     wait_for(lambda: store.job(jid).state in ("done", "failed"), 30, "nobody's job to end")
     row = store.job(jid)
     assert row.state == "done", row
@@ -393,9 +398,9 @@ def test_a_non_root_submit_runs_as_that_user_never_root(public_node) -> None:
     said = (agent.state / "jobs" / str(jid) / "stdout").read_text()
     assert said.startswith(f"uid={NOBODY}(") and f"gid={NOBODY}(" in said, said
     assert "groups=65534(" in said and "(root)" not in said, said
-    # Its progress file is nobody's own, in the public run directory.
-    pf = Path(f"{agent.state}.run") / "progress" / str(jid)
-    assert os.stat(pf).st_uid == NOBODY and os.stat(pf).st_mode & 0o777 == 0o600
+    assert not pf.exists()  # gone with its job
+    code, out = as_user(NOBODY, NOBODY, ["logs", "--state-dir", sd, str(jid)])
+    assert code == 0 and out == said, out  # its owner reads its output through the agent
     # Root's jobs: nobody sees no command and cancels nothing.
     mine = subprocess.run(
         [sys.executable, "-m", "coda.cli", "submit", "--state-dir", sd, "--name", "roots",
