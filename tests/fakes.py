@@ -4,6 +4,7 @@ runs on it in tests and on the real kernel in production."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 CG = "/sys/fs/cgroup"
 
@@ -48,3 +49,14 @@ def v2_tree(tmp_path: Path, controllers: str = "cpuset cpu io memory pids") -> P
     mounts = tmp_path / "mounts"
     mounts.write_text(f"sysfs /sys sysfs rw 0 0\ncgroup2 {CG} cgroup2 rw,nsdelegate 0 0\n")
     return mounts
+
+
+def fake_v1_driver(tmp_path: Path) -> Any:
+    """A cgroup v1 driver on a fake tree under tmp_path that sees real processes."""
+    from coda.runtime.cgroups import CgroupV1, detect
+    from coda.runtime.faketree import LiveProcs
+
+    mounts = v1_tree(tmp_path)
+    drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
+    assert isinstance(drv, CgroupV1)
+    return LiveProcs(drv)

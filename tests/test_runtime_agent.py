@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import CG, Affinity, v1_tree
+from fakes import CG, fake_v1_driver
 
 from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
-from coda.runtime.cgroups import CgroupV1, detect, parse_cpus
-from coda.runtime.faketree import LiveProcs
+from coda.runtime.cgroups import parse_cpus
 from coda.runtime.metrics import render
 from coda.runtime.progress import read_progress
 from coda.runtime.shim import alive, proc_start_time
@@ -31,11 +30,7 @@ HERE = Path(__file__).parent
 SYNTH = str(HERE / "synthetic_job.py")
 
 
-def make_driver(tmp_path: Path) -> LiveProcs:
-    mounts = v1_tree(tmp_path)
-    drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
-    assert isinstance(drv, CgroupV1)
-    return LiveProcs(drv)
+make_driver = fake_v1_driver
 
 
 FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)

@@ -102,7 +102,13 @@ def node(tmp_path: Path) -> Iterator[tuple[Agent, Callable[..., int], Store]]:
 
     yield agent, submit, store
     agent.kill(signal.SIGKILL)
-    # Whatever is left: stop it by the pids its cgroups hold, then remove the groups.
+    clear_parent(parent)
+    store.close()
+    print((tmp_path / "agent.log").read_text())
+
+
+def clear_parent(parent: str) -> None:
+    """Whatever a test left: stop it by the pids its cgroups hold, remove the groups."""
     drv = detect(parent=parent)
     for name in drv.names():
         for p in drv.pids(name):
@@ -112,9 +118,8 @@ def node(tmp_path: Path) -> Iterator[tuple[Agent, Callable[..., int], Store]]:
                 pass
         wait_for(lambda n=name: not drv.pids(n), 10, "job processes to exit")
         drv.remove(name)
-    drv.teardown()
-    store.close()
-    print((tmp_path / "agent.log").read_text())
+    if (CG / "cpuset" / parent).exists():
+        drv.teardown()
 
 
 def cpuset_file(parent: str, job: int) -> Path:
@@ -362,17 +367,7 @@ def public_node(tmp_path: Path) -> Iterator[tuple[Agent, Store, Path]]:
     store = Store(base / "state" / "coda.db")
     yield agent, store, base
     agent.kill(signal.SIGTERM)
-    drv = detect(parent=parent)
-    for name in drv.names():
-        for p in drv.pids(name):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for(lambda n=name: not drv.pids(n), 10, "job processes to exit")
-        drv.remove(name)
-    if (CG / "cpuset" / parent).exists():
-        drv.teardown()
+    clear_parent(parent)
     store.close()
     shutil.rmtree(base)
     print((tmp_path / "agent.log").read_text())

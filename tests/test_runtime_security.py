@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import Affinity, v1_tree
+from fakes import fake_v1_driver, v1_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coda.cli import main
 from coda.policy.framework import SetCores
 from coda.runtime.agent import AgentConfig, NodeAgent
-from coda.runtime.cgroups import CgroupError, CgroupV1, detect
+from coda.runtime.cgroups import CgroupError
 from coda.runtime.control import ControlError, ControlServer, Peer, request
-from coda.runtime.faketree import LiveProcs
 from coda.runtime.service import AgentService, visible
 from coda.runtime.statedir import StateDirError, secure_dir, secure_file
 from coda.runtime.store import JobSpec, Owner, SpecError, Store, StoreError
@@ -338,11 +337,7 @@ def test_a_non_root_agent_runs_only_its_own_users_jobs(tmp_path: Path, monkeypat
 
 
 # ------------------------------------------------------------ the agent
-def _driver(tmp_path: Path) -> LiveProcs:
-    mounts = v1_tree(tmp_path)
-    drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
-    assert isinstance(drv, CgroupV1)
-    return LiveProcs(drv)
+_driver = fake_v1_driver
 
 
 FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)

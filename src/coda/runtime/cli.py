@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -40,6 +40,7 @@ from coda.runtime.store import (
 )
 
 MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
+T = TypeVar("T")
 
 SYSTEM_STATE_DIR = "/var/lib/coda"
 JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
@@ -89,6 +90,17 @@ def _client(state_dir: str, create: bool = False) -> AgentClient:
         return connect(state_dir, create=create)
     except (ClientError, StateDirError, StoreError) as e:
         raise click.ClickException(str(e)) from None
+
+
+def _ask(state_dir: str, call: Callable[[AgentClient], T]) -> tuple[AgentClient, T]:
+    """One request to the node's jobs, its errors as one line; the client is closed."""
+    client = _client(state_dir)
+    try:
+        return client, call(client)
+    except ClientError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        client.close()
 
 
 class AgentLock:
@@ -667,13 +679,7 @@ def status(
     from rich.table import Table
     from rich.text import Text
 
-    client = _client(state_dir)
-    try:
-        got = client.status(job_id, show_all, decisions)
-    except ClientError as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        client.close()
+    client, got = _ask(state_dir, lambda c: c.status(job_id, show_all, decisions))
     rows, decs, agent_info = got["jobs"], got["decisions"], got["agent"]
     running = client.via_agent
     if as_json:
@@ -740,13 +746,7 @@ def status(
 def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
     """Cancel your jobs: queued ones at once, running ones by the agent (SIGTERM, then
     SIGKILL). Root and the agent's own user may cancel anyone's."""
-    client = _client(state_dir)
-    try:
-        results = client.cancel(list(job_ids))
-    except ClientError as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        client.close()
+    _, results = _ask(state_dir, lambda c: c.cancel(list(job_ids)))
     failed = [r for r in results if "error" in r]
     for r in results:
         if "error" not in r:
@@ -770,11 +770,5 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
 )
 def logs(state_dir: str, job_id: int, stream: str, tail: int) -> None:
     """Print the end of your job's output (the logs live in the agent's private state)."""
-    client = _client(state_dir)
-    try:
-        text = client.logs(job_id, stream, tail)
-    except ClientError as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        client.close()
+    _, text = _ask(state_dir, lambda c: c.logs(job_id, stream, tail))
     click.echo(text, nl=False)

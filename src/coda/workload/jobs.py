@@ -51,7 +51,22 @@ class JobTable:
         rows = list(rows)
         if not rows:
             return cls.empty()
-        ids, submit, duration, gpus, cores, mem, nodes, flags = zip(*rows, strict=True)
+        return cls.from_columns(*zip(*rows, strict=True))
+
+    @classmethod
+    def from_columns(
+        cls,
+        ids: Sequence,
+        submit: Sequence | np.ndarray,
+        duration: Sequence,
+        gpus: Sequence,
+        cores: Sequence,
+        mem: Sequence,
+        nodes: Sequence,
+        flags: Sequence,
+    ) -> JobTable:
+        """Columns as sequences, each turned into its column's dtype (ValueError, not a
+        traceback, for a value that does not fit)."""
         try:
             return cls(
                 ids=[str(i) for i in ids],

@@ -633,15 +633,15 @@ class TraceBuilder(FieldParser):
             )
         self.report.time_origin = origin_text(first)
         ids, submit, duration, gpus, cores, mem, nodes, flags = zip(*rows, strict=True)
-        table = JobTable(
-            ids=self._unique(list(ids)),
-            submit=_relative(submit, first, last, self.all_int),
-            duration=np.asarray(duration, dtype=np.float64),
-            gpus=np.asarray(gpus, dtype=np.int32),
-            cores=np.asarray(cores, dtype=np.int32),
-            mem_mib=np.asarray(mem, dtype=np.int64),
-            nodes=np.asarray(nodes, dtype=np.int32),
-            flags=np.asarray(flags, dtype=np.uint8),
+        table = JobTable.from_columns(
+            self._unique(list(ids)),
+            _relative(submit, first, last, self.all_int),
+            duration,
+            gpus,
+            cores,
+            mem,
+            nodes,
+            flags,
         ).sorted_by_submit()
         self.report.jobs_loaded = len(table)
         return Trace(jobs=table, report=self.report)
