@@ -243,3 +243,28 @@ def test_run_config_refuses_bad_fields(field):
 def test_run_config_accepts_its_defaults_and_native_time():
     RunConfig()
     RunConfig(load=None, horizon=3600.0, seed=2**32 - 1, noise=0.0, perturb=0.5)
+
+
+# ------------------------------------------------------------ review: values that got through
+def test_an_out_that_is_not_a_directory_fails_before_simulating(files, tmp_path):
+    result = invoke(files, tmp_path, ["--out", "/dev/null"])
+    assert result.exit_code == 2
+    assert_one_line_error(result, "'--out'")
+
+
+def test_a_load_too_small_to_reach_is_an_error_not_a_silent_other_load(files, tmp_path):
+    args = ["simulate", "--trace", str(files["trace"]), "--cluster", CLUSTER]
+    result = CliRunner().invoke(main, [*args, "--load", "1e-300", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert_one_line_error(result, "cannot be reached", tmp_path)
+
+
+def test_a_horizon_before_the_window_is_an_error_not_zero_utilisation(tmp_path):
+    trace = tmp_path / "t.csv"
+    rows = "".join(f"j{i},{100 * i},50,1,4\n" for i in range(11))
+    trace.write_text("job_id,submit_s,duration_s,gpus,cores\n" + rows, encoding="utf-8")
+    args = ["simulate", "--trace", str(trace), "--cluster", CLUSTER, "--native-time"]
+    out = ["--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, [*args, "--warmup", "0.5", "--horizon", "100", *out])
+    assert result.exit_code == 1
+    assert_one_line_error(result, "ends before the measurement window", tmp_path)

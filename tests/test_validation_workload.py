@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -458,3 +459,64 @@ def test_decimal_is_not_truncated_by_the_int64_path(tmp_path):
     # One Decimal among ints must not be cut to an integer by numpy.
     p = write(tmp_path, "j.csv", CSV, "a,0,10,1,1,,,", "b,2.5,10,1,1,,,")
     assert list(load_trace(p).jobs.submit) == [0.0, 2.5]
+
+
+# ------------------------------------------------------------ review: inputs that got through
+def test_a_few_pai_rows_cannot_make_millions_of_jobs(tmp_path: Path, monkeypatch) -> None:
+    from coda.workload import limits
+
+    monkeypatch.setattr(limits, "MAX_TRACE_JOBS", 25_000)
+    p = tmp_path / "amp.csv"
+    p.write_text("".join(f"j{i},t,10000,Terminated,{i},{i + 100},100,1,0,\n" for i in range(5)))
+    with pytest.raises(TraceFormatError, match="more than 25000 jobs") as e:
+        load_trace(p, "pai", skip_bad_rows=True)
+    assert ":3:" in str(e.value)  # the line that crossed the cap
+
+
+@pytest.mark.parametrize("what", ["fifo", "dir", "dev"])
+def test_only_regular_files_are_read(tmp_path: Path, what: str) -> None:
+    if what == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif what == "dir":
+        path = tmp_path
+    else:
+        path = Path("/dev/zero")
+    with pytest.raises(TraceFormatError, match="not a regular file"):
+        load_trace(path, "csv", skip_bad_rows=True)
+
+
+def test_a_stray_quote_is_one_bad_line_not_the_rest_of_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "stray.csv"
+    rows = "".join(f"c{i},{i},100,1,4\n" for i in range(500))
+    p.write_text(f'job_id,submit_s,duration_s,gpus,cores\na,0,100,1,4\n"b,1,100,1,4\n{rows}')
+    t = load_trace(p, "csv", skip_bad_rows=True)
+    assert t.report.skipped_bad_rows == 1 and len(t.jobs) == 501
+    assert t.report.bad_row_examples[0].startswith(f"{p}:3:")
+    with pytest.raises(TraceFormatError, match=r":3: .*unbalanced quote"):
+        load_trace(p, "csv")
+
+
+def test_a_running_pai_task_past_the_duration_cap_is_a_bad_row(tmp_path: Path) -> None:
+    p = tmp_path / "long.csv"
+    p.write_text(
+        "j1,t1,1,Running,0,,100,1,100,T4\n"
+        "j2,t1,1,Waiting,315360001,,100,1,100,T4\n"
+        "j3,t1,1,Terminated,10,20,100,1,100,T4\n"
+    )
+    t = load_trace(p, "pai", skip_bad_rows=True)
+    assert t.report.skipped_bad_rows == 1 and len(t.jobs) == 1
+
+
+def test_a_helios_date_at_the_end_of_year_9999_keeps_its_microseconds(tmp_path: Path) -> None:
+    head = (
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration\n"
+    )
+    p = tmp_path / "far.csv"
+    p.write_text(
+        head + "j1,u,vc,8,32,1,COMPLETED,9999-12-31 23:59:58.999999,"
+        "9999-12-31 23:59:58.999999,9999-12-31 23:59:59.999999,1\n"
+    )
+    t = load_trace(p, "helios")
+    assert t.report.time_origin == "9999-12-31 23:59:58.999999"
+    assert list(t.jobs.duration) == [1.0]

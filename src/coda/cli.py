@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from coda.params import FiniteFloat
+from coda.params import FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import (
     CENSORED,
@@ -243,7 +243,7 @@ def main() -> None:
 @click.option("--policy", default="coda", show_default=True, help="Scheduling policy.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
+    type=OutDir(),
     default="out/simulate",
     show_default=True,
     help="Where to write summary.json, time series, per-job CSV and plots.",
@@ -270,7 +270,7 @@ def simulate(policy: str, out: str, **kw) -> None:
     show_default=True,
     help="Comma-separated policies, run on the same workload (the first is the baseline).",
 )
-@click.option("--out", type=click.Path(file_okay=False), default="out/compare", show_default=True)
+@click.option("--out", type=OutDir(), default="out/compare", show_default=True)
 def compare(policies: str, out: str, **kw) -> None:
     """Run several policies on the same trace and workload; side-by-side table."""
     from coda.report import comparison_table, write_comparison
@@ -460,7 +460,7 @@ def experiment() -> None:
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
+    type=OutDir(),
     default="out/experiment/headline",
     show_default=True,
 )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import click
 
@@ -20,3 +22,25 @@ class FiniteFloat(click.FloatRange):
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return rv
+
+
+class OutDir(click.Path):
+    """A directory to write results into: one that exists, or one that can be made
+    where nothing else is (checked before a long run, not after it)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, dir_okay=True, writable=True)
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        rv = os.fspath(super().convert(value, param, ctx))
+        try:
+            st = os.stat(rv)
+        except FileNotFoundError:
+            return str(rv)
+        except OSError as e:
+            self.fail(f"{rv!r}: {e.strerror or e}", param, ctx)
+        if not stat.S_ISDIR(st.st_mode):
+            self.fail(f"{rv!r} exists and is not a directory", param, ctx)
+        return str(rv)

@@ -194,6 +194,13 @@ def prepare(config: RunConfig) -> Prepared:
         )
     mix = parse_mix(config.mix, profiles) if config.mix else None
     workload = build_workload(jobs, profiles, config.seed, mix)
+    if config.horizon is not None and len(workload.jobs):
+        w0, _ = window_bounds(workload.jobs.submit, config.warmup)
+        if config.horizon <= w0:  # an empty window would report 0% utilisation as a result
+            raise ValueError(
+                f"--horizon {config.horizon:g} s ends before the measurement window starts "
+                f"({w0:g} s, the arrival at the {config.warmup:.0%} quantile)"
+            )
     return Prepared(config, trace.report, cluster, workload, scale, notes)
 
 

@@ -37,6 +37,7 @@ MAX_ABS_TIME = 10**20  # a raw time stamp in any unit (epoch nanoseconds are ~1.
 
 # Input size.
 MAX_LINE_CHARS = 1 << 16  # one physical line of a CSV file
+MAX_TRACE_JOBS = 2_000_000  # jobs one trace may make (PAI rows make up to 10,000 each)
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
 
 
@@ -142,6 +143,7 @@ CAPS = (
     ("job runtime", MAX_DURATION_S, "s (10 years)"),
     ("GPUs / cores / MiB / nodes of one job", "65535 / 10^7 / 10^11 / 10000", "totals"),
     ("one physical CSV line", MAX_LINE_CHARS, "characters"),
+    ("jobs made from one trace", MAX_TRACE_JOBS, "jobs"),
     ("profile-set file", MAX_PROFILE_BYTES, "bytes"),
 )
 

@@ -106,6 +106,12 @@ def scale_to_load(
         if hi / lo < 1 + 1e-9:
             break
     scale = float(np.sqrt(lo * hi))
+    got = _offered(offsets, jobs, total_gpus, r0, r1, scale)
+    if not abs(got / load - 1.0) < 1e-3:  # the bracket's end: stretching cannot go lower
+        raise ValueError(
+            f"load {load:g} cannot be reached: stretching this trace's arrivals a "
+            f"trillion-fold still offers {got:.3g} x {total_gpus} GPUs"
+        )
     return replace(jobs, submit=jobs.submit[0] + offsets * scale), scale
 
 

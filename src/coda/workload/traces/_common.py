@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -85,9 +87,20 @@ def _norm(name: str) -> str:
 
 
 def _open(path: str) -> IO[str]:
+    # Regular files only: a FIFO would block the open (and detection opens the file
+    # twice), /dev/zero never ends, /proc files lie about their size.
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise TraceFormatError(path, 1, None, f"cannot read it: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceFormatError(path, 1, None, "not a regular file (a device, FIFO or directory)")
     # surrogateescape: an undecodable byte becomes a lone surrogate that _lines() spots,
     # so the line (not the whole file) is bad. utf-8-sig drops a byte-order mark.
-    return open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")
+    try:
+        return open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")
+    except OSError as e:
+        raise TraceFormatError(path, 1, None, f"cannot read it: {e.strerror or e}") from None
 
 
 def _lines(f: IO[str], bad: list[tuple[int, str]]) -> Iterator[str]:
@@ -116,6 +129,12 @@ def _lines(f: IO[str], bad: list[tuple[int, str]]) -> Iterator[str]:
                 continue
         if "\x00" in line:
             bad.append((n, "contains a NUL byte"))
+            yield "\n"
+            continue
+        if '"' in line and line.count('"') & 1:
+            # A record is one line: an unbalanced quote would make the reader swallow
+            # the lines after it into one field (thousands of rows lost as one bad row).
+            bad.append((n, "unbalanced quote (a quoted field must end on its line)"))
             yield "\n"
             continue
         yield line
@@ -569,11 +588,20 @@ class TraceBuilder(FieldParser):
     def settle(self, outcome: Outcome) -> None:
         """Record what one row became."""
         if type(outcome) is tuple:
+            if len(self._rows) >= limits.MAX_TRACE_JOBS:
+                raise self.error(
+                    None, f"the trace makes more than {limits.MAX_TRACE_JOBS} jobs; split it"
+                )
             self._rows.append(outcome)  # type: ignore[arg-type]
         elif isinstance(outcome, str):
             self.report.count(self.report.excluded, outcome)
         else:
             assert isinstance(outcome, list) and outcome, "a row must become something"
+            if len(self._rows) + len(outcome) > limits.MAX_TRACE_JOBS:
+                # Not a bad row: a file of a few kB could otherwise make millions of jobs.
+                raise self.error(
+                    None, f"the trace makes more than {limits.MAX_TRACE_JOBS} jobs; split it"
+                )
             self._rows.extend(outcome)
             if len(outcome) > 1:
                 self.report.count(self.report.adjusted, EXTRA_JOBS, len(outcome) - 1)

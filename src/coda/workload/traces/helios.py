@@ -137,9 +137,14 @@ def load(
 
 def _as_datetime(seconds: Time) -> str:
     """The time origin of a date-time file as the date-time it was written as (UTC)."""
-    return str(
-        _EPOCH + timedelta(seconds=float(seconds) if isinstance(seconds, Decimal) else seconds)
-    )
+    # Whole seconds and microseconds apart: float(Decimal) would round 23:59:59.999999
+    # up into year 10000, or drop microseconds from a far-future origin.
+    whole = int(seconds)
+    micro = int((Decimal(seconds) - whole) * 1_000_000)
+    try:
+        return str(_EPOCH + timedelta(seconds=whole, microseconds=micro))
+    except OverflowError:
+        return f"{seconds} s after {_EPOCH}"
 
 
 def load_derived(

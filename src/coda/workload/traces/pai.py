@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from coda.workload.jobs import Trace
+from coda.workload.jobs import Trace, TraceFormatError
 from coda.workload.traces._common import (
     EXTRA_JOBS,
     NEVER_STARTED,
@@ -175,5 +175,10 @@ def load(
     b.load(parse, REQUIRED, OPTIONAL, headerless=COLUMNS)
     for line, (name, inst, start, plan_cpu, mem, plan_gpu) in deferred:
         b.line = line
-        b.settle(make(name, inst, start, trace_end - start, plan_cpu, mem, plan_gpu, True))
+        try:
+            outcome = make(name, inst, start, trace_end - start, plan_cpu, mem, plan_gpu, True)
+        except TraceFormatError as e:  # e.g. it runs past the duration cap
+            b.bad_row(e)
+            continue
+        b.settle(outcome)
     return b.finish()
