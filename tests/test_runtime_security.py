@@ -703,3 +703,21 @@ def test_an_agent_on_damaged_rows_says_so_in_one_line_and_lets_go(tmp_path: Path
     code, out = run("agent", "--state-dir", str(sd), "--gpus", "0", *args)
     assert one_line_error(code, out) and "job 1" in out, out
     assert not AgentLock.held(sd)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["slurm", "controller", "--period", "nan"],
+        ["slurm", "controller", "--period", "inf"],
+        ["slurm", "controller", "--metrics-port", "99999"],
+        ["slurm", "agent", "--node", "n1", "--period", "nan"],
+        ["slurm", "agent", "--node", "n1", "--stall", "-1"],
+        ["slurm", "agent", "--node", "n1", "--cgroup-version", "3"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_bad_slurm_daemon_options_are_one_line(argv: list[str]) -> None:
+    code, out = run(*argv)
+    assert code == 2 and "Traceback" not in out, out
+    assert [x for x in out.splitlines() if x.startswith("Error")], out

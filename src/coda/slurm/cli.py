@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from coda.params import FiniteFloat
 from coda.runtime.cli import (
     checked_loop,
     checked_policy,
@@ -59,7 +60,7 @@ def slurm() -> None:
 
 @slurm.command()
 @_state_dir("slurm-controller")
-@click.option("--period", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+@click.option("--period", type=FiniteFloat(min=0.1, max=3600), default=1.0, show_default=True,
               help="Seconds between scheduling cycles.")  # fmt: skip
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option(
