@@ -3,6 +3,8 @@ runs on it in tests and on the real kernel in production."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +62,15 @@ def fake_v1_driver(tmp_path: Path) -> Any:
     drv = detect(str(mounts), prefix=str(tmp_path), setaffinity=Affinity())
     assert isinstance(drv, CgroupV1)
     return LiveProcs(drv)
+
+
+def tick_until(agent: Any, cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Tick a node agent every period until ``cond()`` holds (AssertionError after
+    ``timeout`` seconds)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        agent.tick()
+        if cond():
+            return
+        time.sleep(agent.config.period_s)
+    raise AssertionError("condition not reached in time")

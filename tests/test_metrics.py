@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -426,24 +426,6 @@ def test_controller_counts_refusals_passes_and_slurm_errors(tmp_path: Path) -> N
     assert got[("coda_controller_cycle_errors_total", ())] == 1
     assert got[("coda_controller_cycles_total", ())] == 2
     assert got[("coda_controller_cycle_seconds_count", ())] == 2  # the failed one too
-
-
-def test_a_placement_not_taken_whole_is_a_refusal(tmp_path: Path) -> None:
-    fake = make_fake()
-    fake.job(95, "resnet", 4, gpus_pn=1)
-    real = fake.run
-
-    def partial(argv: Sequence[str]) -> str:  # Slurm applied the mark but not NumCPUs
-        if argv[:2] == ["scontrol", "update"] and any(a.startswith("NumCPUs") for a in argv):
-            argv = [a for a in argv if not a.startswith(("NumCPUs", "MinCPUsNode"))]
-        return real(argv)
-
-    ctl = Controller(SlurmClient(partial), tmp_path)
-    ctl.allocator.learned.record(("1000:resnet", 1, 1), 1)  # type: ignore[union-attr]
-    assert ctl.cycle() == []
-    got = controller_samples(ctl)
-    assert got[("coda_controller_refusals_total", (("reason", "placement_not_taken_whole"),))] == 1
-    assert ctl.placed == 0
 
 
 def test_run_exports_after_every_cycle_and_idles_through_the_given_wait(tmp_path: Path) -> None:

@@ -12,11 +12,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import CG, fake_v1_driver
+from fakes import CG, fake_v1_driver, tick_until
 
 from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
@@ -60,16 +59,6 @@ def env(tmp_path: Path):
 
 def cg_file(tmp_path: Path, job_id: int, ctl: str, name: str) -> Path:
     return tmp_path / CG.lstrip("/") / ctl / "coda" / f"job-{job_id}" / name
-
-
-def tick_until(agent: NodeAgent, cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        agent.tick()
-        if cond():
-            return
-        time.sleep(agent.config.period_s)
-    raise AssertionError("condition not reached in time")
 
 
 def submit(store: Store, argv: list[str], **kw) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fakes import fake_v1_driver, v1_tree
+from fakes import fake_v1_driver, tick_until, v1_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -343,16 +343,6 @@ _driver = fake_v1_driver
 FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)
 
 
-def _tick_until(agent: NodeAgent, cond, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        agent.tick()
-        if cond():
-            return
-        time.sleep(agent.config.period_s)
-    raise AssertionError("condition not reached in time")
-
-
 def test_one_agent_per_cgroup_parent_whatever_its_state_dir(tmp_path: Path) -> None:
     drv = _driver(tmp_path)
     s1, s2 = Store(tmp_path / "a" / "coda.db"), Store(tmp_path / "b" / "coda.db")
@@ -403,7 +393,7 @@ def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> Non
     assert b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in shim_env
     shim_cmd = Path(f"/proc/{m.shim_pid}/cmdline").read_bytes().split(b"\0")
     assert b"-I" in shim_cmd
-    _tick_until(agent, lambda: store.job(jid).state == "done")
+    tick_until(agent, lambda: store.job(jid).state == "done")
     out = (agent.job_dir(jid) / "stdout").read_text().split()
     assert out == [str(evil), "1"]  # the job itself got its environment
     assert not (evil / "json.py.loaded").exists()  # and the shim never imported its json.py
