@@ -239,7 +239,8 @@ def service(tmp_path: Path):
     db = tmp_path / "state" / "coda.db"
     Store(db).close()
     sock = tmp_path / "agent.sock"
-    server = ControlServer(sock, AgentService(db))
+    svc = AgentService(db)
+    server = ControlServer(sock, svc, on_exit=svc.close)
     yield sock, db
     server.close()
 

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import math
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -41,8 +42,8 @@ from coda.runtime import shim
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
 from coda.runtime.progress import ENV_FILE, Progress, read_progress
 from coda.runtime.shim import LAUNCH_FILE, SHIM_ENV, alive, proc_start_time, read_regular
-from coda.runtime.statedir import PUBLIC_DIR_MODE, secure_dir
-from coda.runtime.store import JobRow, Store
+from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
+from coda.runtime.store import FINAL, JobRow, Store
 
 # The shim runs from its file with `python -I`: the standard library only, nothing from
 # a job's environment or working directory (see shim.main).
@@ -123,7 +124,7 @@ class NodeAgent:
         self.state_dir = Path(state_dir)
         # Public (0755): the control socket and the jobs' progress files, which jobs
         # running as their submitters must reach. The state directory stays 0700.
-        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(self.state_dir)
+        self.run_dir = Path(run_dir) if run_dir is not None else run_dir_of(self.state_dir)
         self.progress_dir = self.run_dir / "progress"
         self._parent_lock: int | None = None
         self.config = config or AgentConfig()
@@ -534,7 +535,7 @@ class NodeAgent:
             self._queued_jobs.pop(r.id, None)
             self.log(f"job {r.id}: not started: cgroup {name} has processes of another owner")
             return
-        secure_dir(jdir)
+        jdir.mkdir(mode=0o700, exist_ok=True)  # inside the state dir start() checked
         for f in ("exit", "shim.pid", LAUNCH_FILE):
             (jdir / f).unlink(missing_ok=True)
         # Recorded before the process exists: a crash from here on is re-adopted or
@@ -979,10 +980,7 @@ class NodeAgent:
         """Remove empty groups of this agent's ended jobs. A group it did not make (no
         job of this state directory by that name, or one still active) stays."""
         mine = {m.cgroup for m in self.running.values()}
-        ended = {
-            f"job-{r.id}"
-            for r in self.store.jobs(("queued", "done", "failed", "cancelled", "lost"))
-        }
+        ended = {f"job-{i}" for i in self.store.job_ids(("queued", *FINAL))}
         for name in self.cg.names():
             if name in mine or name not in ended:
                 continue
@@ -1096,11 +1094,6 @@ def tune_policy(policy: Policy, tune: dict[str, str]) -> None:
             obj.period_s = value
 
 
-def default_run_dir(state_dir: Path) -> Path:
-    """``<state-dir>.run``: beside the private state directory, reachable by users."""
-    return state_dir.with_name(state_dir.name + ".run")
-
-
 def _private_log(path: Path) -> Any:
     """A job's log, appended to, readable by the agent's user only (0600)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -1114,8 +1107,6 @@ def _uid_of(r: JobRow) -> int:
 def _user_env(uid: int) -> dict[str, str]:
     """HOME, USER, LOGNAME and SHELL of the user a job runs as (as login would set)."""
     try:
-        import pwd
-
         pw = pwd.getpwuid(uid)
     except KeyError:
         return {}

@@ -22,7 +22,7 @@ import click
 
 from coda.params import FiniteFloat
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
-from coda.runtime.client import AgentClient, ClientError, connect
+from coda.runtime.client import AgentClient, ClientError, connect, socket_path
 from coda.runtime.control import SOCKET_NAME, ControlServer
 from coda.runtime.statedir import StateDirError, secure_dir
 from coda.runtime.store import (
@@ -52,7 +52,7 @@ def default_state_dir() -> str:
     env = os.environ.get("CODA_STATE_DIR")
     if env:
         return env
-    if os.geteuid() == 0 or os.path.exists(f"{SYSTEM_STATE_DIR}.run/{SOCKET_NAME}"):
+    if os.geteuid() == 0 or socket_path(SYSTEM_STATE_DIR).exists():
         return SYSTEM_STATE_DIR
     return str(Path.home() / ".local" / "state" / "coda")
 
@@ -68,21 +68,6 @@ def _state_dir_option(f: Callable) -> Callable:
         help="Where the agent keeps its database and job logs (0700; its socket and "
         "progress files are in STATE_DIR.run).",
     )(f)
-
-
-def _open_store(state_dir: str, create: bool = False) -> Store:
-    """The state database, for its owner: refused (one line) if not ours, corrupt or newer."""
-    db = Path(state_dir) / "coda.db"
-    if not create and not db.exists():
-        raise click.ClickException(
-            f"no CODA state in {state_dir} "
-            f"(start an agent there first: coda agent --state-dir {state_dir})"
-        )
-    try:
-        secure_dir(state_dir)
-        return Store(db)
-    except (StateDirError, StoreError) as e:
-        raise click.ClickException(str(e)) from None
 
 
 def _client(state_dir: str, create: bool = False) -> AgentClient:
@@ -404,7 +389,8 @@ def agent(
     try:
         node_agent.start()
         try:
-            control = ControlServer(sock, AgentService(sd / "coda.db"))
+            service = AgentService(sd / "coda.db")
+            control = ControlServer(sock, service, on_exit=service.close)
         except OSError as e:
             raise StateDirError(f"control socket {sock}: {e.strerror or e}") from None
     except (StateDirError, StoreError, CgroupError, OSError) as e:

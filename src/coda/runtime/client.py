@@ -26,7 +26,7 @@ from coda.runtime.control import (
     check_socket,
     request,
 )
-from coda.runtime.statedir import owned_by_me, secure_dir
+from coda.runtime.statedir import owned_by_me, run_dir_of, secure_dir
 from coda.runtime.store import ACTIVE, JobRow, JobSpec, Store, StoreError, read_log
 
 T = TypeVar("T")
@@ -48,8 +48,7 @@ class AgentClient(Protocol):
 
 
 def socket_path(state_dir: str | os.PathLike[str]) -> Path:
-    sd = Path(state_dir)
-    return sd.with_name(sd.name + ".run") / SOCKET_NAME
+    return run_dir_of(state_dir) / SOCKET_NAME
 
 
 _ROW_FIELDS = {f.name for f in fields(JobRow)}

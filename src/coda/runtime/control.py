@@ -93,11 +93,19 @@ class _Conn:
 
 
 class ControlServer:
-    """Serves ``handler(request, peer)`` on ``path`` from one background thread."""
+    """Serves ``handler(request, peer)`` on ``path`` from one background thread;
+    ``on_exit`` runs in that thread when it stops (to close what the handler opened
+    there)."""
 
-    def __init__(self, path: str | os.PathLike[str], handler: Handler) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        handler: Handler,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.handler = handler
+        self.on_exit = on_exit
         # A stale socket of an earlier agent (this one holds the state-dir lock, and the
         # run directory is its own): replace it.
         try:
@@ -133,6 +141,8 @@ class ControlServer:
                 self._drop(conn)  # too slow: cut off, no answer owed
         for conn in list(self._conns.values()):
             self._drop(conn)
+        if self.on_exit is not None:
+            self.on_exit()
 
     def _accept(self) -> None:
         for _ in range(64):  # drain the backlog a batch at a time
@@ -311,12 +321,10 @@ def request(path: str | os.PathLike[str], req: dict[str, Any], timeout: float = 
 def answers(path: str | os.PathLike[str]) -> bool:
     """Whether an agent listens at ``path``: False only if nothing is there or nobody
     accepts (a full backlog is a busy agent, not none)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(2.0)
     try:
-        sock.connect(str(path))
+        _connect(Path(path), 2.0).close()
         return True
-    except OSError as e:
-        return e.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
-    finally:
-        sock.close()
+    except Unreachable:
+        return False
+    except ControlError:  # still busy after the retries: an agent, just a loaded one
+        return True

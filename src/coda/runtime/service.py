@@ -57,11 +57,13 @@ def visible(row: JobRow, uid: int, detail: bool = True) -> dict[str, Any]:
 
 
 class AgentService:
-    """Answers requests against the state database at ``db`` (one connection per
-    request; they come from the control socket's thread, not the control loop's)."""
+    """Answers requests against the state database at ``db``. One connection, opened
+    on the first request: they all come from the control socket's one thread (not the
+    control loop's), and SQLite ties a connection to the thread that made it."""
 
     def __init__(self, db: str | os.PathLike[str]) -> None:
         self.db = Path(db)
+        self._store: Store | None = None
 
     def __call__(self, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         op = req.get("op")
@@ -74,17 +76,22 @@ class AgentService:
         if not isinstance(op, str) or op not in handlers:
             return {"ok": False, "error": f"unknown request {str(op)[:40]!r}"}
         try:
-            store = Store(self.db)
-        except StoreError as e:
+            if self._store is None:
+                self._store = Store(self.db)
+            return handlers[op](self._store, req, peer)
+        except SpecError as e:
             return {"ok": False, "error": str(e)}
-        try:
-            return handlers[op](store, req, peer)
-        except (SpecError, StoreError) as e:
-            return {"ok": False, "error": str(e)}
-        except sqlite3.Error as e:
-            return {"ok": False, "error": f"{self.db}: {e}"}
-        finally:
-            store.close()
+        except (StoreError, sqlite3.Error) as e:
+            self.close()  # opened afresh next time (a damaged database may be mended)
+            return {
+                "ok": False,
+                "error": str(e) if isinstance(e, StoreError) else f"{self.db}: {e}",
+            }
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def submit(self, store: Store, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         if os.geteuid() != 0 and peer.uid != os.geteuid():

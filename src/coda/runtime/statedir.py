@@ -10,6 +10,7 @@ The same checks serve the node agent, the Slurm agent and the Slurm controller.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -24,11 +25,16 @@ class StateDirError(RuntimeError):
 
 def _owner_name(uid: int) -> str:
     try:
-        import pwd
-
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (KeyError, ImportError):
+    except KeyError:
         return f"uid {uid}"
+
+
+def run_dir_of(state_dir: str | os.PathLike[str]) -> Path:
+    """``<state-dir>.run``: beside the private state directory, reachable by users (the
+    agent's socket and the jobs' progress files)."""
+    sd = Path(state_dir)
+    return sd.with_name(sd.name + ".run")
 
 
 def check_owned(st: os.stat_result, path: Path, what: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import sqlite3
 import time
@@ -118,8 +119,6 @@ class Owner:
         """``uid``/``gid`` with the supplementary groups the user database gives uid
         (only the primary group if uid has no entry)."""
         try:
-            import pwd
-
             name = pwd.getpwuid(uid).pw_name
             groups = tuple(sorted(set(os.getgrouplist(name, gid))))
         except (KeyError, OSError):
@@ -506,6 +505,11 @@ class Store:
             q = f"SELECT * FROM ({newest} LIMIT ?) ORDER BY id"
             args.append(limit)
         return [self._row(r) for r in self._db.execute(q, args)]
+
+    def job_ids(self, states: Sequence[str]) -> list[int]:
+        """Ids of the jobs in ``states`` (no rows parsed)."""
+        q = f"SELECT id FROM jobs WHERE state IN ({','.join('?' * len(states))}) ORDER BY id"
+        return [int(r[0]) for r in self._db.execute(q, list(states))]
 
     def update(self, job_id: int, **fields: Any) -> None:
         if not fields:
