@@ -194,7 +194,7 @@ def _prepare(config: RunConfig) -> Prepared:
         prepared = prepare(config)
     rep = prepared.trace_report
     excluded = ", ".join(f"{k} {v}" for k, v in rep.excluded.items()) or "none"
-    dups = getattr(rep, "duplicate_ids", 0)
+    dups = rep.duplicate_ids
     renamed = f"; duplicate ids (kept, renamed): {dups}" if dups else ""
     err_console.print(
         f"[dim]{rep.path}: {rep.rows_read} rows, {rep.jobs_loaded} jobs; excluded: {excluded}; "
@@ -321,8 +321,8 @@ def trace_info(
     table.add_row("  DNN (GPU) jobs", f"{int(jobs.is_dnn.sum()):,}")
     table.add_row("  CPU jobs", f"{int((~jobs.is_dnn).sum()):,}")
     table.add_row("skipped bad rows", f"{rep.skipped_bad_rows:,}")
-    if getattr(rep, "duplicate_ids", 0):
-        examples = ", ".join(getattr(rep, "duplicate_id_examples", []))
+    if rep.duplicate_ids:
+        examples = ", ".join(rep.duplicate_id_examples)
         table.add_row("duplicate ids (kept, renamed)", f"{rep.duplicate_ids:,} ({examples})")
     for key, n in rep.excluded.items():
         table.add_row(f"excluded: {key}", f"{n:,}")

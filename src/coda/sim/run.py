@@ -31,6 +31,7 @@ from coda.workload.scaling import (
     window_bounds,
 )
 from coda.workload.traces import bundled_nodes_path, bundled_trace_path, load_trace
+from coda.workload.traces._common import CENSORED_CHOICES, FRACTIONAL_CHOICES, check_options
 
 # The main job's default: the bundled trace on a tenth of its own cluster (same
 # mix of node shapes), arrivals compressed to an offered GPU load of 1.0. On the
@@ -45,8 +46,8 @@ MAX_LOAD = 1000.0  # offered GPU load, x GPU capacity
 MAX_HORIZON_S = 1e10  # simulated seconds (about 317 years)
 MAX_SEED = 2**32 - 1
 MAX_SAMPLES = 100_000  # time-series points per run
-FRACTIONAL = ("whole", "drop")
-CENSORED = ("keep", "drop")
+# The loaders' own choices (one list, checked by check_options).
+FRACTIONAL, CENSORED = FRACTIONAL_CHOICES, CENSORED_CHOICES
 
 
 def _number(name: str, v: Any, lo: float, hi: float, lo_open: bool, hi_open: bool) -> None:
@@ -92,10 +93,10 @@ class RunConfig:
         _number("perturb", self.perturb, 0.0, 1.0, False, True)
         _integer("seed", self.seed, 0, MAX_SEED)
         _integer("samples", self.samples, 2, MAX_SAMPLES)
-        if self.fractional not in FRACTIONAL:
-            raise ValueError(f"run config: fractional must be one of {FRACTIONAL}")
-        if self.censored not in CENSORED:
-            raise ValueError(f"run config: censored must be one of {CENSORED}")
+        try:
+            check_options(self.fractional, self.censored)
+        except ValueError as e:
+            raise ValueError(f"run config: {e}") from None
         for name in ("trace", "format", "mix"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str | Path):
