@@ -268,3 +268,23 @@ def test_a_horizon_before_the_window_is_an_error_not_zero_utilisation(tmp_path):
     result = CliRunner().invoke(main, [*args, "--warmup", "0.5", "--horizon", "100", *out])
     assert result.exit_code == 1
     assert_one_line_error(result, "ends before the measurement window", tmp_path)
+
+
+# ------------------------------------------------------------ coda submit --time (issue 12)
+@pytest.mark.parametrize(
+    "value",
+    ["", "0", "00:00", "abc", "1h", "1.5", "-5", "+5", " 5", "1:60", "60:60:00", "1-24",
+     "1-00:60", "1:2:3:4", "1-2-3", "1-", "-1", "1::2", "367-00", "366-00:00:01",
+     "99999999999", "\u0665", "UNLIMITED"],
+)  # fmt: skip
+def test_a_bad_time_limit_is_one_line_naming_the_option(tmp_path, value):
+    sd = str(tmp_path / "s")
+    result = CliRunner().invoke(main, ["submit", "--state-dir", sd, "--time", value, "--", "true"])
+    assert result.exit_code == 2, result.output
+    assert_one_line_error(result, "'--time'")
+    assert not (tmp_path / "s").exists()  # refused before anything was made
+
+
+def test_submit_help_states_the_time_forms():
+    text = CliRunner().invoke(main, ["submit", "--help"], terminal_width=200).output
+    assert "--time DURATION" in text and "D-HH:MM:SS" in text and "366 days" in text

@@ -124,8 +124,8 @@ def first_change(rig: Rig) -> int:
 # ------------------------------------------------------------------ detection
 def test_is_a_node_control():
     elim = ContentionEliminator(ThroughputBook())
-    assert isinstance(elim, NodeControl)
-    assert elim.period_s == 10.0
+    control: NodeControl = elim  # the type checker holds it to the Protocol
+    assert control.period_s == 10.0 and not control.watching(Node(0, "n", 1, 8, 0, 10.0))
 
 
 def test_moderate_drop_throttles_within_two_ticks_one_step_at_a_time():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coda.policy import POLICIES, make_policy
+from coda.policy import POLICIES, PolicyOptions, make_policy
 from coda.policy.framework import SetQuota
 from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
@@ -72,8 +72,7 @@ def test_backfill_uses_idle_gpus_without_delaying_the_blocked_head():
 def test_without_backfill_the_head_blocks_everyone():
     rows = [(0, 100, 1, 2), (1, 50, 2, 2), (2, 90, 1, 2)]
     wl = build_workload(table(rows), PROFILES, 0, {"VGG16": 1.0})
-    policy = make_policy("static-separate")
-    policy.backfill = False
+    policy = make_policy("static-separate", PolicyOptions(estimates="none"))
     res = Simulator(wl, parse_cluster_spec("1x2g8c"), policy, check_invariants=True).run()
     # Strict FIFO (Slurm's sched/builtin): the short job may not pass the blocked
     # 2-GPU job although a GPU is idle.
@@ -140,6 +139,15 @@ class _HalfQuotaForCpuJobs:
 
     def control(self, node: Node, now: float):
         return [SetQuota(j, 0.5) for j in node.jobs if not j.is_dnn and j.quota != 0.5]
+
+    def watching(self, node: Node) -> bool:
+        return bool(node.jobs)
+
+    def at_rest(self, node: Node) -> bool:
+        return False
+
+    def forget_job(self, job: Job) -> None:
+        pass
 
 
 def test_node_control_plugin_throttles_without_touching_the_core():

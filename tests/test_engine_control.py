@@ -5,6 +5,8 @@ real allocator or eliminator."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -31,27 +33,41 @@ class _PreemptAll:
     def __init__(self) -> None:
         self.calls: list[int] = []
 
+    shrinks = True
+
+    def reclaimable(self, job: Job) -> bool:
+        return True
+
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         self.calls.append(cores_needed)
         return [Preempt(j) for j in node.jobs if not j.is_dnn]
 
 
 class _ShrinkOnly:
+    shrinks = True
+
+    def reclaimable(self, job: Job) -> bool:
+        return True
+
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         cpu = [j for j in node.jobs if not j.is_dnn]
         return [SetCores(cpu[0], cpu[0].cores_pn - cores_needed)]
 
 
 class _TooLittle:
+    shrinks = True
+
+    def reclaimable(self, job: Job) -> bool:
+        return True
+
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         return []
 
 
 def shared_with(reclaim, checkpoint_s=600.0):
-    policy = make_policy("static-shared")
-    policy.reclaim = reclaim
-    policy.checkpoint_s = checkpoint_s
-    return policy
+    return dataclasses.replace(
+        make_policy("static-shared"), reclaim=reclaim, checkpoint_s=checkpoint_s
+    )
 
 
 def test_a_dnn_job_never_waits_for_cores_cpu_jobs_hold():
@@ -118,8 +134,16 @@ class _Recorder:
         self.started: list[int] = []
         self.finished: list[int] = []
 
+    generation = 0
+
     def cores_per_node(self, job: Job) -> int:
         return job.cores_pn_req
+
+    def group_key(self, job: Job) -> tuple:
+        return (job.cores_pn_req,)
+
+    def waiting_for_room(self, job: Job) -> bool:
+        return False
 
     def on_start(self, job, now):
         self.started.append(job.idx)
@@ -189,6 +213,12 @@ class _ThrottleAfter:
 
     def watching(self, node: Node) -> bool:
         return any(j.is_dnn for j in node.jobs) and any(not j.is_dnn for j in node.jobs)
+
+    def at_rest(self, node: Node) -> bool:
+        return False
+
+    def forget_job(self, job: Job) -> None:
+        pass
 
     def control(self, node, now):
         return [SetQuota(j, 0.1) for j in node.jobs if not j.is_dnn and j.quota > 0.1]

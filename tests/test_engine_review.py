@@ -221,6 +221,12 @@ class _RandomControl:
     def watching(self, node: Node) -> bool:
         return any(not j.is_dnn for j in node.jobs)
 
+    def at_rest(self, node: Node) -> bool:
+        return False
+
+    def forget_job(self, job: Job) -> None:
+        pass
+
     def control(self, node, now):
         acts = []
         for j in list(node.jobs):
@@ -242,7 +248,7 @@ def _check_books(sim: Simulator, jobs: list[Job]) -> None:
     for kind in ("dnn", "cpu"):
         assert sim.count[f"{kind}_running"] == sum(j.kind == kind for j in running)
         queued = [j for j in jobs if j.kind == kind and not j.running and j.end < 0]
-        assert sim.count[f"{kind}_queued"] == len(queued)
+        assert sim.sched.queued[kind] == len(queued)
     assert sim.gpu_alloc == sum(j.gpus for j in running)
     assert sim.cores_alloc == sum(j.cores_pn * j.nodes for j in running)
     assert sim.cores_useful == pytest.approx(sum(sim._useful_cores(j) for j in running), abs=1e-6)
@@ -251,9 +257,9 @@ def _check_books(sim: Simulator, jobs: list[Job]) -> None:
     assert sim.gpu_eff == pytest.approx(sum(j.gpus * j.speed for j in dnn), abs=1e-6)
     for n in sim.nodes:
         assert n.cpu_job_cores == sum(j.cores_pn for j in n.jobs if not j.is_dnn)
-        assert sim.index[n.pool].key[n.idx] == (n.free_gpus, n.free_cores)
-        if sim.dnn_index is not None and n.pool == "gpu":
-            assert sim.dnn_index.key[n.idx] == (n.free_gpus, n.free_cores + n.cpu_job_cores)
+        assert sim.sched.index[n.pool].key[n.idx] == (n.free_gpus, n.free_cores)
+        if sim.sched.dnn_index is not None and n.pool == "gpu":
+            assert sim.sched.dnn_index.key[n.idx] == (n.free_gpus, n.free_cores + n.cpu_job_cores)
     for j in running:
         assert j.start >= 0 and j.remaining > -1e-6 * max(1.0, j.work)
         if j.speed > 0:

@@ -479,7 +479,7 @@ def test_with_coda_registered_everything_is_judged(trace, tmp_path, monkeypatch)
 
 
 def test_a_failing_run_is_reported_with_its_config(runner, trace, tmp_path, monkeypatch):
-    def broken():
+    def broken(options):
         raise RuntimeError("policy exploded")
 
     monkeypatch.setitem(POLICIES, "coda", broken)

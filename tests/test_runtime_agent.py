@@ -61,6 +61,15 @@ def cg_file(tmp_path: Path, job_id: int, ctl: str, name: str) -> Path:
     return tmp_path / CG.lstrip("/") / ctl / "coda" / f"job-{job_id}" / name
 
 
+def leftover_job_dir(tmp: Path, jid: int) -> Path:
+    """A job directory as a crashed agent leaves it (0700, inside its 0700 jobs dir),
+    whatever the umask."""
+    jobs = tmp / "state" / "jobs"
+    jobs.mkdir(mode=0o700, exist_ok=True)
+    (jobs / str(jid)).mkdir(mode=0o700)
+    return jobs / str(jid)
+
+
 def submit(store: Store, argv: list[str], **kw) -> int:
     return store.submit(JobSpec(argv=argv, **kw))
 
@@ -310,7 +319,7 @@ def test_interrupted_launch_is_requeued_not_doubled(env) -> None:
 def test_vanished_supervisor_is_lost_not_restarted(env) -> None:
     tmp, drv, store, new_agent = env
     jid = submit(store, ["sleep", "1"], name="x")
-    (tmp / "state" / "jobs" / str(jid)).mkdir(parents=True)
+    leftover_job_dir(tmp, jid)
     (tmp / "state" / "jobs" / str(jid) / "shim.pid").write_text('{"pid": 1, "start": -5}')
     store.update(jid, state="running", launches=1, shim_pid=1, shim_start=-5, cpus="0")
     new_agent()
@@ -426,7 +435,7 @@ def test_progress_file_is_where_the_job_writes(env) -> None:
 # ------------------------------------------------------------------ tuning
 def test_tune_policy_overrides_and_validates() -> None:
     from coda.policy import make_policy
-    from coda.runtime.agent import tune_policy
+    from coda.policy.tune import tune_policy
 
     pol = make_policy("coda")
     tune_policy(
@@ -479,13 +488,13 @@ def test_a_cancelled_job_never_starts_again(env) -> None:
     assert row.state == "cancelled" and row.launches == 0 and not agent.running
     # `coda cancel` lands between _admit reading the queued row and the launch.
     jid2 = submit(store, ["sleep", "30"], name="d")
-    real = agent._try_start
+    real = agent.bind
 
-    def racing(r, job, now):
-        store.request_cancel(r.id)
-        return real(r, job, now)
+    def racing(start):
+        store.request_cancel(start.job.idx)
+        return real(start)
 
-    agent._try_start = racing
+    agent.bind = racing
     agent.tick()
     row = store.job(jid2)
     assert row.state == "cancelled" and row.launches == 0 and not agent.running
@@ -534,8 +543,7 @@ def test_a_forged_shim_pid_file_is_not_signalled(env, tmp_path: Path) -> None:
         drv.create(f"job-{jid}")
         drv.set_cpus(f"job-{jid}", [3])
         drv.add_pid(f"job-{jid}", stubborn.pid)
-        jdir = tmp / "state" / "jobs" / str(jid)
-        jdir.mkdir(parents=True)
+        jdir = leftover_job_dir(tmp, jid)
         forged = {"pid": decoy.pid, "start": proc_start_time(decoy.pid)}
         (jdir / "shim.pid").write_text(json.dumps(forged))
         store.update(jid, state="starting", launches=1, cpus="3")
@@ -557,8 +565,7 @@ def test_a_forged_shim_pid_file_is_not_signalled(env, tmp_path: Path) -> None:
 def test_started_job_with_untrusted_pid_file_is_lost_not_requeued(env) -> None:
     tmp, drv, store, new_agent = env
     jid = submit(store, ["sleep", "30"], name="gone")
-    jdir = tmp / "state" / "jobs" / str(jid)
-    jdir.mkdir(parents=True)
+    jdir = leftover_job_dir(tmp, jid)
     (jdir / "shim.pid").write_text('{"pid": 1, "start": -5}')  # it started, then vanished
     store.update(jid, state="starting", launches=1, cpus="3")
     new_agent()

@@ -163,3 +163,50 @@ def test_run_exits_128_plus_signal_for_a_killed_job(tmp_path: Path) -> None:
     code, out = run("run", "--state-dir", str(sd), "--poll", "0.05", "--", "true")
     t.join()
     assert code == 137, out
+
+
+# ------------------------------------------------------------------ time limits, wait reasons
+def test_submit_time_is_stored_and_status_shows_time_and_wait(tmp_path: Path) -> None:
+    sd = tmp_path / "s"
+    code, out = run("submit", "--state-dir", str(sd), "--time", "1-02:03:04", "--", "true")
+    assert code == 0, out
+    limited = int(out.strip().splitlines()[-1])
+    code, out = run("submit", "--state-dir", str(sd), "--name", "free", "--", "true")
+    free = int(out.strip().splitlines()[-1])
+    code, out = run("submit", "--state-dir", str(sd), "--time", "90", "--", "true")
+    started = int(out.strip().splitlines()[-1])
+    store = Store(sd / "coda.db")
+    assert store.job(limited).time_limit_s == 93784.0  # type: ignore[union-attr]
+    assert store.job(free).time_limit_s is None  # type: ignore[union-attr]
+    store.set_wait_reasons({limited: "reservation:7", free: "cores", started: "fifo:1"})
+    store.update(started, state="running")  # leaving the queue clears its reason
+    store.close()
+    code, out = run("status", "--state-dir", str(sd))
+    assert code == 0, out
+    lines = out.splitlines()
+    head = lines[1].split()
+    assert head[4] == "time" and head[-2:] == ["wait", "note"]
+    rows = {int(ln.split()[0]): ln.split() for ln in lines[2:] if ln.split()}
+    assert rows[limited][4] == "1-02:03:04" and rows[limited][-1] == "reservation:7"
+    assert rows[free][4] == "-" and rows[free][-1] == "cores"
+    assert rows[started][4] == "1:30:00" and rows[started][-1] == "-"  # running: no wait
+    code, out = run("status", "--state-dir", str(sd), "--json")
+    jobs = {j["id"]: j for j in json.loads(out)["jobs"]}
+    assert (jobs[limited]["time_limit_s"], jobs[limited]["wait_reason"]) == (
+        93784.0,
+        "reservation:7",
+    )
+    assert (jobs[free]["time_limit_s"], jobs[started]["wait_reason"]) == (None, "")
+
+
+def test_submit_time_from_a_spec_file_and_the_option_over_it(tmp_path: Path) -> None:
+    sd = tmp_path / "s"
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"argv": ["true"], "time_limit_s": 120}))
+    code, out = run("submit", "--state-dir", str(sd), "--spec", str(spec))
+    assert code == 0, out
+    code, out = run("submit", "--state-dir", str(sd), "--spec", str(spec), "--time", "5:30")
+    assert code == 0, out
+    store = Store(sd / "coda.db")
+    assert [r.time_limit_s for r in store.jobs()] == [120.0, 330.0]
+    store.close()

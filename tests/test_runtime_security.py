@@ -139,22 +139,47 @@ def test_a_newer_or_foreign_database_is_refused(tmp_path: Path) -> None:
         Store(foreign)
 
 
-def test_a_version_1_database_is_upgraded_and_keeps_its_jobs(tmp_path: Path) -> None:
+# The columns each older schema lacks (what its agent left behind).
+OLDER_SCHEMAS = {
+    1: ("uid", "gid", "groups", "time_limit_s", "wait_reason"),
+    2: ("time_limit_s", "wait_reason"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(OLDER_SCHEMAS))
+def test_an_older_database_is_upgraded_in_place_and_keeps_its_jobs(
+    tmp_path: Path, version: int
+) -> None:
     db = tmp_path / "coda.db"
     store = Store(db)
     jid = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
+    running = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
+    store.update(running, state="running")
     store.close()
-    # What a version-1 agent left: no owner columns, schema 1.
     con = sqlite3.connect(db)
-    for col in ("uid", "gid", "groups"):
+    for col in OLDER_SCHEMAS[version]:
         con.execute(f"ALTER TABLE jobs DROP COLUMN {col}")
-    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     con.commit()
     con.close()
     store = Store(db)
+    assert store.meta("schema") == "3"
     row = store.job(jid)
-    assert row is not None and row.uid is None and row.owner is None  # the agent's user
-    assert store.meta("schema") == "2"
+    assert row is not None and row.state == "queued" and row.argv == ["true"]
+    assert row.time_limit_s is None and row.wait_reason == ""  # no limit, no reason yet
+    if version == 1:
+        assert row.uid is None and row.owner is None  # the agent's user, as before
+    else:
+        assert row.uid == os.geteuid()
+    # The new columns work at once: a reason for the queued job, a limit on a new one.
+    store.set_wait_reasons({jid: "cores", running: "cores"})
+    assert store.job(jid).wait_reason == "cores"  # type: ignore[union-attr]
+    assert store.job(running).wait_reason == ""  # type: ignore[union-attr]
+    later = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path), time_limit_s=60))
+    assert store.job(later).time_limit_s == 60.0  # type: ignore[union-attr]
+    store.close()
+    store = Store(db)  # a second open finds version 3 and changes nothing
+    assert store.meta("schema") == "3" and len(store.jobs()) == 3
     store.close()
 
 
@@ -175,7 +200,9 @@ SPEC_VALUES = st.recursive(
     ),
     max_leaves=12,
 )
-SPEC_KEYS = st.sampled_from(["argv", "name", "cores", "gpus", "model", "cwd", "env", "uid", "x"])
+SPEC_KEYS = st.sampled_from(
+    ["argv", "name", "cores", "gpus", "model", "cwd", "env", "time_limit_s", "uid", "x"]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -189,6 +216,8 @@ def test_any_json_spec_is_a_spec_or_a_spec_error(data) -> None:
         return
     assert isinstance(spec.cores, int) and not isinstance(spec.cores, bool)
     assert all(isinstance(a, str) for a in spec.argv) and spec.argv
+    t = spec.time_limit_s
+    assert t is None or (type(t) is float and 0 < t <= 366 * 86400)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +235,15 @@ def test_any_json_spec_is_a_spec_or_a_spec_error(data) -> None:
         ({"argv": ["true"], "env": ["A=1"]}, "object of strings"),
         ({"argv": [1, 2]}, "list of strings"),
         ({"argv": ["true"], "uid": 0}, "unknown key(s) in job spec: 'uid'"),
+        ({"argv": ["true"], "time_limit_s": "1:00"}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": True}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": 0}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": -60}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": float("nan")}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": float("inf")}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": 10**400}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": 366 * 86400 + 1}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "time_limit_s": [60]}, "'time_limit_s' must be seconds"),
         ([1, 2], "JSON object"),
     ],
 )
@@ -255,6 +293,26 @@ def test_submit_over_the_socket_records_the_kernels_word_for_who(service, tmp_pa
     # A spec that names a user is refused, not obeyed.
     with pytest.raises(ControlError, match="unknown key"):
         request(sock, {"op": "submit", "spec": {**spec, "uid": 0}})
+
+
+@pytest.mark.parametrize("limit", [90.5, 3600, None])
+def test_a_time_limit_goes_through_the_socket_onto_the_row(service, tmp_path, limit) -> None:
+    sock, db = service
+    spec = {"argv": ["true"], "cwd": str(tmp_path), "time_limit_s": limit}
+    jid = request(sock, {"op": "submit", "spec": spec})["id"]
+    row = Store(db).job(jid)
+    assert row is not None and row.time_limit_s == limit
+    listed = request(sock, {"op": "status"})["jobs"]
+    assert [(j["id"], j["time_limit_s"], j["wait_reason"]) for j in listed] == [(jid, limit, "")]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "60", True, 1e300, [1], {"s": 1}])
+def test_the_service_checks_a_time_limit_like_every_spec_field(service, tmp_path, bad) -> None:
+    sock, db = service
+    spec = {"argv": ["true"], "cwd": str(tmp_path), "time_limit_s": bad}
+    with pytest.raises(ControlError, match="'time_limit_s' must be seconds"):
+        request(sock, {"op": "submit", "spec": spec})
+    assert Store(db).jobs() == []  # nothing queued
 
 
 @pytest.mark.parametrize(
@@ -466,6 +524,11 @@ BAD_OPTIONS = [
     ["submit", "--env", "1BAD=x", "--", "true"],
     ["submit", "--env", "NOEQ", "--", "true"],
     ["submit", "--cwd", "/nonexistent/dir", "--", "true"],
+    ["submit", "--time", "0", "--", "true"],
+    ["submit", "--time", "1:60", "--", "true"],
+    ["submit", "--time", "367-00", "--", "true"],
+    ["submit", "--time", "UNLIMITED", "--", "true"],
+    ["run", "--time", "soon", "--", "true"],
     ["submit", "--", ""],
     ["submit"],
     ["run", "--poll", "nan", "--", "true"],
@@ -628,7 +691,18 @@ def test_text_that_is_not_text_is_refused(tmp_path: Path, spec, why: str) -> Non
 
 @pytest.mark.parametrize(
     "column, value",
-    [("argv", "not json"), ("env", "[1]"), ("uid", "abc"), ("groups", '["x"]'), ("cores", "four")],
+    [
+        ("argv", "not json"),
+        ("env", "[1]"),
+        ("uid", "abc"),
+        ("groups", '["x"]'),
+        ("cores", "four"),
+        ("time_limit_s", "soon"),
+        ("time_limit_s", -5.0),
+        ("time_limit_s", 1e300),
+        ("wait_reason", "two\nlines"),
+        ("wait_reason", "x" * 201),
+    ],
 )
 def test_damaged_job_rows_are_one_line_in_every_command(tmp_path: Path, column, value) -> None:
     sd = tmp_path / "s"

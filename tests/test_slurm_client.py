@@ -9,12 +9,15 @@ import sys
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coda.slurm.client import (
     HELD,
     PLACED,
     SlurmClient,
     SlurmError,
+    SlurmJob,
     expand_hostlist,
     format_mark,
     gres_gpus,
@@ -131,6 +134,48 @@ def test_mark_ignores_pairs_without_a_key_or_value_sign() -> None:
 def test_a_mark_cannot_hold_spaces(fields: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="spaces"):
         format_mark("placed", **fields)
+
+
+@pytest.mark.parametrize(
+    "wait", ["reservation:12", "cores", "filter:IdleGpuReserve", "fifo:12", "gpus", "mem:a_b.c-d+e"]
+)
+def test_a_wait_reason_is_a_mark_value_and_round_trips(wait: str) -> None:
+    text = format_mark("held", req=4, wait=wait)
+    assert text == f"coda:held,req=4,wait={wait}"
+    assert parse_mark(text) == {"state": "held", "req": "4", "wait": wait}
+    assert parse_mark(format_mark("held", wait="")) == {"state": "held", "wait": ""}
+
+
+@pytest.mark.parametrize(
+    "value", ["a,b", "k=v", "a b", "n1/n2", "x;y", "why?", "caf\u00e9", "a\x00b", "(x)"]
+)
+def test_a_mark_value_outside_its_alphabet_is_refused(value: str) -> None:
+    with pytest.raises(ValueError, match="wait="):
+        format_mark("held", wait=value)
+
+
+@pytest.mark.parametrize(
+    "state, fields",
+    [("held,x=1", {}), ("", {}), ("he ld", {}), ("held", {"a b": 1}), ("held", {"k=": 1})],
+)
+def test_a_mark_state_or_key_that_would_not_parse_back_is_refused(
+    state: str, fields: dict[str, object]
+) -> None:
+    with pytest.raises(ValueError, match="mark's"):
+        format_mark(state, **fields)  # type: ignore[arg-type]
+
+
+MARK_TEXT = st.text(alphabet="abcXYZ019_.:+-", max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True),
+    st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), MARK_TEXT, max_size=6),
+)
+def test_format_then_parse_mark_is_the_identity(state: str, fields: dict[str, str]) -> None:
+    fields = {k: v for k, v in fields.items() if k != "state"}  # parse_mark's own key
+    assert parse_mark(format_mark(state, **fields)) == {"state": state, **fields}
 
 
 # ------------------------------------------------------------------ GRES
@@ -319,6 +364,98 @@ def test_unreadable_squeue_output_is_a_slurm_error(text: str) -> None:
         SlurmClient(Runner({("squeue",): text})).jobs()
 
 
+# Recorded from Slurm 22.05.8 (squeue --json, API v0.0.38), fields CODA reads for time
+# limits and requeue: `sbatch -t 90`, `--requeue -t 1-02:03:04`, no -t (partition
+# MaxTime=INFINITE), `--no-requeue -t 5`, `-t 0`, `-t 1000-00:00:00`, `-t 0:30`; job 2
+# after `scontrol requeuehold 2` (restart_cnt 1; its start_time is the begin time).
+RECORDED = [
+    {"job_id": 1, "job_state": "RUNNING", "state_reason": "None", "time_limit": 90,
+     "start_time": 1796121356, "requeue": True, "restart_cnt": 0, "priority": 4294901759},
+    {"job_id": 2, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": 1564,
+     "start_time": 1796121486, "requeue": True, "restart_cnt": 1, "priority": 0},
+    {"job_id": 3, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": None,
+     "start_time": 0, "requeue": True, "restart_cnt": 0, "priority": 0},
+    {"job_id": 4, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": 5,
+     "start_time": 0, "requeue": False, "restart_cnt": 0, "priority": 0},
+    {"job_id": 6, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": None,
+     "start_time": 0, "requeue": True, "restart_cnt": 0, "priority": 0},
+    {"job_id": 7, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": 1440000,
+     "start_time": 0, "requeue": True, "restart_cnt": 0, "priority": 0},
+    {"job_id": 8, "job_state": "PENDING", "state_reason": "JobHeldUser", "time_limit": 1,
+     "start_time": 0, "requeue": True, "restart_cnt": 0, "priority": 0},
+]  # fmt: skip
+
+
+def test_time_limits_start_and_requeue_facts_from_recorded_squeue_json() -> None:
+    client, _ = client_for(*RECORDED)
+    jobs = {j.job_id: j for j in client.jobs()}
+    limits = {jid: j.time_limit_s for jid, j in jobs.items()}
+    assert limits == {1: 5400.0, 2: 93840.0, 3: None, 4: 300.0, 6: None, 7: 86400000.0, 8: 60.0}
+    assert [jid for jid, j in jobs.items() if not j.requeueable] == [4]
+    assert jobs[2].restarts == 1 and all(j.restarts == 0 for jid, j in jobs.items() if jid != 2)
+    assert jobs[1].start_time == 1796121356.0
+    # Pending: Slurm's start_time is the begin time a requeue set, not a start.
+    assert all(jobs[jid].start_time is None for jid in (2, 3, 4, 6, 7, 8))
+
+
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        (90, 5400.0),
+        (None, None),
+        ("UNLIMITED", None),
+        ("unlimited", None),
+        ("INFINITE", None),
+        ("NOT_SET", None),
+        (0, None),  # sbatch -t 0: no limit
+        (0xFFFFFFFF, None),  # INFINITE
+        (0xFFFFFFFE, None),  # NO_VAL
+        (0xFFFFFFFD, 0xFFFFFFFD * 60.0),
+        ({"set": True, "infinite": False, "number": 30}, 1800.0),  # API v0.0.39 and later
+        ({"set": True, "infinite": True, "number": 0}, None),
+        ({"set": False, "infinite": False, "number": 0}, None),
+    ],
+)
+def test_time_limit_forms(value: object, seconds: float | None) -> None:
+    client, _ = client_for(sq_job(1, time_limit=value))
+    (j,) = client.jobs()
+    assert j.time_limit_s == seconds
+
+
+def test_an_absent_time_limit_or_requeue_is_none_and_not_requeueable() -> None:
+    (j,) = SlurmClient(Runner({("squeue",): '{"jobs": [{"job_id": 5}]}'})).jobs()
+    assert j.time_limit_s is None and j.requeueable is False and j.restarts == 0
+    assert j.start_time is None
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("time_limit", -1),
+        ("time_limit", "90"),
+        ("time_limit", 1.5),
+        ("time_limit", True),
+        ("time_limit", [90]),
+        ("time_limit", {"set": True, "infinite": "no", "number": 3}),
+        ("time_limit", {"set": True, "infinite": False, "number": "x"}),
+        ("start_time", -5),
+        ("start_time", "yesterday"),
+        ("start_time", 1.5e9),
+        ("restart_cnt", -1),
+        ("restart_cnt", "2"),
+        ("requeue", 1),
+        ("requeue", "yes"),
+    ],
+)
+def test_a_bad_time_or_requeue_field_is_one_line_naming_the_job(field: str, value: object) -> None:
+    client, _ = client_for(sq_job(1), sq_job(42, job_state="RUNNING", **{field: value}))
+    with pytest.raises(SlurmError) as e:
+        client.jobs()
+    text = str(e.value)
+    assert "\n" not in text and text.startswith("squeue --json: cannot read its output")
+    assert "job 42" in text and field in text, text
+
+
 def test_no_jobs() -> None:
     assert SlurmClient(Runner({("squeue",): '{"jobs": []}'})).jobs() == []
     assert SlurmClient(Runner({("squeue",): "{}"})).jobs() == []
@@ -405,12 +542,60 @@ def test_release_argv() -> None:
     assert run.calls == [["scontrol", "release", "41"]]
 
 
+def test_requeue_hold_and_start_now_argv() -> None:
+    run = Runner()
+    client = SlurmClient(run)
+    client.requeue_hold(17)
+    client.start_now(17)
+    client.hold(18)
+    assert run.calls == [
+        ["scontrol", "requeuehold", "17"],
+        ["scontrol", "update", "JobId=17", "StartTime=now"],
+        ["scontrol", "hold", "18"],
+    ]
+
+
+@pytest.mark.parametrize("bad", [True, 3.0, 2.9, 0, -4, "17", "17 18", None])
+def test_every_action_refuses_what_is_not_a_job_id(bad: object) -> None:
+    run = Runner()
+    client = SlurmClient(run)
+    for act in (client.requeue_hold, client.start_now, client.release, client.hold):
+        with pytest.raises(ValueError, match="not a Slurm job id"):
+            act(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        client.update(bad, NumCPUs=1)  # type: ignore[arg-type]
+    assert run.calls == []  # nothing ran: a bool or a float never names some other job
+
+
+def test_a_refused_requeue_is_a_slurm_error_naming_the_command() -> None:
+    # What scontrol says for a job with Requeue=0 (recorded, 22.05.8), through a real run.
+    code = (
+        "import sys; sys.stderr.write('Requested operation is presently disabled for job 4\\n');"
+        " sys.exit(1)"
+    )
+
+    def runner(argv: Sequence[str]) -> str:
+        return run_command([sys.executable, "-c", code, *argv])
+
+    with pytest.raises(SlurmError, match="presently disabled for job 4") as e:
+        SlurmClient(runner).requeue_hold(4)
+    assert "requeuehold 4" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SlurmError, match="presently disabled"):
+        SlurmClient(runner).start_now(4)
+
+
+def test_slurm_job_defaults_say_no_limit_and_not_requeueable() -> None:
+    j = SlurmJob(1, "x", 0, "PENDING", "", 1, 1, 0, [], [], "", 0, None)
+    assert j.time_limit_s is None and j.requeueable is False and j.start_time is None
+
+
 def test_runner_errors_pass_through_the_client() -> None:
     def broken(argv: Sequence[str]) -> str:
         raise SlurmError("slurmctld is down")
 
     client = SlurmClient(broken)
-    for call in (client.jobs, client.nodes, lambda: client.release(1)):
+    calls = (client.jobs, client.nodes, lambda: client.release(1), lambda: client.requeue_hold(1))
+    for call in calls:
         with pytest.raises(SlurmError, match="slurmctld is down"):
             call()
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from coda.policy import make_policy
+from coda.cycle.once import plan
+from coda.policy import PolicyOptions, make_policy
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.slurm.client import HELD, SlurmClient, SlurmError, parse_mark
-from coda.slurm.controller import STATE_FILE, Controller, handback, plan, policy_job
+from coda.slurm.controller import STATE_FILE, Controller, handback
+from coda.slurm.view import policy_job
 
 
 # ------------------------------------------------------------------ plan (pure)
@@ -90,8 +92,8 @@ def test_cpu_job_respects_the_idle_gpu_reserve() -> None:
     assert nodes[0].free_cores == 4  # 2 would eat into the reserve: it waits (FIFO)
 
 
-def test_fifo_per_array() -> None:
-    policy = make_policy("coda")
+def test_fifo_per_array_without_runtime_estimates() -> None:
+    policy = make_policy("coda", PolicyOptions(estimates="none"))
     nodes = [gpu_node(0, "g1", gpus=4, cores=16), cpu_node(1, "c1", cores=4)]
     nodes[0].free_gpus = 2  # two of its GPUs are busy
     jobs = [
@@ -125,7 +127,7 @@ def test_fifo_order_follows_submit_time_not_list_order() -> None:
 
 
 def test_placed_jobs_use_up_the_nodes() -> None:
-    policy = make_policy("coda")
+    policy = make_policy("coda", PolicyOptions(estimates="none"))
     nodes = [gpu_node(0, "g1", gpus=2, cores=8)]
     ps = plan(policy, nodes, [dnn(1, 5), dnn(2, 5), dnn(3, 3)])
     assert placed(ps) == {1: (["g1"], 5)}  # 2 does not fit the 3 cores left: FIFO stops
@@ -133,6 +135,17 @@ def test_placed_jobs_use_up_the_nodes() -> None:
     # A later cycle on the same (updated) nodes takes the next fitting head.
     assert placed(plan(policy, nodes, [dnn(3, 3)])) == {3: (["g1"], 3)}
     assert (nodes[0].free_cores, nodes[0].free_gpus) == (0, 0)
+
+
+def test_time_limits_let_a_short_job_backfill_past_a_blocked_head() -> None:
+    policy = make_policy("coda", PolicyOptions(estimates="time-limits"))
+    nodes = [gpu_node(0, "g1", gpus=2, cores=8)]
+    first, head, short, unbounded = dnn(1, 5), dnn(2, 5), dnn(3, 3), dnn(4, 3)
+    first.time_limit, short.time_limit = 600.0, 300.0  # head: ends after `first`
+    ps = plan(policy, nodes, [first, head, short, unbounded], now=0.0)
+    # `short` ends (300 s) before the head can start (600 s); `unbounded` has no limit,
+    # so it could delay the head for ever: it waits.
+    assert placed(ps) == {1: (["g1"], 5), 3: (["g1"], 3)}
 
 
 def test_multi_node_job_gets_distinct_nodes() -> None:

@@ -13,8 +13,10 @@ from coda.policy.coda import (
     oracle,
 )
 from coda.policy.framework import Policy
+from coda.policy.options import PolicyOptions
+from coda.policy.tune import tune_policy
 
-POLICIES: dict[str, Callable[[], Policy]] = {
+POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "static-separate": static_separate,
     "static-shared": static_shared,
     "coda": coda,
@@ -25,14 +27,18 @@ POLICIES: dict[str, Callable[[], Policy]] = {
 }
 
 
-def make_policy(name: str) -> Policy:
-    """The policy registered under ``name``; a clear error lists the known names."""
+def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
+    """The policy registered under ``name``, built from ``options`` (its knobs tuned);
+    a clear error lists the known names."""
     try:
         factory = POLICIES[name]
     except KeyError:
         known = ", ".join(sorted(POLICIES))
         raise ValueError(f"unknown policy {name!r}; known policies: {known}") from None
-    return factory()
+    opts = options or PolicyOptions()
+    policy = factory(opts)
+    tune_policy(policy, opts.tune)
+    return policy
 
 
-__all__ = ["POLICIES", "Policy", "make_policy"]
+__all__ = ["POLICIES", "Policy", "PolicyOptions", "make_policy"]

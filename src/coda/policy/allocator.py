@@ -286,17 +286,16 @@ class AdaptiveAllocator:
         if job.kind == CPU or not self.config.search:
             return job.cores_pn_req
         learned = self.learned.cores(self._key(job))
-        return job.cores_pn_req if learned is None else learned
+        # Never more than asked: a job is slimmed to its shape's optimum, not grown past
+        # its own request at start (probes may grow it later, from free cores only).
+        return job.cores_pn_req if learned is None else min(learned, job.cores_pn_req)
 
     def group_key(self, job: Job) -> tuple:
-        # cores_per_node depends on the shape (model, gpus_pn, nodes) and, until the
-        # shape is learned, the request; learned values are never forgotten, so once
-        # learned every job of the shape gets the same answer: fewer queue buckets.
+        # cores_per_node depends on the shape (model, gpus_pn, nodes) and the request;
+        # jobs whose answer is the same share a key, so fewer queue buckets.
         if job.kind == CPU or not self.config.search:
             return (job.cores_pn_req,)
-        if self.learned.cores(self._key(job)) is not None:
-            return (job.model,)
-        return (job.model, job.cores_pn_req)
+        return (job.model, self.cores_per_node(job))
 
     # ----------------------------------------------------------- JobControl
     def on_start(self, job: Job, now: float) -> list[Action]:

@@ -9,7 +9,26 @@ static-shared: the same, but CPU jobs may also take free cores on GPU nodes
 from __future__ import annotations
 
 from coda.policy.framework import Policy
-from coda.policy.state import CPU_POOL, GPU_POOL, Job
+from coda.policy.options import PolicyOptions
+from coda.policy.state import CPU, CPU_POOL, DNN, GPU_POOL, Job
+
+
+class KindArrays:
+    """Two arrays, DNN jobs and CPU jobs (CODA's, and a GPU and a CPU partition)."""
+
+    names = (DNN, CPU)
+
+    def array_of(self, job: Job) -> str:
+        return job.kind
+
+
+class SingleQueue:
+    """One FIFO queue for every job (a plain cluster scheduler)."""
+
+    names = ("all",)
+
+    def array_of(self, job: Job) -> str:
+        return "all"
 
 
 class FifoOrder:
@@ -36,28 +55,36 @@ class SharedPools:
 class RequestedCores:
     """Grant exactly what the job asked for (static allocation)."""
 
+    generation = 0  # never changes its answers
+
     def cores_per_node(self, job: Job) -> int:
         return job.cores_pn_req
 
-    def group_key(self, job: Job) -> int:
-        return job.cores_pn_req
+    def group_key(self, job: Job) -> tuple:
+        return (job.cores_pn_req,)
 
 
-def static_separate() -> Policy:
+def static_separate(options: PolicyOptions) -> Policy:
     return Policy(
         name="static-separate",
+        arrays=KindArrays(),
+        estimates=options.runtime_estimate(),
         queue_sort=FifoOrder(),
         pools=SeparatePools(),
         core_count=RequestedCores(),
+        filters=list(options.filters),
         description="Slurm-like: requested cores, GPU and CPU nodes kept apart, FIFO + backfill",
     )
 
 
-def static_shared() -> Policy:
+def static_shared(options: PolicyOptions) -> Policy:
     return Policy(
         name="static-shared",
+        arrays=KindArrays(),
+        estimates=options.runtime_estimate(),
         queue_sort=FifoOrder(),
         pools=SharedPools(),
         core_count=RequestedCores(),
+        filters=list(options.filters),
         description="as static-separate, but CPU jobs may use free cores on GPU nodes, unprotected",
     )

@@ -22,9 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
+from coda.policy.baselines import KindArrays
 from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
 from coda.policy.feedback import ThroughputBook
-from coda.policy.framework import Action, Policy, Preempt, SetCores
+from coda.policy.framework import Action, ClusterAware, Filter, Policy, Preempt, SetCores
+from coda.policy.options import PolicyOptions
 from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
 
 
@@ -36,7 +38,7 @@ class PreemptedFirst:
 
 
 @dataclass
-class ArrayPools:
+class ArrayPools(ClusterAware):
     """DNN jobs on GPU nodes; CPU jobs on CPU nodes, then (when co-locating) on
     GPU nodes, unless they were preempted too often already and a CPU node can
     host them (the driver shows the plugin its nodes through observe_cluster)."""
@@ -73,6 +75,7 @@ class IdleGpuReserve:
     node's idle GPUs, so a DNN job arriving there rarely has to reclaim."""
 
     cores_per_idle_gpu: int = 2  # the median 1-GPU optimum in CODA's table
+    static = False  # depends on the node's idle GPUs and free cores
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
         if job.is_dnn or node.gpus == 0:
@@ -89,7 +92,7 @@ class SpreadPcieHeavy:
     (two of them lose 5-25% each; other pairs are unaffected)."""
 
     def score(self, job: Job, node: Node, cores_pn: int) -> float:
-        if job.perf is None or not job.perf.pcie_heavy:
+        if not job.pcie_heavy:
             return 0.0
         return -1.0 if node.pcie_heavy else 0.0
 
@@ -102,10 +105,14 @@ class ShrinkThenPreempt:
     jobs preempted fewer times first (so no job bears every preemption)."""
 
     min_share: float = 0.5
+    shrinks = True
+
+    def reclaimable(self, job: Job) -> bool:
+        return job.preemptible
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
         newest_first = sorted(
-            (j for j in node.jobs if not j.is_dnn),
+            (j for j in node.jobs if not j.is_dnn and j.preemptible),
             key=lambda j: (j.preemptions, -j.start, -j.idx),
         )
 
@@ -136,9 +143,37 @@ class ShrinkThenPreempt:
         return actions
 
 
+@dataclass
+class RequeueOnly:
+    """Take cores back only by requeueing whole CPU jobs (a cluster manager that
+    cannot shrink a running job, as Slurm cannot), and only jobs that may be
+    requeued: newest first (least work lost), jobs requeued fewer times first."""
+
+    shrinks = False
+
+    def reclaimable(self, job: Job) -> bool:
+        return job.preemptible
+
+    def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
+        order = sorted(
+            (j for j in node.jobs if not j.is_dnn and j.preemptible),
+            key=lambda j: (j.preemptions, -j.start, -j.idx),
+        )
+        actions: list[Action] = []
+        freed = 0
+        for j in order:
+            if freed >= cores_needed:
+                break
+            actions.append(Preempt(j))
+            freed += j.cores_pn
+        return actions
+
+
 class OracleCores:
     """Upper bound: every job's true optimum, known in advance (reads the
     performance model, which no real policy can)."""
+
+    generation = 0  # the model's optima never change
 
     def cores_per_node(self, job: Job) -> int:
         if job.perf is not None:
@@ -156,6 +191,7 @@ def _coda(
     colocation: bool = True,
     eliminator: bool = True,
     description: str,
+    options: PolicyOptions,
 ) -> Policy:
     book = ThroughputBook()
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
@@ -164,64 +200,73 @@ def _coda(
         AllocatorConfig(search=slimming, max_windows=16, peak_windows=8),
     )
     control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
+    filters: list[Filter] = [IdleGpuReserve()] if colocation else []
     return Policy(
         name=name,
+        arrays=KindArrays(),
+        estimates=options.runtime_estimate(),
         queue_sort=PreemptedFirst(),
         pools=ArrayPools(colocate=colocation),
         core_count=allocator,  # without slimming it grants the request
-        filters=[IdleGpuReserve()] if colocation else [],
+        filters=filters + list(options.filters),
         scores=[(SpreadPcieHeavy(), 1.0)],
         candidates_to_score=4,
         node_control=control,
         job_control=allocator,
         sample_period_s=control.period_s if control is not None else 10.0,
-        reclaim=ShrinkThenPreempt() if colocation else None,
+        reclaim=options.reclaimer() if colocation else None,
         description=description,
     )
 
 
-def coda() -> Policy:
+def coda(options: PolicyOptions) -> Policy:
     return _coda(
         "coda",
+        options=options,
         description="CODA: slimmed cores (online search), CPU jobs on freed cores, "
         "contention eliminator, DNN jobs reclaim CPU-held cores",
     )
 
 
-def coda_no_slimming() -> Policy:
+def coda_no_slimming(options: PolicyOptions) -> Policy:
     return _coda(
         "coda-no-slimming",
+        options=options,
         slimming=False,
         description="CODA without the allocator's search: DNN jobs keep the cores they asked for",
     )
 
 
-def coda_no_colocation() -> Policy:
+def coda_no_colocation(options: PolicyOptions) -> Policy:
     return _coda(
         "coda-no-colocation",
+        options=options,
         colocation=False,
         description="CODA without co-location: CPU jobs stay on CPU nodes",
     )
 
 
-def coda_no_eliminator() -> Policy:
+def coda_no_eliminator(options: PolicyOptions) -> Policy:
     return _coda(
         "coda-no-eliminator",
+        options=options,
         eliminator=False,
         description="CODA without the contention eliminator: co-located CPU jobs never throttled",
     )
 
 
-def oracle() -> Policy:
+def oracle(options: PolicyOptions) -> Policy:
     return Policy(
         name="oracle",
+        arrays=KindArrays(),
+        estimates=options.runtime_estimate(),
         queue_sort=PreemptedFirst(),
         pools=ArrayPools(colocate=True),
         core_count=OracleCores(),
-        filters=[IdleGpuReserve()],
+        filters=[IdleGpuReserve(), *options.filters],
         scores=[(SpreadPcieHeavy(), 1.0)],
         candidates_to_score=4,
-        reclaim=ShrinkThenPreempt(),
+        reclaim=options.reclaimer(),
         ideal_isolation=True,
         description="upper bound: every job's optimal cores known, no search, no interference",
     )

@@ -1,25 +1,47 @@
 """The scheduling framework: a cycle split into small named extension points.
 
-Modelled on the kube-scheduler framework. For each queued job the driver runs:
+Modelled on the kube-scheduler framework. For each queued job the cycle runs:
 
-  queue sort -> pools (pre-filter) -> core count -> filter -> score -> reserve -> bind
+  arrays -> queue sort -> pools (pre-filter) -> core count -> filter -> score
+  -> reserve -> bind (the driver's)
 
 and, every ``NodeControl.period_s``, a node control step per busy node that may
 return actions (throttle a job, change its cores). A policy is a bundle of
 plugins; a new policy is a few small classes, not a fork of the driver.
 
-Capacity (GPUs, cores, memory) and backfill reservations are checked by the
-driver itself: no plugin can over-commit a node. A plugin that needs the
-cluster's shape defines ``observe_cluster(nodes)``; the driver calls it once.
+The cycle that runs them is ``coda.cycle``, one runner for every driver (the
+simulator, the node agent, the Slurm controller). Capacity (GPUs, cores,
+memory) and backfill reservations are checked by the cycle itself: no plugin
+can over-commit a node. Each extension point is a Protocol below; a plugin
+implements every method of the points it is used for (no optional hooks found
+by probing), and one that needs the cluster's shape declares ``ClusterAware``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from coda.policy.state import Job, Node
+
+
+class ClusterAware:
+    """Declared by a plugin that wants the cluster's nodes (kube: the framework's
+    node lister). Every driver calls ``observe_cluster`` once it knows its nodes and
+    again when they change (a node drained or added), before the next cycle."""
+
+    def observe_cluster(self, nodes: Sequence[Node]) -> None:
+        raise NotImplementedError
+
+
+class Arrays(Protocol):
+    """Which queues (arrays) there are and which one a job joins. Each array is
+    ordered by the queue sort, has one head and holds at most one reservation."""
+
+    names: tuple[str, ...]
+
+    def array_of(self, job: Job) -> str: ...
 
 
 class QueueSort(Protocol):
@@ -38,37 +60,66 @@ class CoreCount(Protocol):
     """How many cores per node to grant a job when it starts.
 
     Jobs with equal GPUs per node, node count and ``group_key`` must get equal
-    answers at any one moment: the driver queues such jobs together and judges
-    them by the first. A plugin without ``group_key`` is taken to depend on the
-    job's requested cores per node only. A plugin whose answers change over time
-    (one that learns) exposes an int ``generation`` bumped on each change: the
-    driver then retries queued jobs everywhere, not only where room grew.
+    answers at any one moment: the cycle queues such jobs together and judges them
+    by the first. ``generation`` is bumped whenever answers change (a plugin that
+    learns); the cycle then re-asks each queue bucket instead of trusting the count
+    it failed with.
     """
+
+    generation: int
 
     def cores_per_node(self, job: Job) -> int: ...
 
+    def group_key(self, job: Job) -> tuple: ...
 
-@runtime_checkable
+
 class Filter(Protocol):
-    """Rejects nodes a job must not use (beyond capacity, which the driver checks)."""
+    """Rejects nodes a job must not use (beyond capacity, which the cycle checks).
+
+    ``static``: the answer depends on the job and the node only, never on what is
+    free (a partition list): the cycle then also uses it to tell a job that can
+    never run from one that waits."""
+
+    static: bool
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool: ...
 
 
-@runtime_checkable
 class Score(Protocol):
     """Ranks feasible nodes; higher is better."""
 
     def score(self, job: Job, node: Node, cores_pn: int) -> float: ...
 
 
-@runtime_checkable
 class Reserve(Protocol):
     """Told when a job takes resources and when it gives them back."""
 
     def reserve(self, job: Job, nodes: Sequence[Node], now: float) -> None: ...
 
     def unreserve(self, job: Job, now: float) -> None: ...
+
+
+class RuntimeEstimate(Protocol):
+    """What backfill knows about run times (Slurm: time limits).
+
+    ``runtime``: how long a queued job would run at ``cores_pn`` cores (inf: not
+    known); ``end_of``: when a running job is expected to end (inf: not known).
+    ``backfills``: without estimates there is no backfill: each array is strict
+    FIFO and a blocked head holds back every job behind it.
+    """
+
+    name: str
+    backfills: bool
+
+    def runtime(self, job: Job, cores_pn: int) -> float: ...
+
+    def end_of(self, job: Job, now: float) -> float: ...
+
+
+class StatsSource(Protocol):
+    """A plugin with counters reported per run (``stats()``)."""
+
+    def stats(self) -> dict: ...
 
 
 # Actions a node control step may return. The driver applies them.
@@ -99,21 +150,26 @@ class Preempt:
 Action = SetQuota | SetCores | Preempt
 
 
-@runtime_checkable
 class NodeControl(Protocol):
     """A periodic controller per node (e.g. the contention eliminator).
 
-    It may also define ``watching(node) -> bool``: the driver then ticks (and
-    samples the DNN jobs of) only the nodes it watches, re-asking whenever a
-    node's jobs change; without it every busy node is ticked.
+    ``watching(node)``: whether the node needs ticks (and its DNN jobs samples);
+    drivers re-ask whenever a node's jobs change. ``at_rest(node)``: nothing is
+    held there (no throttle in force), so an unchanged node may stop being ticked.
+    ``forget_job``: the job is gone (drop its state).
     """
 
     period_s: float
 
     def control(self, node: Node, now: float) -> list[Action]: ...
 
+    def watching(self, node: Node) -> bool: ...
 
-@runtime_checkable
+    def at_rest(self, node: Node) -> bool: ...
+
+    def forget_job(self, job: Job) -> None: ...
+
+
 class JobControl(Protocol):
     """A feedback loop per running DNN job (the adaptive CPU allocator).
 
@@ -121,7 +177,8 @@ class JobControl(Protocol):
     throughput sample per measurement window (samples/s as the job reports them:
     noisy, in the job's own units) while the job's node is watched, and
     ``on_finish`` when it ends. ``wants_samples`` says whether the job still
-    needs samples for its own sake (a search in progress).
+    needs samples for its own sake (a search in progress); ``waiting_for_room``
+    that it waits for free cores to probe with (its samples cannot change that).
     """
 
     def on_start(self, job: Job, now: float) -> list[Action]: ...
@@ -132,27 +189,39 @@ class JobControl(Protocol):
 
     def wants_samples(self, job: Job) -> bool: ...
 
+    def waiting_for_room(self, job: Job) -> bool: ...
 
-@runtime_checkable
+
 class Reclaim(Protocol):
     """Frees cores that CPU jobs hold on a node so that a DNN job can start there.
 
     Called only when the node has the DNN job's GPUs and memory free and enough
-    cores once its CPU jobs are counted out. Must return actions (shrink with
-    ``SetCores``, or ``Preempt``) that free at least ``cores_needed`` cores.
+    cores once its CPU jobs are counted out (``reclaimable`` of them). Must return
+    actions (shrink with ``SetCores`` where ``shrinks``, or ``Preempt``) that free at
+    least ``cores_needed`` cores. ``reclaimable(job)``: whether this CPU job's cores
+    may be taken (Slurm: only jobs it may requeue).
     """
+
+    shrinks: bool
+
+    def reclaimable(self, job: Job) -> bool: ...
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]: ...
 
 
 @dataclass
 class Policy:
-    """A named bundle of plugins plus the driver's knobs for backfill and scoring."""
+    """A named bundle of plugins plus the cycle's knobs for backfill and scoring.
+
+    Built once, from typed arguments (``coda.policy.make_policy``); drivers never
+    patch a policy after it is built."""
 
     name: str
+    arrays: Arrays
     queue_sort: QueueSort
     pools: PoolSelect
     core_count: CoreCount
+    estimates: RuntimeEstimate
     filters: list[Filter] = field(default_factory=list)
     scores: list[tuple[Score, float]] = field(default_factory=list)  # (plugin, weight)
     reserve: list[Reserve] = field(default_factory=list)
@@ -165,21 +234,44 @@ class Policy:
     checkpoint_s: float = 600.0  # a preempted CPU job loses at most this much work
     # Upper-bound runs only: the driver leaves out interference between co-runners.
     ideal_isolation: bool = False
-    stats: object | None = None  # anything with .stats() -> dict, reported per run
-    # Backfill: the first blocked job of each array holds a reservation; later
-    # jobs may start if they do not delay it (Slurm's sched/backfill, simplified).
-    backfill: bool = True
     backfill_depth: int = 500  # jobs examined per array per cycle (Slurm: bf_max_job_test)
     # Feasible nodes gathered before scoring (kube: percentageOfNodesToScore).
     # 1 = take the first feasible node in best-fit order.
     candidates_to_score: int = 1
     description: str = ""
 
-    def allows(self, job: Job, node: Node, cores_pn: int) -> bool:
+    @property
+    def backfill(self) -> bool:
+        """Backfill runs only where there are runtime estimates to plan with."""
+        return self.estimates.backfills
+
+    def plugins(self) -> list[object]:
+        """Every plugin object, each once (a plugin may implement several points)."""
+        parts: list[object] = [self.arrays, self.queue_sort, self.pools, self.core_count,
+                               self.estimates, *self.filters, *(s for s, _ in self.scores),
+                               *self.reserve, self.node_control, self.job_control,
+                               self.reclaim]  # fmt: skip
+        out: list[object] = []
+        for p in parts:
+            if p is not None and all(p is not q for q in out):
+                out.append(p)
+        return out
+
+    def observe_cluster(self, nodes: Sequence[Node]) -> None:
+        """Show the nodes to every plugin that declared ``ClusterAware``."""
+        for p in self.plugins():
+            if isinstance(p, ClusterAware):
+                p.observe_cluster(nodes)
+
+    def refusing_filter(self, job: Job, node: Node, cores_pn: int) -> Filter | None:
+        """The first filter that refuses the node, or None if all allow it."""
         for f in self.filters:
             if not f.filter(job, node, cores_pn):
-                return False
-        return True
+                return f
+        return None
+
+    def allows(self, job: Job, node: Node, cores_pn: int) -> bool:
+        return self.refusing_filter(job, node, cores_pn) is None
 
     def pick(self, job: Job, nodes: list[Node], cores_pn: int, count: int) -> list[Node]:
         """The best ``count`` of the feasible ``nodes`` (kept in best-fit order on ties)."""

@@ -7,6 +7,7 @@ about time sources, files or processes.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ class Job:
         "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
         "start", "end", "version", "bw_pn", "estimate", "queue_key",
-        "preemptions", "core_speed_now", "sample_t", "sample_work",
+        "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
+        "preemptible", "pcie_heavy", "wait", "wait_cycle",
     )  # fmt: skip
 
     def __init__(
@@ -48,6 +50,9 @@ class Job:
         model: str | None = None,
         perf: JobPerf | None = None,
         bw_per_core: float = 0.0,
+        time_limit: float = math.inf,
+        preemptible: bool = True,
+        pcie_heavy: bool | None = None,
     ) -> None:
         self.idx = idx
         self.job_id = job_id
@@ -81,6 +86,14 @@ class Job:
         self.core_speed_now = 0.0  # speed from its cores alone (no contention)
         self.sample_t = 0.0  # driver's throughput meter: start of the current window
         self.sample_work = 0.0  # ... and the work done by then
+        # What every driver fills, so a plugin behaves alike in each: the user's time
+        # limit (seconds, inf = none), whether the job may be taken back (requeued),
+        # and its PCIe class (from the profile by model name, or learned).
+        self.time_limit = time_limit
+        self.preemptible = preemptible
+        self.pcie_heavy = bool(perf.pcie_heavy) if pcie_heavy is None and perf else bool(pcie_heavy)
+        self.wait: object = None  # why it waits (a coda.cycle.Reason), set by the cycle
+        self.wait_cycle = -1  # the cycle that set it
 
     @property
     def is_dnn(self) -> bool:

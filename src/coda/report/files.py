@@ -30,6 +30,7 @@ JOB_COLUMNS = (
     "gpus",
     "cores_requested",
     "cores_granted",
+    "wait_reason",
 )
 
 # Files write_comparison puts at the top of its folder, beside the per-policy folders.

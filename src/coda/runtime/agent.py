@@ -2,8 +2,10 @@
 
 Each control period the agent
 1. reaps jobs that ended (their shim left an exit status) and acts on cancels;
-2. starts queued jobs: the policy's queue order, core count (the allocator's
-   learned value for DNN jobs), filters and reclaim, exactly as in the simulator;
+2. starts queued jobs by running the one scheduling cycle (``coda.cycle``) the
+   simulator and the Slurm controller run: arrays, queue order, core count (the
+   allocator's learned value for DNN jobs), backfill from users' time limits,
+   filters and reclaim; every job left waiting gets its reason in the database;
 3. turns each job's progress record into throughput samples, one per window,
    and feeds them to the allocator (``JobControl``), applying its ``SetCores`` as
    cpuset changes;
@@ -19,7 +21,7 @@ clock; they never learn that they run on a real node.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import math
 import os
@@ -34,8 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coda.policy import make_policy
+from coda.cycle import Scheduler, Start
+from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles, free_room
+from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import Action, Policy, Preempt, SetCores, SetQuota
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime import shim
@@ -44,6 +48,7 @@ from coda.runtime.progress import ENV_FILE, Progress, read_progress
 from coda.runtime.shim import LAUNCH_FILE, SHIM_ENV, alive, proc_start_time, read_regular
 from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
 from coda.runtime.store import FINAL, JobRow, Store
+from coda.workload.perf import load_profile_set
 
 # The shim runs from its file with `python -I`: the standard library only, nothing from
 # a job's environment or working directory (see shim.main).
@@ -64,6 +69,7 @@ class AgentConfig:
     settle_s: float = 1.0  # after a core or quota change, ignore this long (buffers drain)
     stall_s: float = 15.0  # no progress for this long: the job's samples are not trusted
     policy: str = "coda"
+    reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long
@@ -134,8 +140,15 @@ class NodeAgent:
         self.clock = clock
         self.wall = wall
         self.log = log or (lambda msg: None)
-        self.policy: Policy = make_policy(self.config.policy)
-        tune_policy(self.policy, self.config.tune)
+        # Users' time limits (`coda submit --time`) are what backfill knows here.
+        self.policy: Policy = make_policy(
+            self.config.policy,
+            PolicyOptions(
+                estimates="time-limits", reclaim=self.config.reclaim, tune=self.config.tune
+            ),
+        )
+        self.sched: Scheduler | None = None  # made in start(), once the node is known
+        self._rows: dict[int, JobRow] = {}  # queued rows of the running admission
         self.node_name = node_name or os.uname().nodename
         self.node: Node | None = None
         self.running: dict[int, Managed] = {}
@@ -173,9 +186,8 @@ class NodeAgent:
         self.node = Node(0, self.node_name, self.config.gpus, len(cpus), 0, 0.0)
         self._free_cpus = set(cpus)
         self._free_gpus = set(range(self.config.gpus))
-        observe = getattr(self.policy.pools, "observe_cluster", None)
-        if observe is not None:
-            observe([self.node])
+        self.policy.observe_cluster([self.node])
+        self.sched = Scheduler(self.policy, [self.node])
         self._load_learned()
         secure_dir(self.state_dir / "jobs")
         secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
@@ -351,15 +363,9 @@ class NodeAgent:
         job = m.job
         if self.policy.job_control is not None:
             self.policy.job_control.on_finish(job, now)
-        forget = getattr(self.policy.node_control, "forget_job", None)
-        if forget is not None:
-            forget(job)
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
-        node.jobs.pop(job, None)
+        if self.policy.node_control is not None:
+            self.policy.node_control.forget_job(job)
         self._hold(m, -1)
-        node.version += 1
-        job.placement = []
         job.cores_pn = 0
         if self.resctrl is not None and m.mb is not None:
             _quiet(lambda: self.resctrl.remove(m.cgroup))
@@ -401,42 +407,57 @@ class NodeAgent:
 
     # ------------------------------------------------------------ admission
     def _admit(self, now: float) -> None:
-        node = self.node
-        assert node is not None
+        """Queue new rows, drop vanished ones, run the cycle, record why jobs wait."""
+        node, sched = self.node, self.sched
+        assert node is not None and sched is not None
         rows = self.store.jobs(("queued",))
         live = {r.id for r in rows}
         for rid in list(self._queued_jobs):
             if rid not in live:
-                del self._queued_jobs[rid]
-        arrays: dict[str, list[tuple[JobRow, Job]]] = {DNN: [], CPU: []}
+                sched.withdraw(self._queued_jobs.pop(rid))
+        self._rows = {}
         for r in rows:
             if r.cancel:
                 # Cancelled while running, then preempted (or its launch interrupted and
                 # requeued): the cancel stands; it must not start again.
                 self.store.update(r.id, state="cancelled", end_t=self.wall(), message="cancelled")
-                self._queued_jobs.pop(r.id, None)
+                job = self._queued_jobs.pop(r.id, None)
+                if job is not None:
+                    sched.withdraw(job)
                 continue
-            job = self._queued_jobs.get(r.id)
-            if job is None:
-                job = self._queued_jobs[r.id] = self._job_from_row(r)
-            job.preemptions = r.preemptions
-            arrays[job.kind].append((r, job))
-        sort = self.policy.queue_sort
-        for kind in (DNN, CPU):  # separate arrays: a blocked DNN head never holds CPU jobs back
-            for r, job in sorted(arrays[kind], key=lambda rj: (*sort.key(rj[1]), rj[1].idx)):
-                if r.gpus > node.gpus or r.cores > node.cores:
-                    self.store.update(
-                        r.id,
-                        state="failed",
-                        end_t=self.wall(),
-                        message=f"needs {r.gpus} GPUs / {r.cores} cores; "
-                        f"node has {node.gpus} / {node.cores}",
-                    )
-                    continue
-                if not self._try_start(r, job, now):
-                    break  # FIFO within an array (no runtime estimates to backfill with)
+            self._rows[r.id] = r
+            if r.id in self._queued_jobs:
+                continue
+            job = self._job_from_row(r)
+            never = sched.submit(job)
+            if never is not None:
+                self.store.update(
+                    r.id,
+                    state="failed",
+                    end_t=self.wall(),
+                    message=f"needs {r.gpus} GPUs / {r.cores} cores; node has "
+                    f"{node.gpus} / {node.cores} ({never})",
+                )
+                continue
+            self._queued_jobs[r.id] = job
+        if sched.pending():
+            sched.cycle(now, self)
+        self._rows = {}
+        self.store.set_wait_reasons({job.idx: str(why) for job, why in sched.waiting()})
+
+    def bind(self, start: Start) -> bool:
+        """The cycle's start: launch the job (the cycle has booked its cores)."""
+        r = self._rows.get(start.job.idx)
+        if r is None:
+            return False
+        return self._launch(r, start.job, start.cores_pn, self.clock())
+
+    def apply(self, action: Action) -> None:
+        """A reclaim action of the cycle (shrink or preempt a CPU job)."""
+        self._apply([action], self.clock(), "reclaim", reason={"for": "a DNN job's start"})
 
     def _job_from_row(self, r: JobRow) -> Job:
+        model = r.model or r.name
         job = Job(
             r.id,
             f"{r.name}#{r.id}",
@@ -446,27 +467,12 @@ class NodeAgent:
             0,
             1,
             float("inf"),
-            model=r.model or r.name,
+            model=model,
+            time_limit=r.time_limit_s if r.time_limit_s is not None else math.inf,
+            pcie_heavy=pcie_heavy(model, r.gpus) if r.gpus else False,
         )
         job.preemptions = r.preemptions
         return job
-
-    def _try_start(self, r: JobRow, job: Job, now: float) -> bool:
-        node = self.node
-        assert node is not None
-        if node.pool not in self.policy.pools.pools(job):
-            return False
-        cores = max(1, min(node.cores, self.policy.core_count.cores_per_node(job)))
-        if node.free_gpus < job.gpus_pn or not self.policy.allows(job, node, cores):
-            return False
-        if node.free_cores < cores and job.kind == DNN and self.policy.reclaim is not None:
-            if node.dnn_free_cores >= cores:
-                acts = self.policy.reclaim.reclaim(job, node, cores - node.free_cores, now)
-                self._apply(acts, now, "reclaim", reason={"for_job": r.id, "cores": cores})
-        if node.free_cores < cores:
-            return False
-        self._launch(r, job, cores, now)
-        return True
 
     def _room(self, m: Managed) -> int:
         """How many more cores ``m`` could get now."""
@@ -481,16 +487,24 @@ class NodeAgent:
         return self._take_cpus(k, m.job.kind)
 
     def _hold(self, m: Managed, sign: int) -> None:
-        """Count a job's CPUs and GPUs as taken (+1) or given back (-1) on the node."""
-        node = self.node
-        assert node is not None
-        node.free_cores -= sign * len(m.cpus)
-        node.free_gpus -= sign * len(m.gpu_ids)
-        if m.job.kind == CPU:
-            node.cpu_job_cores += sign * len(m.cpus)
-        if sign < 0:
+        """Book a job's CPUs and GPUs as taken (+1) or given back (-1) on the node, in
+        the scheduler's ledger (a job the cycle started is booked already)."""
+        node, sched = self.node, self.sched
+        assert node is not None and sched is not None
+        job = m.job
+        if sign > 0:
+            if not job.placement:  # adopted after a restart
+                sched.occupy(job, [node], len(m.cpus), self.clock())
+        else:
+            if job.placement:
+                sched.vacate(job, self.clock())
             self._free_cpus.update(m.cpus)
             self._free_gpus.update(m.gpu_ids)
+
+    def _books_changed(self, grew: bool) -> None:
+        """The node's free cores changed outside the ledger (a cpuset resize)."""
+        if self.sched is not None and self.node is not None:
+            self.sched.node_capacity_changed(self.node, grew)
 
     def _read_job_progress(self, m: Managed) -> Progress | None:
         # The job's user owns its file; a file anyone else made there is not trusted.
@@ -517,7 +531,8 @@ class NodeAgent:
         self._free_cpus.difference_update(ids)
         return sorted(ids)
 
-    def _launch(self, r: JobRow, job: Job, cores: int, now: float) -> None:
+    def _launch(self, r: JobRow, job: Job, cores: int, now: float) -> bool:
+        """Start the job's supervisor; False if it could not be started."""
         node = self.node
         assert node is not None
         cpus = self._take_cpus(cores, job.kind)
@@ -534,7 +549,7 @@ class NodeAgent:
             )
             self._queued_jobs.pop(r.id, None)
             self.log(f"job {r.id}: not started: cgroup {name} has processes of another owner")
-            return
+            return False
         jdir.mkdir(mode=0o700, exist_ok=True)  # inside the state dir start() checked
         for f in ("exit", "shim.pid", LAUNCH_FILE):
             (jdir / f).unlink(missing_ok=True)
@@ -556,7 +571,7 @@ class NodeAgent:
             self._free_cpus.update(cpus)
             self._free_gpus.update(gpu_ids)
             self._queued_jobs.pop(r.id, None)
-            return
+            return False
         m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=_uid_of(r))
         self._place(m, now)
         try:
@@ -571,7 +586,8 @@ class NodeAgent:
             )
             self._decide(now, r.id, "agent", "launch-failed", {"error": str(e)})
             self.log(f"job {r.id}: launch failed: {e}")
-            return
+            self._queued_jobs.pop(r.id, None)
+            return False
         m.shim_pid, m.shim_start = m.popen.pid, proc_start_time(m.popen.pid)
         self.store.update(r.id, state="running", shim_pid=m.shim_pid, shim_start=m.shim_start)
         self._queued_jobs.pop(r.id, None)
@@ -587,6 +603,7 @@ class NodeAgent:
             f"job {r.id} ({job.job_id}) started on CPUs {format_cpus(cpus)}"
             f"{f', GPUs {gpu_ids}' if gpu_ids else ''} ({cores} of {r.cores} cores asked)"
         )
+        return True
 
     def job_dir(self, job_id: int) -> Path:
         return self.state_dir / "jobs" / str(int(job_id))
@@ -636,17 +653,10 @@ class NodeAgent:
         node = self.node
         assert node is not None
         job = m.job
-        job.placement = [node]
-        job.cores_pn = len(m.cpus)
-        job.quota = 1.0
         job.start = now
-        node.jobs[job] = None
         self._hold(m, +1)
-        node.version += 1
         m.last_change = now
         self.running[m.row_id] = m
-        for r in self.policy.reserve:
-            r.reserve(job, [node], now)
 
     # ------------------------------------------------------------- sampling
     def _sample(self, now: float) -> None:
@@ -730,8 +740,7 @@ class NodeAgent:
         node = self.node
         if nc is None or node is None or not node.jobs:
             return
-        watching = getattr(nc, "watching", None)
-        if watching is not None and not watching(node):
+        if not nc.watching(node):
             return
         # One tick per fresh throughput sample, as in the simulator (where the control
         # period is the sample period): the eliminator counts ticks to judge a throttle,
@@ -739,7 +748,7 @@ class NodeAgent:
         if any(j.kind == DNN for j in node.jobs) and not self._new_samples:
             return
         self._new_samples = False
-        history = getattr(nc, "decisions", None)
+        history = nc.decisions if isinstance(nc, ContentionEliminator) else None
         last = history[-1] if history else None
         acts = nc.control(node, now)
         reason: dict[str, Any] = {}
@@ -812,8 +821,9 @@ class NodeAgent:
         node.free_cores -= n - cur
         if job.kind == CPU:
             node.cpu_job_cores += n - cur
-            if job.quota < 1.0:
-                self._write_quota(m)
+        self._books_changed(grew=n < cur)
+        if job.kind == CPU and job.quota < 1.0:
+            self._write_quota(m)
         m.settle_until = now + self.config.settle_s
         m.window = None
         m.dirty = True
@@ -888,6 +898,7 @@ class NodeAgent:
         self._release(m, now)
         row = self.store.job(m.row_id)
         pre = (row.preemptions if row else 0) + 1
+        m.job.preemptions = pre
         self.store.update(
             m.row_id,
             state="queued",
@@ -897,6 +908,10 @@ class NodeAgent:
             preemptions=pre,
             message=f"preempted {pre}x for a DNN job",
         )
+        if self.sched is not None:
+            # Queued again at once, as the simulator does: the same job, behind no one.
+            self._queued_jobs[m.row_id] = m.job
+            self.sched.requeue(m.job)
         self._decide(now, m.row_id, source, "preempt", dict(reason or {}))
         self.log(f"job {m.row_id}: preempted ({source})")
 
@@ -1047,53 +1062,6 @@ class NodeAgent:
         self.store.log_decision(self.wall(), job_id, component, action, detail)
 
 
-def tune_policy(policy: Policy, tune: dict[str, str]) -> None:
-    """Override the allocator's or eliminator's config fields, e.g.
-    ``{"eliminator.step_down": "0.5", "allocator.max_windows": "24"}``: the defaults
-    suit the simulator's noise; a real node may need others. Values are checked by the
-    configs' own validation; unknown names are errors."""
-    targets = {"allocator": policy.job_control, "eliminator": policy.node_control}
-    for key, raw in tune.items():
-        part, _, name = key.partition(".")
-        obj = targets.get(part)
-        if obj is None or not hasattr(obj, "config"):
-            raise ValueError(f"{key}: the policy {policy.name!r} has no {part!r} to tune "
-                             f"(use allocator.<field> or eliminator.<field>)")  # fmt: skip
-        fields_ = {f.name: f for f in dataclasses.fields(obj.config)}
-        if name not in fields_:
-            raise ValueError(f"{key}: unknown field; {part} has {', '.join(sorted(fields_))}")
-        current = getattr(obj.config, name)
-        try:
-            if isinstance(current, bool):
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                value: Any = raw.lower() in ("true", "1")
-            elif isinstance(current, int):
-                value = int(raw)
-            elif isinstance(current, float):
-                value = float(raw)
-            elif current is None:
-                value = None if raw.lower() == "none" else int(raw)
-            else:
-                raise ValueError(raw)
-            # nan passes every range check a config makes (all comparisons are false),
-            # and a count of 10**100 windows is no setting: both are refused here.
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(raw)
-            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**9:
-                raise ValueError(raw)
-        except ValueError:
-            raise ValueError(
-                f"{key}={raw!r}: expected a finite {type(current).__name__} (integers within +-1e9)"
-            ) from None
-        try:
-            obj.config = dataclasses.replace(obj.config, **{name: value})
-        except ValueError as e:
-            raise ValueError(f"{key}={raw}: {e}") from None
-        if part == "eliminator" and name == "period_s":
-            obj.period_s = value
-
-
 def _private_log(path: Path) -> Any:
     """A job's log, appended to, readable by the agent's user only (0600)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -1125,3 +1093,17 @@ def _quiet(fn: Callable[[], Any]) -> None:
         fn()
     except (OSError, CgroupError):
         pass
+
+
+def pcie_heavy(model: str, gpus: int) -> bool:
+    """A model's PCIe class from the bundled profiles by name (False if unknown), so
+    the PCIe score plugin sees on a real node what it sees in the simulator."""
+    profiles = _profiles()
+    if model not in profiles.models:
+        return False
+    return profiles.job_perf(model, max(1, gpus), 1).pcie_heavy
+
+
+@functools.cache
+def _profiles() -> Any:
+    return load_profile_set("coda")

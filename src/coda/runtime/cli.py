@@ -38,12 +38,27 @@ from coda.runtime.store import (
     Store,
     StoreError,
 )
+from coda.runtime.timelimit import FORMS, format_time_limit, parse_time_limit
 
 MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
 T = TypeVar("T")
 
 SYSTEM_STATE_DIR = "/var/lib/coda"
 JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
+
+
+class TimeLimit(click.ParamType):
+    """A Slurm time limit (``--time 1-02:00:00``), as seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_time_limit(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 def default_state_dir() -> str:
@@ -474,11 +489,20 @@ def _spec_options(f: Callable) -> Callable:
         ),
         click.option("--cwd", type=click.Path(exists=True, file_okay=False), default=None),
         click.option(
+            "--time",
+            "time_limit_s",
+            type=TimeLimit(),
+            default=None,
+            metavar="DURATION",
+            help=f"Time limit, as Slurm's --time: {FORMS}; at most 366 days [default: "
+            "none]. The agent plans backfill with it.",
+        ),
+        click.option(
             "--spec",
             "spec_file",
             type=click.Path(exists=True, dir_okay=False),
             default=None,
-            help="Job spec as JSON: {argv, name, cores, gpus, model, cwd, env}.",
+            help="Job spec as JSON: {argv, name, cores, gpus, model, cwd, env, time_limit_s}.",
         ),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
@@ -516,6 +540,7 @@ def _build_spec(kw: dict[str, Any]) -> JobSpec:
         ("gpus", "gpus"),
         ("model", "model"),
         ("cwd", "cwd"),
+        ("time_limit_s", "time_limit_s"),
     ):
         if kw.get(opt) not in (None, ""):
             setattr(spec, key, kw[opt])
@@ -660,7 +685,8 @@ def _fmt_decision(d: dict[str, Any]) -> str:
 def status(
     state_dir: str, job_id: int | None, show_all: bool, decisions: int, as_json: bool
 ) -> None:
-    """Jobs, the cores and quota each holds, throughput, and why (recent decisions)."""
+    """Jobs, the cores and quota each holds, throughput, time limit, why a queued job
+    waits, and why the agent acted (recent decisions)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -695,12 +721,14 @@ def status(
         "name",
         "kind",
         "state",
+        "time",
         "cores",
         "cpus",
         "quota",
         "throughput",
         "reference",
         "allocator",
+        "wait",
         "note",
     ):
         table.add_column(col)
@@ -710,12 +738,14 @@ def status(
             r.name,
             r.kind,
             r.state,
+            format_time_limit(r.time_limit_s),
             f"{len(parse_cpus(r.cpus))}/{r.cores}" if r.cpus else f"-/{r.cores}",
             r.cpus or "-",
             f"{r.quota:.2f}" if r.state in ACTIVE else "-",
             f"{r.throughput:.4g}/s" if r.throughput is not None else "-",
             f"{r.reference:.4g}/s" if r.reference is not None else "-",
             r.phase or "-",
+            (r.wait_reason or "-") if r.state == "queued" else "-",
             r.message or (f"exit {r.exit_code}" if r.exit_code is not None else ""),
         )
         table.add_row(*(Text(c) for c in cells))  # Text: a job's name is never markup

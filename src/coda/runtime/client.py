@@ -52,6 +52,9 @@ def socket_path(state_dir: str | os.PathLike[str]) -> Path:
 
 
 _ROW_FIELDS = {f.name for f in fields(JobRow)}
+# Fields an agent from before schema version 3 does not send (it still runs after an
+# upgrade until restarted): their defaults, not a malformed answer.
+_LATER_FIELDS = {"time_limit_s": None, "wait_reason": ""}
 _DECISION_TYPES: dict[str, type | tuple[type, ...]] = {
     "id": int,
     "t": (int, float),
@@ -62,9 +65,9 @@ _DECISION_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def _row(d: Any) -> JobRow:
-    if not isinstance(d, dict) or not _ROW_FIELDS <= set(d):
+    if not isinstance(d, dict) or not _ROW_FIELDS - set(_LATER_FIELDS) <= set(d):
         raise ClientError("the agent's answer is malformed (a job without its fields)")
-    row = JobRow(**{k: d[k] for k in _ROW_FIELDS})
+    row = JobRow(**{**_LATER_FIELDS, **{k: d[k] for k in _ROW_FIELDS if k in d}})
     try:
         row.check()
     except ValueError as e:

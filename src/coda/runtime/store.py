@@ -15,16 +15,18 @@ import pwd
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from coda.runtime.statedir import StateDirError, secure_file
-from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS
+from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS, MAX_TIME_LIMIT_S
 
-SCHEMA_VERSION = 2  # 2: jobs.uid/gid/groups (who submitted, as the kernel said)
+# 2: jobs.uid/gid/groups (who submitted, as the kernel said);
+# 3: jobs.time_limit_s (the user's limit) and jobs.wait_reason (why a queued job waits)
+SCHEMA_VERSION = 3
 # Used with fullmatch: `$` alone would let a trailing newline through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -66,7 +68,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     message TEXT NOT NULL DEFAULT '',
     uid INTEGER,
     gid INTEGER,
-    groups TEXT NOT NULL DEFAULT '[]'
+    groups TEXT NOT NULL DEFAULT '[]',
+    time_limit_s REAL,
+    wait_reason TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS decisions (
@@ -88,9 +92,15 @@ MAX_SPEC_BYTES = 1 << 20  # argv, env and cwd together, UTF-8
 MAX_CORES = MAX_NODE_CORES  # a job runs on this one node: the simulator's node caps
 MAX_GPUS = MAX_NODE_GPUS
 MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
+MAX_TIME_LIMIT = MAX_TIME_LIMIT_S
+MAX_WAIT_REASON = 200  # characters of one wait reason (longer ones are cut)
 
-# Columns added after version 1, with their definitions (ALTER TABLE on upgrade).
-_ADDED = {2: ("uid INTEGER", "gid INTEGER", "groups TEXT NOT NULL DEFAULT '[]'")}
+# Columns added after version 1, with their definitions (ALTER TABLE on upgrade; an old
+# database goes through every later version's columns).
+_ADDED = {
+    2: ("uid INTEGER", "gid INTEGER", "groups TEXT NOT NULL DEFAULT '[]'"),
+    3: ("time_limit_s REAL", "wait_reason TEXT NOT NULL DEFAULT ''"),
+}
 
 
 class SpecError(ValueError):
@@ -143,6 +153,31 @@ def _whole(value: Any, what: str, lo: int, hi: int) -> int:
     return value
 
 
+def _time_limit(value: Any, what: str) -> float | None:
+    """A time limit in seconds, or None for none."""
+    if value is None:
+        return None
+    # Range first: it is False for nan and needs no float() of a huge int.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (0 < value <= MAX_TIME_LIMIT)
+    ):
+        raise SpecError(
+            f"{what} must be seconds in (0, {MAX_TIME_LIMIT}] (366 days), or null for no "
+            f"limit, got {value!r}"
+        )
+    return float(value)
+
+
+def clean_reason(text: str) -> str:
+    """A wait reason as the database keeps it: one line of printable text (anything else
+    becomes '?'), at most MAX_WAIT_REASON characters."""
+    if not isinstance(text, str):
+        raise TypeError(f"a wait reason is text, not {type(text).__name__}")
+    return "".join(c if c.isprintable() else "?" for c in text[:MAX_WAIT_REASON])
+
+
 @dataclass
 class JobSpec:
     """What a user submits. ``argv`` runs without a shell."""
@@ -154,6 +189,7 @@ class JobSpec:
     model: str = ""
     cwd: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    time_limit_s: float | None = None  # None: no limit
 
     @property
     def kind(self) -> str:
@@ -187,6 +223,7 @@ class JobSpec:
             )
         _whole(self.cores, "cores", 1, MAX_CORES)
         _whole(self.gpus, "gpus", 0, MAX_GPUS)
+        self.time_limit_s = _time_limit(self.time_limit_s, "the time limit")
         if node_cores is not None and self.cores > node_cores:
             raise SpecError(f"asks for {self.cores} cores but this node has {node_cores}")
         if node_gpus is not None and self.gpus > node_gpus:
@@ -225,7 +262,7 @@ class JobSpec:
         """A spec from a JSON object, with clear errors for unknown or mistyped keys."""
         if not isinstance(d, dict):
             raise SpecError("a job spec must be a JSON object")
-        known = {"argv", "name", "cores", "gpus", "model", "cwd", "env"}
+        known = {"argv", "name", "cores", "gpus", "model", "cwd", "env", "time_limit_s"}
         extra = sorted(repr(k) for k in set(d) - known)
         if extra:
             raise SpecError(f"unknown key(s) in job spec: {', '.join(extra)}")
@@ -245,6 +282,7 @@ class JobSpec:
             model=d.get("model", ""),
             cwd=d.get("cwd", ""),
             env=dict(env),
+            time_limit_s=_time_limit(d.get("time_limit_s"), "'time_limit_s'"),
         )
         # Types now, so that a wrong one is this error and never a crash further on.
         for what in ("name", "model", "cwd"):
@@ -269,6 +307,7 @@ class JobSpec:
             "model": self.model,
             "cwd": self.cwd,
             "env": dict(self.env),
+            "time_limit_s": self.time_limit_s,
         }
 
 
@@ -303,6 +342,8 @@ class JobRow:
     uid: int | None = None  # None: the agent's own user (databases from before version 2)
     gid: int | None = None
     groups: list[int] = field(default_factory=list)
+    time_limit_s: float | None = None  # None: no limit (and databases before version 3)
+    wait_reason: str = ""  # why a queued job waits, as the last cycle said; '' otherwise
 
     @classmethod
     def from_sql(cls, r: sqlite3.Row) -> JobRow:
@@ -331,7 +372,7 @@ class JobRow:
             if not isinstance(v, kind) or isinstance(v, bool):
                 raise bad(name)
         for name in ("name", "kind", "cwd", "model", "state", "cpus", "gpu_ids", "phase",
-                     "message"):  # fmt: skip
+                     "message", "wait_reason"):  # fmt: skip
             if not isinstance(getattr(self, name), str):
                 raise bad(name)
         if not (isinstance(self.argv, list) and all(isinstance(a, str) for a in self.argv)):
@@ -353,6 +394,12 @@ class JobRow:
                 raise bad(name)
         if self.uid is not None and not 0 <= self.uid < 2**32:
             raise bad("uid")
+        try:
+            _time_limit(self.time_limit_s, "time_limit_s")
+        except SpecError:
+            raise bad("time_limit_s") from None
+        if clean_reason(self.wait_reason) != self.wait_reason:  # too long, or not one line
+            raise bad("wait_reason")
 
     @property
     def owner(self) -> Owner | None:
@@ -463,7 +510,7 @@ class Store:
         owner = owner or Owner.me()
         cur = self._db.execute(
             "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
-            "uid, gid, groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "uid, gid, groups, time_limit_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 spec.name,
                 spec.kind,
@@ -477,6 +524,7 @@ class Store:
                 owner.uid,
                 owner.gid,
                 json.dumps(list(owner.groups)),
+                spec.time_limit_s,
             ),
         )
         return int(cur.lastrowid)
@@ -511,21 +559,56 @@ class Store:
         q = f"SELECT id FROM jobs WHERE state IN ({','.join('?' * len(states))}) ORDER BY id"
         return [int(r[0]) for r in self._db.execute(q, list(states))]
 
+    @staticmethod
+    def _with_reason(fields: dict[str, Any]) -> dict[str, Any]:
+        """A job that leaves the queue waits for nothing: the update that changes its
+        state clears its wait reason; a reason given is cleaned."""
+        if "state" in fields and fields["state"] != "queued":
+            return {**fields, "wait_reason": ""}
+        if "wait_reason" in fields:
+            return {**fields, "wait_reason": clean_reason(fields["wait_reason"])}
+        return fields
+
     def update(self, job_id: int, **fields: Any) -> None:
         if not fields:
             return
+        fields = self._with_reason(fields)
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._db.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
     def claim(self, job_id: int, **fields: Any) -> bool:
         """Update a job that is still queued and not cancelled; False if it is not
         (a cancel may land between the agent's read and its launch)."""
+        fields = self._with_reason(fields)
         cols = ", ".join(f"{k} = ?" for k in fields)
         cur = self._db.execute(
             f"UPDATE jobs SET {cols} WHERE id = ? AND state = 'queued' AND cancel = 0",
             (*fields.values(), job_id),
         )
         return cur.rowcount == 1
+
+    def set_wait_reasons(self, reasons: Mapping[int, str]) -> None:
+        """Record why each job waits (job id -> reason, as the last cycle said), in one
+        transaction. Only rows still queued are touched, and only where the reason
+        changed (an unchanged queue writes nothing); a reason is kept as one line of
+        printable text of at most MAX_WAIT_REASON characters."""
+        rows = []
+        for job_id, reason in reasons.items():
+            if type(job_id) is not int or not 0 <= job_id <= MAX_JOB_ID:
+                raise ValueError(f"not a job id: {job_id!r}")
+            text = clean_reason(reason)
+            rows.append((text, job_id, text))
+        if not rows:
+            return
+        q = (
+            "UPDATE jobs SET wait_reason = ? "
+            "WHERE id = ? AND state = 'queued' AND wait_reason IS NOT ?"
+        )
+        if self._db.in_transaction:  # the caller's transaction: one with the rest of it
+            self._db.executemany(q, rows)
+            return
+        with self.tx():
+            self._db.executemany(q, rows)
 
     def request_cancel(self, job_id: int) -> JobRow:
         """Mark a job for cancelling (the agent acts on it); a queued job is cancelled now."""

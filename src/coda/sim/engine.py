@@ -13,16 +13,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from bisect import bisect_right
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
-from coda.policy.allocator import free_room
+from coda.cycle import InvariantError, Reason, Scheduler, Start
+from coda.cycle import reasons as R
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
-from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
-from coda.sim.index import PoolIndex
+from coda.policy.state import Job, Node
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult, describe
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
@@ -31,66 +30,12 @@ _FINISH = 0
 _TICK = 1  # node control (the eliminator)
 _SAMPLE = 2  # throughput samples for the job control (the allocator)
 _EPS = 1e-9
-_MAX_ROUNDS = 64  # scheduling rounds at one instant (each starts jobs or moves a reservation)
-_RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
 # An interference episode: a DNN job runs this much below its speed from cores
 # because of memory-bandwidth pressure (the eliminator's detect/recover times).
 _EPISODE_LOSS = 0.05
 # A watched node unchanged this long, with nothing held by its controls, stops being
 # ticked until it changes (Simulator._resting); ten minutes, the eliminator's calm_s.
 _REST_AFTER_S = 600.0
-
-
-class InvariantError(AssertionError):
-    """The simulator broke one of its own invariants (only checked when asked)."""
-
-
-@dataclass
-class _Reservation:
-    job: Job
-    nodes: list[Node]
-    shadow: float  # when the reserved job is expected to be able to start
-    versions: tuple[int, ...]
-
-
-class _Bucket:
-    """Queued jobs of one shape, sorted by (queue key, trace row); started jobs
-    are skipped lazily and trimmed from the front."""
-
-    __slots__ = ("keys", "jobs", "pos")
-
-    def __init__(self) -> None:
-        self.keys: list[tuple] = []
-        self.jobs: list[Job] = []
-        self.pos = 0  # entries before pos have all started
-
-    def add(self, key: tuple, job: Job) -> None:
-        at = bisect_right(self.keys, key)
-        self.keys.insert(at, key)
-        self.jobs.insert(at, job)
-        self.pos = min(self.pos, at)
-
-    def _stale(self, i: int) -> bool:
-        # Started, or requeued (after a preemption) under a new key elsewhere.
-        job = self.jobs[i]
-        return job.start >= 0 or job.queue_key != self.keys[i]
-
-    def front(self) -> tuple[tuple, Job] | None:
-        jobs, i = self.jobs, self.pos
-        while i < len(jobs) and self._stale(i):
-            i += 1
-        if i > 64 and i * 2 > len(jobs):  # trim the started prefix
-            del self.keys[:i], self.jobs[:i]
-            i = 0
-        self.pos = i
-        return (self.keys[i], jobs[i]) if i < len(jobs) else None
-
-    def next_after(self, at: int) -> tuple[tuple, int] | None:
-        jobs = self.jobs
-        i = at + 1
-        while i < len(jobs) and self._stale(i):
-            i += 1
-        return (self.keys[i], i) if i < len(jobs) else None
 
 
 class Simulator:
@@ -129,40 +74,22 @@ class Simulator:
             for i, s in enumerate(cluster.nodes)
         ]
         self.cluster = cluster
-        max_gpus = max((n.gpus for n in self.nodes), default=0)
-        self.index: dict[str, PoolIndex] = {}
-        for node in self.nodes:
-            if node.pool not in self.index:
-                self.index[node.pool] = PoolIndex(max_gpus)
-            self.index[node.pool].add(node)
-        # DNN jobs see the cores CPU jobs hold on GPU nodes as free when the
-        # policy reclaims them; they search this second index of the GPU pool.
-        self.dnn_index: PoolIndex | None = None
-        if policy.reclaim is not None and GPU_POOL in self.index:
-            self.dnn_index = PoolIndex(max_gpus, dnn_view=True)
-            for node in self.nodes:
-                if node.pool == GPU_POOL:
-                    self.dnn_index.add(node)
-        # Distinct node shapes per pool, for the "can this job ever run" check.
-        self.pool_shapes: dict[str, dict[tuple[int, int, int], int]] = {}
-        for node in self.nodes:
-            shapes = self.pool_shapes.setdefault(node.pool, {})
-            key = (node.gpus, node.cores, node.mem_mib)
-            shapes[key] = shapes.get(key, 0) + 1
         self.total_gpus = sum(n.gpus for n in self.nodes)
-        # Plugins that want the cluster's shape (kube: the framework's node lister) get it once.
-        for part in (
-            policy.queue_sort, policy.pools, policy.core_count, *policy.filters,
-            policy.reclaim, policy.node_control, policy.job_control,
-        ):  # fmt: skip
-            hook = getattr(part, "observe_cluster", None)
-            if hook is not None:
-                hook(self.nodes)
+        # Plugins that want the cluster's shape (kube: the framework's node lister) get it.
+        policy.observe_cluster(self.nodes)
+        # The scheduling cycle (coda.cycle): the same runner the node agent and the
+        # Slurm controller call; this engine is its executor (bind, apply).
+        self.sched = Scheduler(policy, self.nodes)
         self.total_cores = sum(n.cores for n in self.nodes)
 
         jobs = workload.jobs
         self.n = len(jobs)
         self.submit = jobs.submit.tolist()
+        # Time limits the trace gives (NaN = none), for the time-limit estimates.
+        limits = jobs.time_limit
+        self._limits = (
+            np.where(np.isnan(limits), math.inf, limits).tolist() if limits is not None else None
+        )
         if any(b < a for a, b in zip(self.submit, self.submit[1:], strict=False)):
             raise ValueError("workload jobs must be sorted by submit time")
         # Measurement window: by default first to last arrival.
@@ -178,43 +105,21 @@ class Simulator:
         self.heap: list[tuple] = []
         self.seq = 0
         self.events = 0
-        # Each array (DNN, CPU) is one queue kept as FIFO buckets of alike jobs
-        # (same GPUs and cores per node, nodes, model), each sorted by queue key.
-        # Jobs of a bucket fit or fail alike, so a cycle looks at bucket fronts,
-        # not at every queued job.
-        self.buckets: dict[str, dict[tuple, _Bucket]] = {DNN: {}, CPU: {}}
-        self.reservations: dict[str, _Reservation | None] = {DNN: None, CPU: None}
-        self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
-        self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
-        self._live: list[Node] | None = None  # the running cycle's dirty nodes
-        self._live_set: set[Node] = set()
-        # Stand-in jobs, to ask the policy which pools each array may use.
-        self._probe_dnn = Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0)
-        self._probe_cpu = Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0)
-        # Jobs alike in what decides their core count share a queue bucket.
-        self._core_group = getattr(policy.core_count, "group_key", lambda job: job.cores_pn_req)
-
         self.busy: dict[Node, None] = {}  # nodes with at least one job
         # Nodes the job/node controls want ticked (and their DNN jobs sampled).
         self.watched: dict[Node, None] = {}
         self._quiet: dict[Node, tuple[tuple[int, ...], float]] = {}  # signature, since when
         self.rests = 0  # times a watched node went to rest
-        nc = policy.node_control
-        self._nc_watching = getattr(nc, "watching", None) if nc is not None else None
         if noise < 0:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.noise = float(noise)
         self.rng = np.random.default_rng([seed, 11])
         self._noise_buf = np.zeros(0)
         self._noise_i = 0
-        self.requeue: list[Job] = []  # preempted jobs, queued again after the cycle
-        self._carry: set[Job] = set()  # requeued jobs still owed a full search
-        self._generation = getattr(policy.core_count, "generation", None)
         # Checkpoints of preemptable CPU jobs are tracked only where preemption exists.
         self._checkpoints = policy.reclaim is not None
         self._armed = {_TICK: False, _SAMPLE: False}  # a tick of this kind is in the heap
         self.running = 0
-        self._fit_cache: dict[tuple, bool] = {}
 
         # Aggregates, updated incrementally; integrated over the window.
         self.gpu_eff = 0.0
@@ -222,7 +127,7 @@ class Simulator:
         self.gpu_alloc = 0
         self.cores_alloc = 0
         self.cores_useful = 0.0
-        self.count = {"dnn_queued": 0, "cpu_queued": 0, "dnn_running": 0, "cpu_running": 0}
+        self.count = {"dnn_running": 0, "cpu_running": 0}
         self.area = {
             "gpu_eff": 0.0,
             "gpu_base": 0.0,
@@ -247,6 +152,8 @@ class Simulator:
         self.unschedulable = np.zeros(self.n, dtype=bool)
         self.waited = np.zeros(self.n)  # time queued, summed over requeues
         self.preempted = np.zeros(self.n, dtype=np.int32)
+        # The last reason each job waited (its Reason's token; "" = never waited).
+        self.wait_reason: list[str] = [""] * self.n
         self._requeued_at: dict[Job, float] = {}
         self._ckpt: dict[Job, tuple[float, float]] = {}  # CPU job -> its last checkpoint
         self.lost_core_s = 0.0  # CPU-job work lost to preemption, core-seconds
@@ -265,7 +172,7 @@ class Simulator:
         heap = self.heap
         control = self.policy.node_control
         report_every = max(1, n // 200)
-        new_jobs: list[Job] = []
+        sched = self.sched
         while True:
             t_arr = submit[next_i] if next_i < n else math.inf
             t_evt = heap[0][0] if heap else math.inf
@@ -274,9 +181,7 @@ class Simulator:
                 break
             self._advance(t)
             while next_i < n and submit[next_i] <= t:
-                job = self._arrive(next_i)
-                if job is not None:
-                    new_jobs.append(job)
+                self._arrive(next_i)
                 next_i += 1
                 if self.progress is not None and next_i % report_every == 0:
                     self.progress(next_i, n)
@@ -300,20 +205,10 @@ class Simulator:
                     if self.watched and not self._armed[kind]:
                         self._armed[kind] = True
                         self._push(t + period, kind, None, 0)
-            generation = getattr(self.policy.core_count, "generation", None)
-            if generation != self._generation:
-                # Core counts changed (the allocator learned a shape): queued DNN
-                # jobs may fit where they failed before, i.e. on any node with an
-                # idle GPU (only DNN jobs' core counts are learned).
-                self._generation = generation
-                for node in self.nodes:
-                    if node.free_gpus:
-                        self.dirty[node] = None
-            if self.dirty or new_jobs or self._carry:
-                self._schedule(new_jobs)
-                new_jobs = []
+            if sched.pending():
+                sched.cycle(self.now, self)
                 if self.check:
-                    self._check_no_waiting_fit()
+                    sched.check_no_waiting_fit()
         # Stopped by the horizon or out of events: integrate up to where we stopped.
         self._advance(self.horizon if math.isfinite(self.horizon) else max(self.now, self.w1))
         if self.progress is not None:
@@ -352,6 +247,8 @@ class Simulator:
         s["gpu_util_effective"][i] = self.gpu_eff / self.total_gpus if self.total_gpus else 0.0
         s["gpu_util_allocated"][i] = self.gpu_alloc / self.total_gpus if self.total_gpus else 0.0
         s["cpu_util"][i] = self.cores_alloc / self.total_cores
+        s["dnn_queued"][i] = self.sched.queued["dnn"]
+        s["cpu_queued"][i] = self.sched.queued["cpu"]
         for k, v in self.count.items():
             s[k][i] = v
 
@@ -378,412 +275,28 @@ class Simulator:
             model=model,
             perf=perf,
             bw_per_core=float(w.cpu_bw_per_core[i]),
+            time_limit=self._limits[i] if self._limits is not None else math.inf,
         )
-        cores_pn = self._cores(job)
-        if not self._can_ever_fit(job, cores_pn):
+        never = self.sched.submit(job)
+        if never is not None:
             self.unschedulable[i] = True
+            self.wait_reason[i] = never.token
             return None
-        self._enqueue(job)
         return job
 
-    def _enqueue(self, job: Job) -> None:
-        shape = (job.kind, job.gpus_pn, job.nodes, self._core_group(job))
-        bucket = self.buckets[job.kind].get(shape)
-        if bucket is None:
-            bucket = self.buckets[job.kind][shape] = _Bucket()
-        # The preemption count keeps a requeued job's new entry apart from its old one.
-        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
-        bucket.add(job.queue_key, job)
-        self.count[f"{job.kind}_queued"] += 1
-
-    def _can_ever_fit(self, job: Job, cores_pn: int) -> bool:
-        pools = self.policy.pools.pools(job)
-        key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
-        hit = self._fit_cache.get(key)
-        if hit is None:
-            fitting = 0
-            for pool in pools:
-                for (g, c, m), k in self.pool_shapes.get(pool, {}).items():
-                    if g >= job.gpus_pn and c >= cores_pn and (m == 0 or m >= job.mem_pn):
-                        fitting += k
-            hit = self._fit_cache[key] = fitting >= job.nodes
-        return hit
-
-    # ------------------------------------------------------------ scheduling
-    def _schedule(self, new_jobs: list[Job]) -> None:
-        """Scheduling cycles at one instant, until nothing is left to retry.
-
-        A job that was already queued failed to fit at an earlier cycle, and
-        free capacity has since grown only on the "dirty" nodes (a job left,
-        cores were given back, a reservation moved or was spent). So old jobs
-        are tried on those nodes only; new arrivals search the whole index.
-        A cycle thus costs the queue's bucket fronts and what changed, not the
-        length of the queue or the size of the cluster.
-        """
-        fresh = set(new_jobs) | self._carry
-        self._carry = set()
-        for _ in range(_MAX_ROUNDS):
-            dirty = list(self.dirty)
-            self.dirty = {}
-            self._cycle(dirty, fresh)
-            fresh = set()  # they have had their full search
-            if self.requeue:
-                # Preempted mid-cycle: queued now (not while buckets were being
-                # walked) and given a full search like new arrivals.
-                for job in self.requeue:
-                    self._enqueue(job)
-                fresh = set(self.requeue)
-                self.requeue = []
-            elif not self.dirty:
-                break
-        # Nodes a depth-limited sweep did not get to: retried at the next event;
-        # so are requeued jobs the round limit left without their full search.
-        self.dirty.update(self._deferred)
-        self._deferred = {}
-        self._carry = {job for job in fresh if job.start < 0}
-
-    def _cycle(self, dirty: list[Node], fresh: set[Job]) -> None:
-        policy = self.policy
-        # Nodes that gain room during the cycle (a reservation spent or moved)
-        # join `dirty` at once, so the jobs kept off them are retried now.
-        self._live, self._live_set = dirty, set(dirty)
-        # node idx -> [(shadow, owner's queue key, owner)]: binds later-queued jobs only
-        active: dict[int, list[tuple]] = {}
-        heads = self._start_heads(dirty, fresh, active)
-        if not policy.backfill and any(heads.values()):
-            # Strict FIFO per array: nothing behind a blocked head may start.
-            blocked = {arr for arr, h in heads.items() if h is not None}
-        else:
-            blocked = set()
-        self._backfill(dirty, fresh, active, heads, blocked)
-        self._live = None
-
-    def _earliest(self, arr: str) -> Job | None:
-        """The first queued job of an array, in queue order."""
-        best = None
-        buckets = self.buckets[arr]
-        for shape in list(buckets):
-            front = buckets[shape].front()
-            if front is None:
-                del buckets[shape]
-            elif best is None or front[1].queue_key < best.queue_key:
-                best = front[1]
-        return best
-
-    def _start_heads(
-        self, dirty: list[Node], fresh: set[Job], active: dict[int, list[tuple]]
-    ) -> dict[str, Job | None]:
-        """Start each array's first jobs while they fit; the first that does not
-        is the array's head and holds a reservation. Heads are settled in queue
-        order across arrays, so an earlier head's reservation binds a later one."""
-        heads: dict[str, Job | None] = {DNN: None, CPU: None}
-        pending = {arr: self._earliest(arr) for arr in (DNN, CPU)}
-        while any(pending.values()):
-            arr = min((a for a in pending if pending[a]), key=lambda a: pending[a].queue_key)
-            job = pending[arr]
-            if self._try(job, job in fresh, dirty, active):
-                pending[arr] = self._earliest(arr)
-                continue
-            heads[arr] = job
-            pending[arr] = None
-            if self.policy.backfill:
-                self._hold(job, active)
-        return heads
-
-    def _backfill(
-        self,
-        dirty: list[Node],
-        fresh: set[Job],
-        active: dict[int, list[tuple]],
-        heads: dict[str, Job | None],
-        blocked: set[str],
-    ) -> None:
-        """Try the jobs behind the heads, in queue order, where they do not delay
-        a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
-        merged queue order; a bucket stops at its first job that does not fit
-        what those nodes still offer (room only shrinks while this runs, so no
-        job of the same shape behind it can fit; nodes that join mid-cycle are
-        also dirty for the next round). New jobs get a full search."""
-        depth = self.policy.backfill_depth
-        room = self._room(dirty)
-        seen = len(dirty)
-        heap: list[tuple] = []
-        for arr in (DNN, CPU):
-            if arr in blocked or not dirty:
-                continue
-            for shape, bucket in self.buckets[arr].items():
-                front = bucket.front()
-                if front is not None:
-                    heap.append((front[0], arr, shape, bucket.pos))
-        heapq.heapify(heap)
-        examined = {DNN: 0, CPU: 0}
-        while heap:
-            key, arr, shape, at = heapq.heappop(heap)
-            bucket = self.buckets[arr][shape]
-            job = bucket.jobs[at]
-            if job.start < 0 and job is not heads[arr] and job not in fresh:
-                if len(dirty) != seen:  # nodes joined mid-cycle
-                    room, seen = self._room(dirty), len(dirty)
-                max_g, max_c, max_m = room[arr]
-                cores_pn = self._cores(job)
-                if job.gpus_pn > max_g or cores_pn > max_c:
-                    continue  # no older job behind it in this bucket fits the dirty nodes
-                # A job too big for their memory is passed over without an attempt
-                # (jobs behind it may need less), so it does not use up the depth.
-                if job.mem_pn <= max_m or job.nodes > 1:
-                    if examined[arr] >= depth:
-                        self._deferred.update(dict.fromkeys(dirty))
-                        continue
-                    examined[arr] += 1  # depth counts real placement attempts
-                    if self._try(job, False, dirty, active, cores_pn):
-                        room = self._room(dirty)
-            nxt = bucket.next_after(at)
-            if nxt is not None:
-                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
-        # New arrivals come last in a FIFO queue; each gets a full search.
-        for job in sorted(fresh, key=lambda j: j.queue_key):
-            if job.start < 0 and job is not heads[job.kind] and job.kind not in blocked:
-                self._try(job, True, dirty, active)
-
-    def _mark_dirty(self, node: Node) -> None:
-        """Node gained room: retry queued jobs on it, in this cycle if one runs."""
-        self.dirty[node] = None
-        live = self._live
-        if live is not None and node not in self._live_set:
-            live.append(node)
-            self._live_set.add(node)
-
-    def _cores(self, job: Job) -> int:
-        return self.policy.core_count.cores_per_node(job)
-
-    @staticmethod
-    def _estimate(job: Job, cores_pn: int) -> None:
-        """Runtime estimate for backfill: its work at these cores, no contention."""
-        job.estimate = job.work / max(job.core_speed(cores_pn), _EPS)
-
-    def _try(
-        self,
-        job: Job,
-        new: bool,
-        dirty: list[Node],
-        active: dict[int, list[tuple]],
-        cores_pn: int | None = None,
-    ) -> bool:
-        """Start the job if it fits (an old job: on a dirty node); True if started."""
-        if cores_pn is None:
-            cores_pn = self._cores(job)
-        self._estimate(job, cores_pn)
-        nodes = self._find_nodes(job, cores_pn, active, None if new else dirty)
-        if nodes is None:
-            return False
-        self._start(job, nodes, cores_pn)
-        return True
-
-    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int, float]]:
-        """(max free GPUs, cores, memory) over the dirty nodes each array may use."""
-        room = {}
-        for arr, probe in ((DNN, self._probe_dnn), (CPU, self._probe_cpu)):
-            pools = self.policy.pools.pools(probe)
-            g = c = -1
-            m = -1.0
-            reclaim = arr == DNN and self.dnn_index is not None
-            for node in dirty:
-                if node.pool in pools:
-                    g = max(g, node.free_gpus)
-                    c = max(c, node.free_cores + node.cpu_job_cores if reclaim else node.free_cores)
-                    m = max(m, node.free_mem if node.mem_mib else math.inf)
-            needs_gpu = arr == DNN
-            room[arr] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
-        return room
-
-    def _hold(self, job: Job, active: dict[int, list[tuple]]) -> None:
-        """Give a blocked head its reservation and make it bind later-queued jobs."""
-        old = self.reservations[job.kind]
-        resv = self._reserve_for(job, self._cores(job), active)
-        if old is not None and old is not resv:
-            for node in old.nodes:
-                self._mark_dirty(node)  # jobs kept off these nodes may fit now
-        if resv is not None:
-            for node in resv.nodes:
-                active.setdefault(node.idx, []).append((resv.shadow, job.queue_key, job))
-
-    def _find_nodes(
-        self,
-        job: Job,
-        cores_pn: int,
-        active: dict[int, list[tuple]],
-        only: list[Node] | None,
-    ) -> list[Node] | None:
-        """Feasible nodes in best-fit order, then the policy's scores pick among them.
-
-        ``only``: search just these nodes (a single-node job retried after a
-        departure); a gang job always searches the index, since the nodes it
-        needs beside a freed one may have been free all along.
-        """
-        policy = self.policy
-        need = job.nodes
-        want = max(need, policy.candidates_to_score)
-        pools = policy.pools.pools(job)
-        reclaim = job.is_dnn and self.dnn_index is not None
-        if only is not None and need == 1:
-            cands = sorted(
-                (
-                    n
-                    for n in only
-                    if n.pool in pools
-                    and n.free_gpus >= job.gpus_pn
-                    and (n.free_cores + n.cpu_job_cores if reclaim else n.free_cores) >= cores_pn
-                ),
-                # Nodes where it would have to reclaim CPU jobs' cores come last.
-                key=lambda n: (
-                    pools.index(n.pool),
-                    n.free_cores < cores_pn,
-                    n.free_gpus,
-                    n.free_cores,
-                    n.idx,
-                ),
-            )
-            streams = [cands]
-        else:
-            streams = []
-            for p in pools:
-                if p in self.index:
-                    streams.append(self.index[p].best_fit(job.gpus_pn, cores_pn))
-                    if reclaim and p == GPU_POOL:
-                        # Then the nodes that fit only once CPU jobs give cores back.
-                        streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
-        mem = job.mem_pn
-        finish_by = self.now + job.estimate
-        key = job.queue_key
-        found: list[Node] = []
-        for stream in streams:
-            for node in stream:
-                if mem and node.mem_mib and node.free_mem < mem:
-                    continue
-                held = active.get(node.idx)
-                if held is not None and any(
-                    owner is not job
-                    and okey < key
-                    and finish_by > shadow
-                    and self._binds(owner, job)
-                    for shadow, okey, owner in held
-                ):
-                    continue  # would delay an earlier job's reservation
-                if policy.filters and not policy.allows(job, node, cores_pn):
-                    continue
-                found.append(node)
-                if len(found) >= want:
-                    break
-            if len(found) >= want:
-                break
-        if len(found) < need:
-            return None
-        return policy.pick(job, found, cores_pn, need)
-
-    def _needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
-        for node in self.dnn_index.best_fit(gpus, cores_pn):
-            if node.free_cores < cores_pn:
-                yield node
-
-    def _binds(self, owner: Job, job: Job) -> bool:
-        """Whether owner's reservation binds job. A CPU job's does not bind a DNN
-        job where the policy reclaims: the DNN job would take those cores back."""
-        return owner.is_dnn or not job.is_dnn or self.dnn_index is None
-
-    def _reserve_for(
-        self, job: Job, cores_pn: int, active: dict[int, list[tuple]]
-    ) -> _Reservation | None:
-        """Plan when and where a blocked job can start (the backfill shadow time).
-
-        Kept across cycles while the same job is blocked and its nodes are
-        unchanged. Nodes an earlier-queued head holds are left out: that head
-        goes first there (once it starts, this plan is redone).
-        """
-        old = self.reservations[job.kind]
-        if (
-            old is not None
-            and old.job is job
-            and old.shadow > self.now
-            and old.versions == tuple(n.version for n in old.nodes)
-        ):
-            return old
-        key = job.queue_key
-        policy = self.policy
-        times: list[tuple[float, int, Node]] = []
-        for pool in policy.pools.pools(job):
-            index = self.index.get(pool)
-            if index is None:
-                continue
-            for node in index.most_free():
-                if len(times) >= _RESERVATION_CANDIDATES:
-                    break
-                if any(
-                    okey < key and self._binds(owner, job)
-                    for _, okey, owner in active.get(node.idx, ())
-                ):
-                    continue
-                if policy.filters and not policy.allows(job, node, cores_pn):
-                    continue
-                t = self._available_at(node, job, cores_pn)
-                if t < math.inf:
-                    times.append((t, node.idx, node))
-        if len(times) < job.nodes:
-            self.reservations[job.kind] = None
-            return None
-        times.sort(key=lambda x: (x[0], x[1]))
-        chosen = [node for _, _, node in times[: job.nodes]]
-        shadow = max(t for t, _, _ in times[: job.nodes])
-        resv = _Reservation(job, chosen, shadow, tuple(n.version for n in chosen))
-        self.reservations[job.kind] = resv
-        return resv
-
-    def _available_at(self, node: Node, job: Job, cores_pn: int) -> float:
-        """When node could host job, if its running jobs end as now projected."""
-        g, c, m = node.free_gpus, node.free_cores, node.free_mem
-        reclaim = job.is_dnn and self.dnn_index is not None
-        if reclaim:
-            c += node.cpu_job_cores  # CPU jobs' cores are taken back when it starts
-        need_g, need_m = job.gpus_pn, job.mem_pn
-        if node.gpus < need_g or node.cores < cores_pn or (node.mem_mib and node.mem_mib < need_m):
-            return math.inf
-        if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
-            return self.now
-        ends = sorted((self._projected_end(j), j.idx, j) for j in node.jobs)
-        for t, _, j in ends:
-            g += j.gpus_pn
-            c += 0 if reclaim and not j.is_dnn else j.cores_pn
-            m += j.mem_pn
-            if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
-                return t
-        return math.inf
-
-    def _projected_end(self, job: Job) -> float:
-        if job.speed <= 0:
-            return math.inf
-        return job.last_update + job.remaining / job.speed
-
     # ------------------------------------------------------- start / finish
-    def _reindex(self, node: Node) -> None:
-        self.index[node.pool].update(node)
-        if self.dnn_index is not None and node.pool == GPU_POOL:
-            self.dnn_index.update(node)
-
-    def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
+    def bind(self, start: Start) -> bool:
+        """Carry out a start the cycle booked: meters, speeds, the job control."""
+        job, nodes, cores_pn = start.job, list(start.nodes), start.cores_pn
         now = self.now
-        if job.is_dnn and self.dnn_index is not None:
-            for node in nodes:
-                if node.free_cores < cores_pn:
-                    self._reclaim(job, node, cores_pn - node.free_cores)
-        job.placement = nodes
-        job.cores_pn = cores_pn
-        job.quota = 1.0
-        job.start = now
+        wait = job.wait
+        if isinstance(wait, Reason) and wait.code != R.NEW:
+            self.wait_reason[job.idx] = wait.token
         job.last_update = now
         job.sample_t = now
         job.sample_work = job.work - job.remaining
         if self._checkpoints and not job.is_dnn:
             self._ckpt[job] = (now, job.work - job.remaining)  # (last checkpoint, work done)
-        self.count[f"{job.kind}_queued"] -= 1
         self.count[f"{job.kind}_running"] += 1
         self.running += 1
         if math.isnan(self.start[job.idx]):
@@ -792,37 +305,13 @@ class Simulator:
         else:  # restarted after a preemption
             self.waited[job.idx] += now - self._requeued_at.pop(job, now)
         self.granted[job.idx] = cores_pn * job.nodes
-        resv = self.reservations[job.kind]
-        if resv is not None and resv.job is job:
-            # Its reservation is spent; jobs it kept off those nodes may fit there now.
-            self.reservations[job.kind] = None
-            for node in resv.nodes:
-                self._mark_dirty(node)
         job.bw_pn = self._bw_demand(job)
         for node in nodes:
-            node.free_gpus -= job.gpus_pn
-            node.free_cores -= cores_pn
-            node.free_mem -= job.mem_pn
-            if not job.is_dnn:
-                node.cpu_job_cores += cores_pn
-            node.jobs[job] = None
             node.bw_used += job.bw_pn
-            if job.perf is not None and job.perf.pcie_heavy:
-                node.pcie_heavy.append(job)
-            node.version += 1
-            self._reindex(node)
             self.busy[node] = None
         self.gpu_alloc += job.gpus
         self.cores_alloc += cores_pn * job.nodes
         self.cores_useful += self._useful_cores(job)
-        if job.is_dnn and self.policy.filters and self.count["cpu_queued"]:
-            # Filters may depend on idle GPUs (CODA's reserve for them shrinks
-            # when they are taken), so queued CPU jobs are worth a retry here.
-            for node in nodes:
-                if node.free_cores:
-                    self._mark_dirty(node)
-        for r in self.policy.reserve:
-            r.reserve(job, nodes, now)
         self._refresh(nodes)
         control = self.policy.job_control
         if control is not None and job.is_dnn:
@@ -832,6 +321,7 @@ class Simulator:
             self._rewatch(node)
         if self.check:
             self._check_nodes(nodes)
+        return True
 
     def _release(self, job: Job) -> list[Node]:
         """Take a running job off its nodes (finish or preemption)."""
@@ -847,21 +337,9 @@ class Simulator:
         self.running -= 1
         self._close_episode(job, finished=True)
         self._ckpt.pop(job, None)
-        nodes = job.placement
-        job.placement = []
+        nodes = self.sched.vacate(job, self.now)
         for node in nodes:
-            node.free_gpus += job.gpus_pn
-            node.free_cores += job.cores_pn
-            node.free_mem += job.mem_pn
-            if not job.is_dnn:
-                node.cpu_job_cores -= job.cores_pn
-            del node.jobs[job]
             node.bw_used -= job.bw_pn
-            if job in node.pcie_heavy:
-                node.pcie_heavy.remove(job)
-            node.version += 1
-            self._reindex(node)
-            self._mark_dirty(node)
             if not node.jobs:
                 del self.busy[node]
                 node.bw_used = 0.0  # drop accumulated float error
@@ -876,8 +354,6 @@ class Simulator:
         job.end = now
         self.end[job.idx] = now
         nodes = self._release(job)
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
         control = self.policy.job_control
         if control is not None and job.is_dnn:
             control.on_finish(job, now)
@@ -897,30 +373,15 @@ class Simulator:
         done = job.work - job.remaining
         lost = done - self._ckpt.pop(job, (now, done))[1]
         job.remaining += lost
-        job.queue_key = ()  # its old queue entry is dead from now on
         self.lost_core_s += lost * job.cores_pn_req * job.nodes
         nodes = self._release(job)
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
-        job.start = -1.0
         job.preemptions += 1
         self.preempted[job.idx] += 1
         self._requeued_at[job] = now
-        self.requeue.append(job)
+        self.sched.requeue(job)
         self._refresh(nodes)
         for node in nodes:
             self._rewatch(node)
-
-    def _reclaim(self, job: Job, node: Node, need: int) -> None:
-        """Free ``need`` cores that CPU jobs hold on node, as the policy chooses."""
-        before = node.free_cores
-        for action in self.policy.reclaim.reclaim(job, node, need, self.now):
-            self.apply(action)
-        if node.free_cores - before < need:
-            raise InvariantError(
-                f"reclaim freed {node.free_cores - before} of the {need} cores {job} needs "
-                f"on {node}"
-            )
 
     # ------------------------------------------------------ node control
     def _rewatch(self, node: Node) -> None:
@@ -939,8 +400,7 @@ class Simulator:
         if jc is not None:
             want = any(j.is_dnn and jc.wants_samples(j) for j in node.jobs)
         if not want and self.policy.node_control is not None:
-            watching = self._nc_watching
-            want = watching(node) if watching is not None else bool(node.jobs)
+            want = self.policy.node_control.watching(node)
         if want and self._resting(node):
             want = False
         if want:
@@ -983,23 +443,22 @@ class Simulator:
             return False
         if self.now - seen[1] < _REST_AFTER_S:
             return False
-        at_rest = getattr(self.policy.node_control, "at_rest", None)
-        if self.policy.node_control is not None and (at_rest is None or not at_rest(node)):
+        nc = self.policy.node_control
+        if nc is not None and not nc.at_rest(node):
             return False
         jc = self.policy.job_control
         if jc is not None:
-            waiting = getattr(jc, "waiting_for_room", None)
             for job in node.jobs:
-                if job.is_dnn and jc.wants_samples(job):
-                    if waiting is None or not waiting(job):
-                        return False
+                if job.is_dnn and jc.wants_samples(job) and not jc.waiting_for_room(job):
+                    return False
         self.rests += node in self.watched
         return True
 
     def _arm(self) -> None:
         policy = self.policy
+        nc_period = policy.node_control.period_s if policy.node_control is not None else 0.0
         for kind, part, period in (
-            (_TICK, policy.node_control, getattr(policy.node_control, "period_s", 0.0)),
+            (_TICK, policy.node_control, nc_period),
             (_SAMPLE, policy.job_control, policy.sample_period_s),
         ):
             if part is not None and not self._armed[kind]:
@@ -1081,26 +540,15 @@ class Simulator:
             self._rebandwidth(job)
             return False
         new = int(action.cores_pn)
-        if new < 1:
-            raise ValueError(f"a running job keeps at least one core, got {new}")
-        delta = new - job.cores_pn
-        if delta == 0:
+        old = job.cores_pn
+        useful = self._useful_cores(job)
+        # Growth comes from free cores only (docs/policies.md, "Probes use free cores
+        # only"): CPU jobs' cores are reclaimed for a DNN job's start, never for a probe
+        # or later growth. A refused growth is no change; the allocator caps.
+        if not self.sched.resize(job, new):
             return False
-        if delta > 0 and delta > free_room(job.placement):
-            # Growth comes from free cores only (docs/policies.md, "Probes use free
-            # cores only"): CPU jobs' cores are reclaimed for a DNN job's start, never
-            # for a probe or later growth, which would cost a CPU job its work to
-            # measure a core the DNN job may not need. Refused; the allocator caps.
-            return False
-        self.cores_useful -= self._useful_cores(job)
-        for node in job.placement:
-            node.free_cores -= delta
-            if not job.is_dnn:
-                node.cpu_job_cores += delta
-            self._reindex(node)
-            if delta < 0:
-                self._mark_dirty(node)
-        job.cores_pn = new
+        delta = new - old
+        self.cores_useful -= useful
         self.cores_alloc += delta * job.nodes
         self.cores_useful += self._useful_cores(job)
         self._rebandwidth(job)
@@ -1251,29 +699,6 @@ class Simulator:
             if node.mem_mib and node.free_mem < 0:
                 raise InvariantError(f"{node} memory over-committed")
 
-    def _check_no_waiting_fit(self) -> None:
-        """After a cycle no queued job may fit anywhere, unless a reservation of
-        an earlier-queued job forbids it (or, without backfill, it is not first)."""
-        active: dict[int, list[tuple]] = {}
-        for resv in self.reservations.values():
-            if resv is not None and resv.job.start < 0:
-                for node in resv.nodes:
-                    active.setdefault(node.idx, []).append(
-                        (resv.shadow, resv.job.queue_key, resv.job)
-                    )
-        for arr in (DNN, CPU):
-            waiting = sorted(
-                (j for b in self.buckets[arr].values() for j in b.jobs if j.start < 0),
-                key=lambda j: j.queue_key,
-            )
-            if not self.policy.backfill:
-                waiting = waiting[:1]
-            for job in waiting:
-                cores_pn = self._cores(job)
-                self._estimate(job, cores_pn)
-                if self._find_nodes(job, cores_pn, active, None) is not None:
-                    raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
-
     # --------------------------------------------------------------- result
     def _episode_summary(self) -> dict:
         """Interference episodes: how long until a co-runner was throttled
@@ -1294,13 +719,15 @@ class Simulator:
 
     def _policy_stats(self) -> dict:
         out = {}
+        from coda.policy.allocator import AdaptiveAllocator
+        from coda.policy.eliminator import ContentionEliminator
+
         for name, part in (
             ("allocator", self.policy.job_control),
             ("eliminator", self.policy.node_control),
         ):
-            stats = getattr(part, "stats", None)
-            if stats is not None:
-                out[name] = stats()
+            if isinstance(part, (AdaptiveAllocator, ContentionEliminator)):
+                out[name] = part.stats()
         return out
 
     def _result(self, wall: float) -> SimResult:
@@ -1322,6 +749,9 @@ class Simulator:
             self.sample_i += 1
         for job, since in self._requeued_at.items():  # preempted, not restarted by the end
             self.waited[job.idx] += max(0.0, self.now - since)
+        for job, reason in self.sched.waiting():  # still queued at the end: why
+            self.wait_reason[job.idx] = reason.token
+        waits = Counter(r.split(":", 1)[0] for r in self.wait_reason if r)
         summary = {
             "jobs": {
                 "dnn": int(is_dnn.sum()),
@@ -1353,6 +783,8 @@ class Simulator:
                 "jobs": int((self.preempted > 0).sum()),
                 "lost_core_s": self.lost_core_s,
             },
+            # Jobs by the last reason they waited (a job that never waited: none).
+            "waits_by_reason": dict(sorted(waits.items())),
             "contention": self._episode_summary(),
             "policy_stats": self._policy_stats(),
         }
@@ -1365,5 +797,6 @@ class Simulator:
             "gpus": self.workload.jobs.gpus,
             "cores_requested": self.workload.jobs.cores,
             "cores_granted": self.granted,
+            "wait_reason": np.asarray(self.wait_reason, dtype=object),
         }
         return SimResult(summary=summary, timeseries=self.series, jobs=jobs)

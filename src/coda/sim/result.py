@@ -45,7 +45,9 @@ class SimResult:
       job_id (the trace's id, unique after loading; object array of str),
       is_dnn (bool), submit, start, end (float seconds; NaN = never started /
       never finished), gpus, cores_requested, cores_granted (int; cores per job
-      in total at start, 0 if never started).
+      in total at start, 0 if never started), wait_reason (the last reason the job
+      waited, a coda.cycle.Reason token such as ``cores`` or ``reservation:12``;
+      "" if it never waited).
     """
 
     summary: dict

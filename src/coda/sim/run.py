@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from coda.policy import make_policy
+from coda.policy import PolicyOptions, make_policy
+from coda.policy.estimates import ESTIMATES
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
 from coda.workload.cluster import (
@@ -39,6 +40,9 @@ from coda.workload.traces._common import CENSORED_CHOICES, FRACTIONAL_CHOICES, c
 # all (see `max_reachable_load`); at this size they do under the baselines.
 DEFAULT_CLUSTER = "openb:0.1"
 DEFAULT_LOAD = 1.0
+# A job without a time limit is planned as running this long in --estimates time-limits
+# mode (docs/metrics.md): a common site default of one day (Slurm itself has none).
+DEFAULT_TIME_LIMIT_S = 86400.0
 BUNDLED = "bundled:alibaba-openb-2023"
 
 # Stated ranges of a run's numeric settings (the CLI's options show and check them too).
@@ -80,6 +84,10 @@ class RunConfig:
     samples: int = 1000
     noise: float = 0.05  # relative std of one throughput sample the allocator sees
     perturb: float = 0.0  # scale every profile value by U(1-p, 1+p) (robustness)
+    # What backfill plans with: exact (the simulator's projection), time-limits (what
+    # Slurm knows: a trace's requested time, else default_time_limit_s) or none.
+    estimates: str = "exact"
+    default_time_limit_s: float = DEFAULT_TIME_LIMIT_S
 
     def __post_init__(self) -> None:
         # The experiment and benchmarks build configs directly, past the CLI's checks:
@@ -93,6 +101,12 @@ class RunConfig:
         _number("perturb", self.perturb, 0.0, 1.0, False, True)
         _integer("seed", self.seed, 0, MAX_SEED)
         _integer("samples", self.samples, 2, MAX_SAMPLES)
+        _number("default_time_limit_s", self.default_time_limit_s, 0.0, MAX_HORIZON_S, True, False)
+        if self.estimates not in ESTIMATES:
+            raise ValueError(
+                f"run config: estimates must be one of {', '.join(ESTIMATES)}, "
+                f"got {self.estimates!r}"
+            )
         try:
             check_options(self.fractional, self.censored)
         except ValueError as e:
@@ -213,7 +227,10 @@ def run_policy(
     check_invariants: bool = False,
 ) -> SimResult:
     config = prepared.config
-    policy = make_policy(policy_name)
+    options = PolicyOptions(
+        estimates=config.estimates, default_time_limit_s=config.default_time_limit_s
+    )
+    policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs
     sim = Simulator(
         prepared.workload,
@@ -241,6 +258,7 @@ def run_policy(
         "max_reachable_load": max_reachable_load(jobs, prepared.cluster.gpus, config.warmup),
         "time_scale": prepared.time_scale,
         "seed": config.seed,
+        "runtime_estimates": policy.estimates.name,
         "profile_set": prepared.workload.profiles.name,
         "model_mix": prepared.workload.mix,
     }

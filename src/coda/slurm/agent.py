@@ -95,9 +95,8 @@ class SlurmNodeAgent(NodeAgent):
             self.log(f"cannot ask Slurm about {self.node_name} ({e}); assuming {gpus} GPUs")
         self.node = Node(0, self.node_name, gpus, len(cpus), 0, 0.0)
         self.node.free_cores = 0  # here: CPUs granted to jobs but not in their cpusets
-        observe = getattr(self.policy.pools, "observe_cluster", None)
-        if observe is not None:
-            observe([self.node])
+        # Slurm places jobs here (the controller runs the cycle): no scheduler of its own.
+        self.policy.observe_cluster([self.node])
         self._load_learned()
         self.store.set_meta(
             "agent",
@@ -277,12 +276,26 @@ class SlurmNodeAgent(NodeAgent):
         return self._spare(m)[:k]
 
     def _hold(self, m: Managed, sign: int) -> None:
+        """Books of a Slurm node: free cores are those granted but not in cpusets."""
         node = self.node
         assert node is not None
+        job = m.job
         node.free_cores += sign * (len(self.info[m.row_id].grant) - len(m.cpus))
         node.free_gpus -= sign * len(m.gpu_ids)
-        if m.job.kind == CPU:
+        if job.kind == CPU:
             node.cpu_job_cores += sign * len(m.cpus)
+        node.version += 1
+        if sign > 0:
+            job.placement = [node]
+            job.cores_pn = len(m.cpus)
+            node.jobs[job] = None
+            for r in self.policy.reserve:
+                r.reserve(job, [node], self.clock())
+        else:
+            node.jobs.pop(job, None)
+            job.placement = []
+            for r in self.policy.reserve:
+                r.unreserve(job, self.clock())
 
     # ------------------------------------------------------------ progress
     def _read_job_progress(self, m: Managed) -> Progress | None:

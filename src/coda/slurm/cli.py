@@ -29,7 +29,7 @@ from coda.runtime.cli import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from coda.slurm.client import SlurmJob
 
 
 def _stop_flag() -> dict[str, bool]:
@@ -213,7 +213,8 @@ def agent(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
 def status(show_all: bool, as_json: bool) -> None:
     """Each job as Slurm records it, with what CODA decided: requested vs granted
-    cores, where it ran, what its DNN job settled on."""
+    cores, where it ran, what its DNN job settled on, and why a job CODA holds still
+    waits (the controller's last reason, from the job's AdminComment mark)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -241,6 +242,7 @@ def status(show_all: bool, as_json: bool) -> None:
                 "settled": int(m["settled"]) if m.get("settled", "").isdigit() else None,
                 "gpus_per_node": j.gpus_per_node,
                 "reason": j.reason,
+                "wait": _wait_reason(j),
             }
         )
     if as_json:
@@ -249,12 +251,19 @@ def status(show_all: bool, as_json: bool) -> None:
         return
     t = Table(title=f"{len(rows)} job(s): cores requested / granted by CODA / settled on")
     heads = ("job", "name", "kind", "state", "coda", "nodes", "req", "grant", "settled",
-             "gpus", "reason")  # fmt: skip
+             "gpus", "reason", "wait")  # fmt: skip
     for c in heads:
         t.add_column(c, no_wrap=c != "name", overflow="fold")
     for r in rows:
         t.add_row(*("-" if v is None else str(v) for v in r.values()))
     Console(width=max(120, shutil.get_terminal_size().columns)).print(t)
+
+
+def _wait_reason(j: SlurmJob) -> str:
+    """Why CODA has not started a job it holds ("-" for any other job, or none said)."""
+    if j.state != "PENDING" or j.mark is None or j.mark.get("state") != "held":
+        return "-"
+    return j.mark.get("wait") or "-"
 
 
 @slurm.command()

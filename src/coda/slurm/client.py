@@ -11,7 +11,14 @@ CODA's marks live in a job's AdminComment (users cannot change it):
 places it ``coda:placing,req=<cores asked per node>,grant=<cores granted per
 node>,nodes=<list>``, and ``coda:placed,...`` once released, to which the node agent
 adds ``settled=<cores>`` when the allocator has found the job's optimum;
-``coda:passed,why=...`` for jobs handed to Slurm's own scheduler unchanged.
+``coda:passed,why=...`` for jobs handed to Slurm's own scheduler unchanged. A held
+job may carry ``wait=<reason>`` (why the last cycle did not start it, e.g.
+``wait=reservation:12``), which ``squeue -O AdminComment`` and ``coda slurm status``
+show.
+
+Taking a running job back: ``scontrol requeuehold`` (batch jobs with Requeue=1 only)
+kills it and puts it back PENDING with priority 0; once released, ``scontrol update
+StartTime=now`` lifts the ~120 s BeginTime Slurm puts on a requeued job.
 
 Jobs are read from ``squeue --json`` only: its fields are structured, so a job name
 or command line cannot pass itself off as another field.
@@ -85,6 +92,13 @@ def expand_hostlist(text: str) -> list[str]:
 # ------------------------------------------------------------------ marks
 
 
+# What a mark may hold: a comma separates fields and '=' a key from its value, so
+# neither may be in a value; nor may spaces (scontrol update takes one argv word).
+_MARK_STATE = re.compile(r"[A-Za-z0-9_-]+")
+_MARK_KEY = re.compile(r"[A-Za-z0-9_]+")
+_MARK_VALUE = re.compile(r"[A-Za-z0-9_.:+-]*")
+
+
 def parse_mark(comment: str | None) -> dict[str, str] | None:
     """CODA's mark in an AdminComment: ``{"state": "held"|"placed", ...}``; None if the
     comment is not CODA's."""
@@ -100,11 +114,24 @@ def parse_mark(comment: str | None) -> dict[str, str] | None:
 
 
 def format_mark(state: str, **fields: object) -> str:
-    parts = [f"coda:{state}"] + [f"{k}={v}" for k, v in fields.items() if v is not None]
-    text = ",".join(parts)
-    if re.search(r"\s", text):
-        raise ValueError(f"a mark cannot hold spaces: {text!r}")
-    return text
+    """``coda:<state>,k=v,...`` (None fields left out); ValueError for a state, key or
+    value that ``parse_mark`` could not read back (values: letters, digits, ``_.:+-``)."""
+    if not _MARK_STATE.fullmatch(state):
+        raise ValueError(f"a mark's state must be letters, digits, '_' or '-': {state!r}")
+    parts = [f"coda:{state}"]
+    for k, v in fields.items():
+        if v is None:
+            continue
+        text = str(v)
+        if not _MARK_KEY.fullmatch(k):
+            raise ValueError(f"a mark's key must be letters, digits or '_': {k!r}")
+        if not _MARK_VALUE.fullmatch(text):
+            raise ValueError(
+                f"a mark's value may hold only letters, digits and _.:+- (no spaces, "
+                f"commas or '='): {k}={text!r}"
+            )
+        parts.append(f"{k}={text}")
+    return ",".join(parts)
 
 
 # ------------------------------------------------------------------ jobs, nodes
@@ -144,10 +171,14 @@ class SlurmJob:
     mark: dict[str, str] | None
     admin_comment: str = ""
     submit_time: int = 0
-    start_time: int = 0
+    # When it started (epoch s); None while pending (Slurm's start_time for a pending
+    # job is an expected or a begin time, not a start) or if Slurm gives none.
+    start_time: float | None = None
     end_time: int = 0
     exit_code: int | None = None
-    restarts: int = 0
+    restarts: int = 0  # times Slurm requeued it (restart_cnt)
+    time_limit_s: float | None = None  # None: no limit (UNLIMITED, or none given)
+    requeueable: bool = False  # Requeue=1: `scontrol requeuehold` may take it back
     array_job_id: int = 0
     array_task_id: int | None = None
     het_job_id: int = 0
@@ -197,7 +228,51 @@ def model_key(sj: SlurmJob) -> str:
     return f"{sj.user_id}:{sj.name or f'job{sj.job_id}'}"
 
 
+# Slurm's 32-bit "no value" and "infinite" (NO_VAL, INFINITE): no limit.
+_NO_VAL32 = 0xFFFFFFFE
+_UNLIMITED_WORDS = ("UNLIMITED", "INFINITE", "NOT_SET")
+
+
+def _time_limit_s(v: Any) -> float | None:
+    """``time_limit`` in seconds: minutes in API v0.0.38 (22.05), null when unlimited;
+    ``{"set", "infinite", "number"}`` in later APIs. 0 and the 32-bit sentinels mean
+    no limit (``sbatch -t 0`` asks for none)."""
+    if isinstance(v, dict) and isinstance(v.get("infinite", False), bool):
+        if v.get("infinite") or v.get("set") is False:
+            return None
+        v = v.get("number")
+    if v is None or (isinstance(v, str) and v.upper() in _UNLIMITED_WORDS):
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"time_limit {v!r} is not whole minutes, null or UNLIMITED")
+    return None if v == 0 or v >= _NO_VAL32 else float(v * 60)
+
+
+def _epoch(v: Any, what: str) -> float | None:
+    """A time stamp in epoch seconds; None for 0 or none."""
+    if v is None or v == 0:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{what} {v!r} is not epoch seconds")
+    return float(v)
+
+
+def _count(v: Any, what: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{what} {v!r} is not a count")
+    return v
+
+
 def _job_from_json(d: dict[str, Any]) -> SlurmJob:
+    try:
+        return _read_job(d)
+    except ValueError as e:
+        raise ValueError(f"job {d.get('job_id')!r}: {e}") from None
+
+
+def _read_job(d: dict[str, Any]) -> SlurmJob:
     nodes_n = int(d.get("node_count") or 1)
     gpus_pn = gres_gpus(d.get("tres_per_node"))
     if not gpus_pn:
@@ -207,6 +282,9 @@ def _job_from_json(d: dict[str, Any]) -> SlurmJob:
     running = d.get("job_state") not in ("PENDING",)
     comment = d.get("admin_comment") or ""
     exit_code = d.get("exit_code")
+    requeue = d.get("requeue", False)
+    if not isinstance(requeue, bool):
+        raise ValueError(f"requeue {requeue!r} is not true or false")
     return SlurmJob(
         job_id=int(d["job_id"]),
         name=str(d.get("name") or ""),
@@ -223,10 +301,12 @@ def _job_from_json(d: dict[str, Any]) -> SlurmJob:
         mark=parse_mark(comment),
         admin_comment=comment,
         submit_time=int(d.get("submit_time") or 0),
-        start_time=int(d.get("start_time") or 0),
+        start_time=_epoch(d.get("start_time"), "start_time") if running else None,
         end_time=int(d.get("end_time") or 0),
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
-        restarts=int(d.get("restart_cnt") or 0),
+        restarts=_count(d.get("restart_cnt"), "restart_cnt"),
+        time_limit_s=_time_limit_s(d.get("time_limit")),
+        requeueable=requeue,
         array_job_id=int(d.get("array_job_id") or 0),
         array_task_id=d["array_task_id"] if isinstance(d.get("array_task_id"), int) else None,
         het_job_id=int(d.get("het_job_id") or 0),
@@ -313,10 +393,28 @@ class SlurmClient:
         for a in args:
             if re.search(r"\s", a):
                 raise ValueError(f"scontrol update: a value with spaces: {a!r}")
-        self.run(["scontrol", "update", f"JobId={int(job_id)}", *args])
+        self.run(["scontrol", "update", f"JobId={_job_id(job_id)}", *args])
 
     def release(self, job_id: int) -> None:
-        self.run(["scontrol", "release", str(int(job_id))])
+        self.run(["scontrol", "release", _job_id(job_id)])
 
     def hold(self, job_id: int) -> None:
-        self.run(["scontrol", "hold", str(int(job_id))])
+        self.run(["scontrol", "hold", _job_id(job_id)])
+
+    def requeue_hold(self, job_id: int) -> None:
+        """Kill a running batch job that Slurm may requeue (Requeue=1) and put it back
+        PENDING with priority 0 (held), its AdminComment and ReqNodeList kept; Slurm
+        refuses it for other jobs (SlurmError)."""
+        self.run(["scontrol", "requeuehold", _job_id(job_id)])
+
+    def start_now(self, job_id: int) -> None:
+        """Lift the begin time (~120 s) Slurm puts on a requeued job once released."""
+        self.update(job_id, StartTime="now")
+
+
+def _job_id(job_id: int) -> str:
+    """A job id as one argv word; ValueError for anything but a positive int (a bool or
+    a float would name some other job)."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise ValueError(f"not a Slurm job id: {job_id!r}")
+    return str(job_id)

@@ -1,12 +1,16 @@
 """CODA as Slurm's decision maker: places held jobs, then lets Slurm run them.
 
 Every cycle the controller reads Slurm's state (``squeue --json``, ``scontrol show
-node``), builds the policy's ``Node``/``Job`` objects from it and runs one
-scheduling cycle of the multi-array scheduler (``plan``): queue sort, pools, core
-count, filters, score, exactly the plugins the simulator runs. Each placement is
-written to the pending job with ``scontrol update`` (ReqNodeList, NumCPUs,
-MinCPUsNode, and CODA's mark in AdminComment) and the job is released; Slurm
-starts it there.
+node``), brings its policy view up to date (``SlurmView``: only what changed) and
+runs the scheduling cycle the simulator and the node agent run (``coda.cycle``):
+arrays, queue order, core count, backfill from Slurm's time limits, filters,
+scores, and reclaim. Each placement is written to the pending job with ``scontrol
+update`` (ReqNodeList, NumCPUs, MinCPUsNode, and CODA's mark in AdminComment) and
+the job is released; Slurm starts it there. A DNN job never waits for cores CPU
+jobs hold on a GPU node: the CPU jobs the reclaim plugin names (only those Slurm
+may requeue) are requeued held (``scontrol requeuehold``), marked ``held`` and
+placed again; the work they lose is counted. Why each held job waits is in its
+mark (``wait=...``, ``squeue -O AdminComment``).
 
 All of the controller's state can be rebuilt from Slurm: a job is CODA's to
 place while its mark says ``coda:held``; once marked ``coda:placed`` it is never
@@ -30,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coda.policy import make_policy
+from coda.cycle import Scheduler, Start
+from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
-from coda.policy.framework import Policy
-from coda.policy.state import CPU, DNN, Job, Node
+from coda.policy.framework import Action, Preempt
+from coda.policy.state import Job, Node
 from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
@@ -45,86 +50,17 @@ from coda.slurm.client import (
     format_mark,
     model_key,
 )
+from coda.slurm.view import SlurmView
 
 STATE_FILE = "controller.json"
 STATE_SCHEMA = "coda-slurm-controller/1"
 
 
-@dataclass
-class Placement:
-    job: Job
-    nodes: list[Node]
-    cores_pn: int
-
-
-def plan(policy: Policy, nodes: Sequence[Node], queued: Sequence[Job]) -> list[Placement]:
-    """One scheduling cycle: place what fits now, FIFO per array (DNN, CPU).
-
-    ``nodes`` carry what is free now and are updated as jobs are placed. Pure: no
-    Slurm, no clock. A blocked head blocks its own array only (no runtime
-    estimates to backfill with, as in the node runtime), so a big DNN job is never
-    overtaken forever by smaller ones. A job that could not run even on the empty
-    cluster (too big for every usable node it may use) blocks nothing: it is skipped.
-    """
-    observe = getattr(policy.pools, "observe_cluster", None)
-    if observe is not None:
-        observe(nodes)
-    sort = policy.queue_sort
-    arrays: dict[str, list[Job]] = {DNN: [], CPU: []}
-    for j in queued:
-        arrays[j.kind].append(j)
-    out: list[Placement] = []
-    for kind in (DNN, CPU):
-        for job in sorted(arrays[kind], key=lambda j: (*sort.key(j), j.idx)):
-            cores = max(1, min(job.cores_pn_req, policy.core_count.cores_per_node(job)))
-            chosen = _choose(policy, job, nodes, cores)
-            if chosen is None:
-                if _could_ever_fit(policy, job, nodes, cores):
-                    break
-                continue
-            for n in chosen:
-                n.free_cores -= cores
-                n.free_gpus -= job.gpus_pn
-                n.jobs[job] = None
-                n.version += 1
-                if job.kind == CPU:
-                    n.cpu_job_cores += cores
-            job.placement = list(chosen)
-            job.cores_pn = cores
-            out.append(Placement(job, list(chosen), cores))
-    return out
-
-
-def _could_ever_fit(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> bool:
-    """Enough nodes of the job's pools with the GPUs and cores, when empty, that the
-    job's static limits (partitions, excluded nodes) allow."""
-    static = [f for f in policy.filters if getattr(f, "static", False)]
-    pools = set(policy.pools.pools(job))
-    fit = sum(
-        1
-        for n in nodes
-        if n.pool in pools
-        and n.gpus >= job.gpus_pn
-        and n.cores >= cores
-        and all(f.filter(job, n, cores) for f in static)
-    )
-    return fit >= job.nodes
-
-
-def _choose(policy: Policy, job: Job, nodes: Sequence[Node], cores: int) -> list[Node] | None:
-    for pool in policy.pools.pools(job):
-        feasible = [
-            n
-            for n in nodes
-            if n.pool == pool and n.fits(job.gpus_pn, cores, 0) and policy.allows(job, n, cores)
-        ]
-        if len(feasible) < job.nodes:
-            continue
-        # Best fit (fewest free cores, then GPUs) packs jobs and keeps big holes whole.
-        feasible.sort(key=lambda n: (n.free_cores, n.free_gpus, n.idx))
-        pool_size = max(job.nodes, policy.candidates_to_score)
-        return policy.pick(job, feasible[:pool_size], cores, job.nodes)
-    return None
+# A placement is the cycle's Start (job, nodes, cores per node).
+Placement = Start
+# Mark updates with a changed wait reason written per cycle: each is one scontrol call,
+# so a queue of thousands converges over cycles instead of stalling one.
+WAIT_MARKS_PER_CYCLE = 20
 
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -196,7 +132,7 @@ class SlurmLimits:
     """Filter plugin: a job may only go to nodes of its partitions and not to nodes
     it excluded (Slurm would refuse the update). Refreshed from Slurm every cycle."""
 
-    static = True  # depends on the job and node only, not on what is free
+    static: bool = True  # depends on the job and node only, not on what is free
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
@@ -212,21 +148,6 @@ class SlurmLimits:
         want = self.job_partitions.get(job.idx)
         have = self.node_partitions.get(node.name)
         return not want or have is None or bool(want & have)
-
-
-def policy_job(sj: SlurmJob) -> Job:
-    """A Slurm job as the policies see it."""
-    return Job(
-        sj.job_id,
-        f"{sj.name}#{sj.job_id}",
-        float(sj.submit_time),
-        sj.gpus_per_node * sj.node_count,
-        sj.requested_cores,
-        0,
-        sj.node_count,
-        float("inf"),
-        model=model_key(sj),
-    )
 
 
 @dataclass
@@ -245,6 +166,9 @@ class ControllerStats:
     passed: Counter[str] = field(default_factory=Counter)  # by why
     reholds: int = 0
     learned_jobs: int = 0
+    requeues: int = 0  # CPU jobs requeued so a DNN job could have their cores
+    lost_core_s: float = 0.0  # core-seconds of work those requeues threw away
+    waits: Counter[str] = field(default_factory=Counter)  # held jobs by reason, last cycle
 
     @property
     def placed(self) -> int:
@@ -263,17 +187,20 @@ class Controller:
         log: Callable[[str], None] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        from coda.runtime.agent import tune_policy  # the runtime's knob parser
-
         self.slurm = client
         self.state_dir = Path(state_dir)
-        self.policy = make_policy(policy)
-        tune_policy(self.policy, tune or {})
-        # Slurm cannot shrink a running job's grant: no reclaim, and a DNN job may
-        # not count CPU jobs' cores as its own.
-        self.policy.reclaim = None
         self.limits = SlurmLimits()
-        self.policy.filters.append(self.limits)
+        # What Slurm knows and can do: time limits to backfill with, requeue (it cannot
+        # shrink a running job's grant), and its partitions as a filter.
+        options = PolicyOptions(
+            estimates="time-limits", reclaim="requeue", tune=dict(tune or {}),
+            filters=(self.limits,),
+        )  # fmt: skip
+        self.policy = make_policy(policy, options)
+        self.sched = Scheduler(self.policy)
+        self.mirror = SlurmView(self.sched)
+        self._starts: list[Start] = []
+        self._requeues: list[Job] = []
         self.log = log or (lambda msg: None)
         self.wall = wall
         self.learned_from: set[int] = set()
@@ -356,20 +283,105 @@ class Controller:
         deps = Dependencies(jobs)
         ready = {j.job_id: deps.met(j.dependency) for j in jobs if j.held_for_coda}
         self._pass_through(jobs, ready)
-        nodes = self.view(snodes, jobs)
         self.limits.observe(jobs, snodes)
-        queued = [
-            policy_job(j)
-            for j in jobs
-            if j.held_for_coda and not j.is_array_or_het and ready[j.job_id]
-        ]
+        queued = [j for j in jobs if j.held_for_coda and not j.is_array_or_het and ready[j.job_id]]
         by_id = {j.job_id: j for j in jobs}
+        self.decide(snodes, jobs, queued, self.wall())
+        self._requeue(by_id)
         marked: list[tuple[SlurmJob, Placement]] = []
-        for p in plan(self.policy, nodes, queued):
+        for p in self._starts:
             sj = by_id[p.job.idx]
             if self._write_placement(sj, p):
                 marked.append((sj, p))
-        return self._release_checked(marked)
+        done = self._release_checked(marked)
+        self._mark_waits(queued)
+        return done
+
+    def decide(
+        self,
+        snodes: Sequence[SlurmNode],
+        jobs: Sequence[SlurmJob],
+        queued: Sequence[SlurmJob],
+        now: float,
+    ) -> None:
+        """The pure part of a cycle: the view brought up to date and the scheduling
+        cycle run over it (no Slurm command). Its starts and requeues are in
+        ``_starts`` and ``_requeues`` (what ``bench_slurm_controller`` times)."""
+        self._starts, self._requeues = [], []
+        if self.mirror.sync(snodes, jobs, queued, now):
+            self.policy.observe_cluster(list(self.mirror.nodes.values()))
+        if self.sched.pending():
+            self.sched.cycle(now, self)
+
+    def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
+        """Policy nodes as the cycle would see them for this Slurm state (a throwaway
+        mirror: the controller's own is left as it is)."""
+        mirror = SlurmView(Scheduler(self.policy))
+        mirror.sync(snodes, jobs, [], self.wall())
+        return list(mirror.nodes.values())
+
+    # The cycle's executor: decisions are collected, then written to Slurm.
+    def bind(self, start: Start) -> bool:
+        self._starts.append(start)
+        return True
+
+    def apply(self, action: Action) -> None:
+        if not isinstance(action, Preempt):  # RequeueOnly never shrinks
+            raise ValueError(f"Slurm cannot carry out {type(action).__name__}")
+        self.sched.vacate(action.job, self.wall())
+        self._requeues.append(action.job)
+
+    def _requeue(self, by_id: dict[int, SlurmJob]) -> None:
+        """Take back the CPU jobs the reclaim plugin named: requeued held, marked
+        ``held`` (CODA places them again), their lost work counted."""
+        now = self.wall()
+        for job in self._requeues:
+            sj = by_id.get(job.idx)
+            if sj is None:
+                continue
+            try:
+                self.slurm.requeue_hold(sj.job_id)
+                self.slurm.update(
+                    sj.job_id,
+                    AdminComment=format_mark("held", req=sj.requested_cores_pn,
+                                             requeued=sj.restarts + 1),
+                )  # fmt: skip
+            except SlurmError as e:
+                self.stats.refusals["requeue"] += 1
+                self.log(f"job {sj.job_id}: requeue failed: {e}")
+                continue
+            ran = max(0.0, now - sj.start_time) if sj.start_time else 0.0
+            lost = ran * sj.cpus
+            self.stats.requeues += 1
+            self.stats.lost_core_s += lost
+            self._decide(
+                sj.job_id, "requeue", {"ran_s": round(ran, 1), "lost_core_s": round(lost, 1)}
+            )
+            self.log(
+                f"job {sj.job_id} ({sj.name}): requeued for a DNN job ({lost:.0f} core-s lost)"
+            )
+
+    def _mark_waits(self, queued: Sequence[SlurmJob]) -> None:
+        """Why each held job waits, into its mark (a few per cycle, queue order)."""
+        reasons: dict[int, str] = {}
+        for job, why in self.sched.waiting():
+            reasons[job.idx] = why.token
+        for jid, why in self.mirror.never.items():
+            reasons[jid] = why.token
+        self.stats.waits = Counter(r.split(":", 1)[0] for r in reasons.values())
+        budget = WAIT_MARKS_PER_CYCLE
+        for sj in queued:
+            token = reasons.get(sj.job_id)
+            if token is None or budget <= 0 or (sj.mark or {}).get("wait") == token:
+                continue
+            if (sj.mark or {}).get("state") != "held":
+                continue
+            budget -= 1
+            try:
+                self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "held", wait=token))
+            except SlurmError as e:
+                self.stats.refusals["wait_mark"] += 1
+                self.log(f"job {sj.job_id}: wait mark not written: {e}")
 
     def _count_marks(self, jobs: Sequence[SlurmJob]) -> None:
         marks = Counter(
@@ -471,45 +483,6 @@ class Controller:
                 self.stats.refusals["pass_through"] += 1
                 self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
 
-    def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
-        """Policy nodes as the simulator gives them to plugins: what is free now
-        (Slurm's allocations, minus what CODA placed that Slurm has not started yet)
-        and which jobs run or are bound there."""
-        nodes: list[Node] = []
-        by_name: dict[str, Node] = {}
-        for i, sn in enumerate(sorted(snodes, key=lambda n: n.name)):
-            if not sn.usable:
-                continue
-            n = Node(i, sn.name, sn.gpus, sn.cpus, 0, 0.0)
-            n.free_cores = sn.cpus - sn.cpus_alloc
-            n.free_gpus = sn.gpus - sn.gpus_used
-            nodes.append(n)
-            by_name[sn.name] = n
-        for j in jobs:
-            running = j.state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
-            placed = j.state == "PENDING" and j.placed_by_coda
-            if not (running or placed):
-                continue
-            on = [by_name[x] for x in (j.nodes if running else j.required_nodes) if x in by_name]
-            waiting = j.reason in ("None", "Resources", "Priority", "") or j.priority == 0
-            if placed and waiting:
-                # Placed (and released, or about to be) but not started: spoken for,
-                # unless it waits for something else (a limit, a begin time, a hold by
-                # its user: then it must not keep cores from other jobs).
-                grant = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
-                for n in on:
-                    n.free_cores -= grant
-                    n.free_gpus -= j.gpus_per_node
-            pj = policy_job(j)
-            for n in on:
-                n.jobs[pj] = None
-                if not j.is_dnn:
-                    n.cpu_job_cores += j.cpus // max(1, len(on))
-        for n in nodes:
-            n.free_cores = max(0, n.free_cores)
-            n.free_gpus = max(0, n.free_gpus)
-        return nodes
-
     def _write_placement(self, sj: SlurmJob, p: Placement) -> bool:
         """Write node, cores and the ``placing`` mark in one update (the mark keeps
         the request that NumCPUs overwrites). A crash from here on leaves a job that
@@ -561,7 +534,11 @@ class Controller:
                     self.log(f"job {sj.job_id}: Slurm did not take the placement whole; held")
                     continue
                 self.slurm.release(sj.job_id)
-                self.slurm.update(sj.job_id, AdminComment=self._remark(got, "placed"))
+                fields = {k: v for k, v in (got.mark or {}).items() if k not in ("state", "wait")}
+                self.slurm.update(sj.job_id, AdminComment=format_mark("placed", **fields))
+                if got.restarts:
+                    # Requeued before: Slurm would hold it back ~120 s (BeginTime).
+                    self.slurm.start_now(sj.job_id)
             except SlurmError as e:
                 self.stats.refusals["release"] += 1
                 self.log(f"job {sj.job_id}: release failed ({e}); finished next cycle")

@@ -33,9 +33,16 @@ class JobTable:
     mem_mib: np.ndarray  # int64, MiB in total (0 = unknown)
     nodes: np.ndarray  # int32, >= 1
     flags: np.ndarray  # uint8, FLAG_* bits
+    # float64 seconds, the time limit each job asked for (NaN = none); None: the trace
+    # gives none. What Slurm's backfill plans with (RunConfig.estimates "time-limits").
+    time_limit: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
+        if self.time_limit is not None and len(self.time_limit) != n:
+            raise ValueError(
+                f"JobTable column 'time_limit' has {len(self.time_limit)} rows, ids has {n}"
+            )
         for name in ("submit", "duration", "gpus", "cores", "mem_mib", "nodes", "flags"):
             if len(getattr(self, name)) != n:
                 raise ValueError(

@@ -30,6 +30,8 @@ MAX_JOB_GPUS = 65_535
 MAX_JOB_CORES = 10_000_000
 MAX_JOB_MEM_MIB = 10**11  # about 93 PiB
 MAX_DURATION_S = 10 * YEAR_S
+MAX_TIME_LIMIT_S = 366 * 86_400  # a user's time limit (coda submit --time); Slurm's
+# own limits above it (sbatch -t 1000-0 is accepted) are read as given, not capped
 
 # Time.
 MAX_SPAN_S = 100 * YEAR_S  # last arrival minus first arrival
@@ -141,6 +143,8 @@ CAPS = (
     ("nodes in a cluster (spec or node list)", MAX_NODES, "nodes"),
     ("span of arrivals (last - first)", MAX_SPAN_S, "s (100 years)"),
     ("job runtime", MAX_DURATION_S, "s (10 years)"),
+    ("job time limit (coda submit --time, the node's database)", MAX_TIME_LIMIT_S,
+     "s (366 days)"),  # fmt: skip
     ("GPUs / cores / MiB / nodes of one job", "65535 / 10^7 / 10^11 / 10000", "totals"),
     ("one physical CSV line", MAX_LINE_CHARS, "characters"),
     ("jobs made from one trace", MAX_TRACE_JOBS, "jobs"),

@@ -1,0 +1,21 @@
+"""The one scheduling cycle every driver runs (simulator, node agent, Slurm
+controller): arrays, heads, backfill with reservations, reclaim, filter, score
+and pick over an index of nodes, and a reason for every job not started.
+
+Importable with ``coda.policy`` alone; knows nothing of the drivers."""
+
+from coda.cycle.decisions import Decision, Executor, Reclaimed, Start, describe
+from coda.cycle.reasons import Reason
+from coda.cycle.scheduler import InvariantError, Reservation, Scheduler
+
+__all__ = [
+    "Decision",
+    "Executor",
+    "InvariantError",
+    "Reason",
+    "Reclaimed",
+    "Reservation",
+    "Scheduler",
+    "Start",
+    "describe",
+]

@@ -1,0 +1,62 @@
+"""Why a job is not started: every refusal the cycle makes carries one (kube: Status).
+
+A reason has a code (what kind of refusal), a short ``token`` for places that hold
+only a word (Slurm's AdminComment mark, metrics labels) and a sentence for people.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Codes, each a kind of refusal.
+GPUS = "gpus"  # no usable node has the free GPUs
+CORES = "cores"  # ... has the GPUs but not the free cores
+MEMORY = "memory"  # ... has GPUs and cores but not the memory
+FILTER = "filter"  # a filter plugin refused every node that had room
+RESERVATION = "reservation"  # room exists, but only on nodes reserved for an earlier job
+FIFO = "fifo"  # no runtime estimates, so no backfill: waits behind its array's head
+DEPTH = "depth"  # the cycle's backfill depth ran out before it got to this job
+NEVER = "never"  # too big for every node it may use, even empty (not queued)
+NEW = "new"  # queued since the last cycle
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: str
+    detail: str = ""
+    # The job whose reservation or headship it waits behind, if any.
+    behind: str | None = None
+
+    @property
+    def token(self) -> str:
+        """One word of [A-Za-z0-9_.:+-]: ``cores``, ``reservation:12``, ``filter:X``."""
+        if self.code in (RESERVATION, FIFO) and self.behind is not None:
+            return f"{self.code}:{_safe(self.behind)}"
+        if self.code == FILTER and self.detail:
+            return f"{FILTER}:{_safe(self.detail)}"
+        return self.code
+
+    def __str__(self) -> str:
+        if self.code == GPUS:
+            return f"waits for GPUs: no usable node has {self.detail} free"
+        if self.code == CORES:
+            return f"waits for cores: no node with its GPUs has {self.detail} free cores"
+        if self.code == MEMORY:
+            return f"waits for memory: no node with its GPUs and cores has {self.detail} MiB free"
+        if self.code == FILTER:
+            return f"refused by the {self.detail} filter on every node with room"
+        if self.code == RESERVATION:
+            return f"would delay the reservation of job {self.behind} (backfill)"
+        if self.code == FIFO:
+            return f"behind job {self.behind} (no runtime estimates: strict FIFO, no backfill)"
+        if self.code == DEPTH:
+            return "not examined yet (backfill depth reached)"
+        if self.code == NEVER:
+            return f"can never run here: {self.detail}"
+        if self.code == NEW:
+            return "queued since the last cycle"
+        return self.code
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "_.:+-") else "_" for c in text)

@@ -1,0 +1,877 @@
+"""The scheduling cycle: one runner for the simulator, the node agent and Slurm.
+
+Pure: no I/O, no clock (``now`` is passed in). It holds the queue (each of the
+policy's arrays as FIFO buckets), an index of nodes, each array's backfill
+reservation and which nodes gained room since the last cycle. A cycle
+
+1. starts each array's first jobs while they fit; the first that does not is the
+   array's head and holds a reservation (when and where it can start, from the
+   policy's runtime estimates); heads settle in queue order across arrays;
+2. backfills: jobs behind the heads, in queue order, start where they do not
+   delay a reservation (without runtime estimates: none, strict FIFO);
+3. for a DNN job where the policy reclaims, counts cores CPU jobs hold on a GPU
+   node as free, and takes them back through the reclaim plugin when it starts.
+
+Every start and reclaim action is booked here (``occupy``/``vacate``/``resize``)
+and handed to the driver's ``Executor``; every job not started keeps a
+``Reason``. Old jobs are retried only on nodes that gained room ("dirty"), new
+ones search the index, so a cycle costs what changed, not the queue's length
+times the cluster's size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from coda.cycle import reasons as R
+from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
+from coda.cycle.index import PoolIndex
+from coda.cycle.queue import Bucket
+from coda.cycle.reasons import Reason
+from coda.policy.allocator import free_room
+from coda.policy.framework import Policy
+from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
+
+_MAX_ROUNDS = 64  # rounds at one instant (each starts jobs or moves a reservation)
+_RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
+_SORT_DIRTY_UP_TO = 64  # more dirty nodes than this: search the index instead
+
+
+class InvariantError(AssertionError):
+    """The cycle broke one of its own invariants (checked where asked)."""
+
+
+@dataclass
+class Reservation:
+    job: Job
+    nodes: list[Node]
+    shadow: float  # when the reserved job is expected to be able to start
+    versions: tuple[int, ...]
+
+
+class Scheduler:
+    """The queue, the node index and the cycle over them, for one policy."""
+
+    def __init__(self, policy: Policy, nodes: Iterable[Node] = ()) -> None:
+        self.policy = policy
+        self.nodes: dict[int, Node] = {}
+        self.index: dict[str, PoolIndex] = {}
+        self.dnn_index: PoolIndex | None = None
+        self._max_gpus = 0
+        arrays = policy.arrays.names
+        self.buckets: dict[str, dict[tuple, Bucket]] = {a: {} for a in arrays}
+        self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
+        self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
+        self._bucket_of: dict[Job, Bucket] = {}
+        self.queued = {DNN: 0, CPU: 0}
+        self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
+        self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
+        self._live: list[Node] | None = None  # the running cycle's dirty nodes
+        self._live_set: set[Node] = set()
+        self._new: list[Job] = []  # submitted since the last cycle: owed a full search
+        self._carry: set[Job] = set()  # requeued jobs still owed a full search
+        self._requeue: list[Job] = []  # preempted during a cycle, queued after its round
+        self._in_cycle = False
+        self._generation = policy.core_count.generation
+        self._fit_cache: dict[tuple, bool] = {}
+        self._static = [f for f in policy.filters if f.static]
+        self.cycles = 0
+        self.now = 0.0
+        self._executor: Executor | None = None
+        self._decisions: list[Decision] = []
+        # Stand-in jobs, to ask the policy which pools each kind of job may use.
+        self._probe = {
+            DNN: Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0),
+            CPU: Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0),
+        }
+        self.add_nodes(nodes)
+
+    # ------------------------------------------------------------ nodes
+    @property
+    def reclaims(self) -> bool:
+        return self.policy.reclaim is not None
+
+    def add_nodes(self, nodes: Iterable[Node]) -> None:
+        """Make nodes schedulable (their free capacity as it is now)."""
+        new = [n for n in nodes if n.idx not in self.nodes]
+        if not new:
+            return
+        for n in new:
+            self.nodes[n.idx] = n
+        if max(n.gpus for n in new) > self._max_gpus:
+            self._max_gpus = max(n.gpus for n in self.nodes.values())
+            self._rebuild_index()
+        else:
+            for n in new:
+                self._index_add(n)
+        self._fit_cache.clear()
+        for n in new:
+            self.mark_dirty(n)
+
+    def remove_node(self, node: Node) -> None:
+        """Stop scheduling onto a node (drained, down). Jobs on it keep running."""
+        if self.nodes.pop(node.idx, None) is None:
+            return
+        self.index[node.pool].remove(node)
+        if self.dnn_index is not None and node.pool == GPU_POOL:
+            self.dnn_index.remove(node)
+        self.dirty.pop(node, None)
+        self._deferred.pop(node, None)
+        self._fit_cache.clear()
+        for arr, resv in self.reservations.items():
+            if resv is not None and node in resv.nodes:
+                self.reservations[arr] = None
+
+    def _rebuild_index(self) -> None:
+        self.index = {}
+        self.dnn_index = None
+        for n in self.nodes.values():
+            self._index_add(n)
+
+    def _index_add(self, node: Node) -> None:
+        index = self.index.get(node.pool)
+        if index is None:
+            index = self.index[node.pool] = PoolIndex(self._max_gpus)
+        index.add(node)
+        if self.reclaims and node.pool == GPU_POOL:
+            # DNN jobs see the cores CPU jobs hold on GPU nodes as free; they search
+            # this second index of the GPU pool.
+            if self.dnn_index is None:
+                self.dnn_index = PoolIndex(self._max_gpus, dnn_view=True)
+            self.dnn_index.add(node)
+
+    def reindex(self, node: Node) -> None:
+        """Re-file a node whose free GPUs or cores changed."""
+        if node.idx not in self.nodes:
+            return
+        self.index[node.pool].update(node)
+        if self.dnn_index is not None and node.pool == GPU_POOL:
+            self.dnn_index.update(node)
+
+    def mark_dirty(self, node: Node) -> None:
+        """Node gained room: retry queued jobs on it, in this cycle if one runs."""
+        if node.idx not in self.nodes:
+            return
+        self.dirty[node] = None
+        live = self._live
+        if live is not None and node not in self._live_set:
+            live.append(node)
+            self._live_set.add(node)
+
+    # ------------------------------------------------------------ ledger
+    def occupy(self, job: Job, nodes: Sequence[Node], cores_pn: int, now: float) -> None:
+        """Book a job onto nodes (every driver books through here)."""
+        job.placement = list(nodes)
+        job.cores_pn = cores_pn
+        job.quota = 1.0
+        for node in nodes:
+            node.free_gpus -= job.gpus_pn
+            node.free_cores -= cores_pn
+            node.free_mem -= job.mem_pn
+            if not job.is_dnn:
+                node.cpu_job_cores += cores_pn
+            node.jobs[job] = None
+            if job.pcie_heavy:
+                node.pcie_heavy.append(job)
+            node.version += 1
+            self.reindex(node)
+        for r in self.policy.reserve:
+            r.reserve(job, nodes, now)
+
+    def vacate(self, job: Job, now: float) -> list[Node]:
+        """Take a running job off its nodes (finish, preemption, cancel)."""
+        nodes = job.placement
+        job.placement = []
+        for node in nodes:
+            node.free_gpus += job.gpus_pn
+            node.free_cores += job.cores_pn
+            node.free_mem += job.mem_pn
+            if not job.is_dnn:
+                node.cpu_job_cores -= job.cores_pn
+            node.jobs.pop(job, None)
+            if job in node.pcie_heavy:
+                node.pcie_heavy.remove(job)
+            node.version += 1
+            self.reindex(node)
+            self.mark_dirty(node)
+        for r in self.policy.reserve:
+            r.unreserve(job, now)
+        return nodes
+
+    def resize(self, job: Job, cores_pn: int) -> bool:
+        """Change a running job's cores per node; growth only from free cores
+        (docs/policies.md, "Probes use free cores only"). False if refused."""
+        if cores_pn < 1:
+            raise ValueError(f"a running job keeps at least one core, got {cores_pn}")
+        delta = cores_pn - job.cores_pn
+        if delta == 0 or not job.running:
+            return False
+        if delta > 0 and delta > free_room(job.placement):
+            return False
+        for node in job.placement:
+            node.free_cores -= delta
+            if not job.is_dnn:
+                node.cpu_job_cores += delta
+            self.reindex(node)
+            if delta < 0:
+                self.mark_dirty(node)
+        job.cores_pn = cores_pn
+        return True
+
+    def node_capacity_changed(self, node: Node, grew: bool) -> None:
+        """A driver changed a node's free capacity itself (the Slurm view)."""
+        node.version += 1
+        self.reindex(node)
+        if grew:
+            self.mark_dirty(node)
+
+    # ------------------------------------------------------------ queue
+    def cores(self, job: Job) -> int:
+        return self.policy.core_count.cores_per_node(job)
+
+    def submit(self, job: Job) -> Reason | None:
+        """Queue a job. A job that could not run even on the empty cluster is not
+        queued: its reason (``NEVER``) is returned."""
+        cores_pn = self.cores(job)
+        never = self._never_fits(job, cores_pn)
+        if never is not None:
+            job.wait, job.wait_cycle = never, self.cycles
+            return never
+        self._enqueue(job)
+        job.wait, job.wait_cycle = Reason(R.NEW), self.cycles
+        self._new.append(job)
+        return None
+
+    def requeue(self, job: Job) -> None:
+        """Queue a preempted job again (it keeps its preemption count): queued
+        after the running round, with a full search."""
+        job.start = -1.0
+        job.queue_key = ()  # its old entry (if any) is dead from now on
+        if self._in_cycle:
+            self._requeue.append(job)
+        else:
+            self._enqueue(job)
+            self._carry.add(job)
+
+    def withdraw(self, job: Job) -> None:
+        """Drop a queued job (cancelled, or gone from the cluster manager)."""
+        bucket = self._bucket_of.pop(job, None)
+        if bucket is None:
+            return
+        job.queue_key = ()
+        self.queued[job.kind] -= 1
+        self._carry.discard(job)
+        for arr, resv in self.reservations.items():
+            if resv is not None and resv.job is job:
+                self.reservations[arr] = None
+                for node in resv.nodes:
+                    self.mark_dirty(node)
+
+    def is_queued(self, job: Job) -> bool:
+        return job in self._bucket_of
+
+    def _enqueue(self, job: Job) -> None:
+        arr = self.policy.arrays.array_of(job)
+        shape = (job.kind, job.gpus_pn, job.nodes, self.policy.core_count.group_key(job))
+        buckets = self.buckets[arr]
+        bucket = buckets.get(shape)
+        if bucket is None:
+            bucket = buckets[shape] = Bucket()
+        # The preemption count keeps a requeued job's new entry apart from its old one.
+        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
+        bucket.add(job.queue_key, job)
+        self._bucket_of[job] = bucket
+        self.queued[job.kind] += 1
+
+    def _never_fits(self, job: Job, cores_pn: int) -> Reason | None:
+        pools = self.policy.pools.pools(job)
+        if self._static:
+            fitting = sum(
+                1
+                for n in self.nodes.values()
+                if n.pool in pools
+                and self._shape_fits(n, job, cores_pn)
+                and all(f.filter(job, n, cores_pn) for f in self._static)
+            )
+            ok = fitting >= job.nodes
+        else:
+            key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
+            hit = self._fit_cache.get(key)
+            if hit is None:
+                fitting = sum(
+                    1
+                    for n in self.nodes.values()
+                    if n.pool in pools and self._shape_fits(n, job, cores_pn)
+                )
+                hit = self._fit_cache[key] = fitting >= job.nodes
+            ok = hit
+        if ok:
+            return None
+        need = f"{job.nodes} node(s) with {job.gpus_pn} GPUs, {cores_pn} cores"
+        if job.mem_pn:
+            need += f", {job.mem_pn} MiB"
+        return Reason(R.NEVER, f"needs {need} in pools {'/'.join(pools)}")
+
+    @staticmethod
+    def _shape_fits(n: Node, job: Job, cores_pn: int) -> bool:
+        return (
+            n.gpus >= job.gpus_pn
+            and n.cores >= cores_pn
+            and (n.mem_mib == 0 or n.mem_mib >= job.mem_pn)
+        )
+
+    # ------------------------------------------------------------ reasons
+    def reason_of(self, job: Job) -> Reason | None:
+        """Why a queued job waits (None once it has started)."""
+        if job.start >= 0:
+            return None
+        reason = job.wait if isinstance(job.wait, Reason) else None
+        bucket = self._bucket_of.get(job)
+        if bucket is not None and bucket.wait_cycle > job.wait_cycle:
+            reason = bucket.wait if isinstance(bucket.wait, Reason) else reason
+        if bucket is not None and not self.policy.backfill:
+            head = self.heads.get(self.policy.arrays.array_of(job))
+            if head is not None and head is not job and head.start < 0:
+                return Reason(R.FIFO, behind=head.job_id)
+        return reason or Reason(R.NEW)
+
+    def waiting(self) -> Iterator[tuple[Job, Reason]]:
+        """Every queued job with its reason, in queue order per array."""
+        for arr in self.policy.arrays.names:
+            jobs = [j for b in self.buckets[arr].values() for j in b.live()]
+            for job in sorted(jobs, key=lambda j: j.queue_key):
+                reason = self.reason_of(job)
+                if reason is not None:
+                    yield job, reason
+
+    def _note(self, job: Job, reason: Reason) -> None:
+        job.wait, job.wait_cycle = reason, self.cycles
+        bucket = self._bucket_of.get(job)
+        if bucket is not None:
+            bucket.wait, bucket.wait_cycle = reason, self.cycles
+
+    # ------------------------------------------------------------ the cycle
+    def pending(self) -> bool:
+        """Whether a cycle now could start anything."""
+        return bool(
+            self.dirty
+            or self._new
+            or self._carry
+            or self.policy.core_count.generation != self._generation
+        )
+
+    def cycle(self, now: float, executor: Executor) -> list[Decision]:
+        """Scheduling rounds at one instant, until nothing is left to retry.
+
+        A job that was already queued failed to fit at an earlier cycle, and free
+        capacity has since grown only on the dirty nodes. So old jobs are tried on
+        those nodes only; new arrivals search the whole index.
+        """
+        self.now = now
+        self.cycles += 1
+        self._executor = executor
+        self._decisions = []
+        self._in_cycle = True
+        generation = self.policy.core_count.generation
+        if generation != self._generation:
+            # Core counts changed (the allocator learned a shape): each bucket's
+            # front gets one full search, since its count may be smaller now.
+            self._generation = generation
+            for buckets in self.buckets.values():
+                for bucket in buckets.values():
+                    bucket.full = True
+        fresh = set(self._new) | self._carry
+        self._new, self._carry = [], set()
+        try:
+            for _ in range(_MAX_ROUNDS):
+                dirty = list(self.dirty)
+                self.dirty = {}
+                self._round(dirty, fresh)
+                fresh = set()  # they have had their full search
+                if self._requeue:
+                    # Preempted mid-round: queued now (not while buckets were being
+                    # walked) and given a full search like new arrivals.
+                    for job in self._requeue:
+                        self._enqueue(job)
+                    fresh = set(self._requeue)
+                    self._requeue = []
+                elif not self.dirty:
+                    break
+        finally:
+            self._in_cycle = False
+            self._executor = None
+        # Nodes a depth-limited sweep did not get to: retried at the next cycle; so
+        # are requeued jobs the round limit left without their full search.
+        self.dirty.update(self._deferred)
+        self._deferred = {}
+        self._carry = {job for job in fresh if job.start < 0 and job in self._bucket_of}
+        return self._decisions
+
+    def _round(self, dirty: list[Node], fresh: set[Job]) -> None:
+        # Nodes that gain room during the round (a reservation spent or moved)
+        # join `dirty` at once, so the jobs kept off them are retried now.
+        self._live, self._live_set = dirty, set(dirty)
+        # node idx -> [(shadow, owner's queue key, owner)]: binds later-queued jobs only
+        active: dict[int, list[tuple]] = {}
+        heads = self._start_heads(dirty, fresh, active)
+        self.heads = heads
+        if not self.policy.backfill:
+            # Strict FIFO per array: nothing behind a blocked head may start.
+            blocked = {arr for arr, h in heads.items() if h is not None}
+        else:
+            blocked = set()
+        self._backfill(dirty, fresh, active, heads, blocked)
+        self._live = None
+
+    def _earliest(self, arr: str) -> Job | None:
+        """The first queued job of an array, in queue order."""
+        best = None
+        buckets = self.buckets[arr]
+        for shape in list(buckets):
+            front = buckets[shape].front()
+            if front is None:
+                del buckets[shape]
+            elif best is None or front[1].queue_key < best.queue_key:
+                best = front[1]
+        return best
+
+    def _full(self, job: Job, fresh: set[Job]) -> bool:
+        if job in fresh:
+            return True
+        bucket = self._bucket_of.get(job)
+        return bucket is not None and bucket.full
+
+    def _start_heads(
+        self, dirty: list[Node], fresh: set[Job], active: dict[int, list[tuple]]
+    ) -> dict[str, Job | None]:
+        """Start each array's first jobs while they fit; the first that does not
+        is the array's head and holds a reservation. Heads are settled in queue
+        order across arrays, so an earlier head's reservation binds a later one."""
+        names = self.policy.arrays.names
+        heads: dict[str, Job | None] = dict.fromkeys(names)
+        pending = {arr: self._earliest(arr) for arr in names}
+        while any(pending.values()):
+            arr = min((a for a in pending if pending[a]), key=lambda a: pending[a].queue_key)
+            job = pending[arr]
+            if self._try(job, self._full(job, fresh), dirty, active):
+                pending[arr] = self._earliest(arr)
+                continue
+            heads[arr] = job
+            pending[arr] = None
+            if self.policy.backfill:
+                self._hold(arr, job, active)
+        return heads
+
+    def _backfill(
+        self,
+        dirty: list[Node],
+        fresh: set[Job],
+        active: dict[int, list[tuple]],
+        heads: dict[str, Job | None],
+        blocked: set[str],
+    ) -> None:
+        """Try the jobs behind the heads, in queue order, where they do not delay
+        a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
+        merged queue order; a bucket stops at its first job that does not fit
+        what those nodes still offer (room only shrinks while this runs, so no
+        job of the same shape behind it can fit). A bucket whose core count may
+        have changed gets a full search for its front instead. New jobs get a
+        full search."""
+        depth = self.policy.backfill_depth
+        room = self._room(dirty)
+        seen = len(dirty)
+        heap: list[tuple] = []
+        for arr in self.policy.arrays.names:
+            if arr in blocked:
+                continue
+            for shape, bucket in self.buckets[arr].items():
+                if not dirty and not bucket.full:
+                    continue
+                front = bucket.front()
+                if front is not None:
+                    heap.append((front[0], arr, shape, bucket.pos))
+        heapq.heapify(heap)
+        examined = dict.fromkeys(self.policy.arrays.names, 0)
+        while heap:
+            key, arr, shape, at = heapq.heappop(heap)
+            bucket = self.buckets[arr][shape]
+            job = bucket.jobs[at]
+            if job.start < 0 and job is not heads[arr] and job not in fresh:
+                if bucket.full:
+                    if examined[arr] >= depth:
+                        self._note(job, Reason(R.DEPTH))
+                        continue  # still full: its search comes next cycle
+                    examined[arr] += 1
+                    if self._try(job, True, dirty, active):
+                        room = self._room(dirty)
+                    elif not bucket.full:
+                        continue  # the rest of the bucket fails alike
+                else:
+                    if len(dirty) != seen:  # nodes joined mid-round
+                        room, seen = self._room(dirty), len(dirty)
+                    max_g, max_c, max_m = room[job.kind]
+                    cores_pn = self.cores(job)
+                    if job.gpus_pn > max_g or cores_pn > max_c:
+                        continue  # no older job behind it in this bucket fits the dirty nodes
+                    # A job too big for their memory is passed over without an attempt
+                    # (jobs behind it may need less), so it does not use up the depth.
+                    if job.mem_pn <= max_m or job.nodes > 1:
+                        if examined[arr] >= depth:
+                            self._deferred.update(dict.fromkeys(dirty))
+                            self._note(job, Reason(R.DEPTH))
+                            continue
+                        examined[arr] += 1  # depth counts real placement attempts
+                        if self._try(job, False, dirty, active, cores_pn):
+                            room = self._room(dirty)
+            nxt = bucket.next_after(at)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
+        # New arrivals come last in a FIFO queue; each gets a full search.
+        for job in sorted(fresh, key=lambda j: j.queue_key):
+            arr = self.policy.arrays.array_of(job)
+            if job.start < 0 and job in self._bucket_of and job is not heads[arr]:
+                if arr not in blocked:
+                    self._try(job, True, dirty, active)
+
+    def _try(
+        self,
+        job: Job,
+        full: bool,
+        dirty: list[Node],
+        active: dict[int, list[tuple]],
+        cores_pn: int | None = None,
+    ) -> bool:
+        """Start the job if it fits (an old job: on a dirty node); True if started."""
+        if cores_pn is None:
+            cores_pn = self.cores(job)
+        job.estimate = self.policy.estimates.runtime(job, cores_pn)
+        nodes = self._find_nodes(job, cores_pn, active, None if full else dirty)
+        if nodes is None:
+            bucket = self._bucket_of.get(job)
+            if full and bucket is not None and bucket.full:
+                wait = job.wait
+                # Memory and reservations depend on the job, not only its shape.
+                if not (isinstance(wait, Reason) and wait.code in (R.MEMORY, R.RESERVATION)):
+                    bucket.full = False
+            return False
+        self._start(job, nodes, cores_pn)
+        return True
+
+    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int, float]]:
+        """(max free GPUs, cores, memory) over the dirty nodes each kind may use."""
+        room = {}
+        for kind, probe in self._probe.items():
+            pools = self.policy.pools.pools(probe)
+            g = c = -1
+            m = -1.0
+            reclaim = kind == DNN and self.dnn_index is not None
+            for node in dirty:
+                if node.pool in pools:
+                    g = max(g, node.free_gpus)
+                    c = max(c, node.free_cores + node.cpu_job_cores if reclaim else node.free_cores)
+                    m = max(m, node.free_mem if node.mem_mib else math.inf)
+            needs_gpu = kind == DNN
+            room[kind] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
+        return room
+
+    def _hold(self, arr: str, job: Job, active: dict[int, list[tuple]]) -> None:
+        """Give a blocked head its reservation and make it bind later-queued jobs."""
+        old = self.reservations[arr]
+        resv = self._reserve_for(arr, job, self.cores(job), active)
+        if old is not None and old is not resv:
+            for node in old.nodes:
+                self.mark_dirty(node)  # jobs kept off these nodes may fit now
+        if resv is not None:
+            for node in resv.nodes:
+                active.setdefault(node.idx, []).append((resv.shadow, job.queue_key, job))
+
+    def _find_nodes(
+        self,
+        job: Job,
+        cores_pn: int,
+        active: dict[int, list[tuple]],
+        only: list[Node] | None,
+    ) -> list[Node] | None:
+        """Feasible nodes in best-fit order, then the policy's scores pick among them.
+
+        ``only``: search just these nodes (a single-node job retried after a
+        departure); a gang job always searches the index, since the nodes it
+        needs beside a freed one may have been free all along. On failure the
+        job's reason is noted.
+        """
+        policy = self.policy
+        need = job.nodes
+        want = max(need, policy.candidates_to_score)
+        pools = policy.pools.pools(job)
+        reclaim = job.is_dnn and self.dnn_index is not None
+        if only is not None and need == 1 and len(only) <= _SORT_DIRTY_UP_TO:
+            cands = sorted(
+                (
+                    n
+                    for n in only
+                    if n.pool in pools
+                    and n.free_gpus >= job.gpus_pn
+                    and (n.free_cores >= cores_pn or reclaim and self._dnn_fits(n, cores_pn))
+                ),
+                # Nodes where it would have to reclaim CPU jobs' cores come last.
+                key=lambda n: (
+                    pools.index(n.pool),
+                    n.free_cores < cores_pn,
+                    n.free_gpus,
+                    n.free_cores,
+                    n.idx,
+                ),
+            )
+            streams: list[Iterable[Node]] = [cands]
+        else:
+            # Many dirty nodes: the index finds the same feasible set (no node that
+            # stayed clean can fit a job that failed before) without sorting them.
+            streams = []
+            for p in pools:
+                if p in self.index:
+                    streams.append(self.index[p].best_fit(job.gpus_pn, cores_pn))
+                    if reclaim and p == GPU_POOL:
+                        # Then the nodes that fit only once CPU jobs give cores back.
+                        streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
+        mem = job.mem_pn
+        finish_by = self.now + job.estimate
+        key = job.queue_key
+        found: list[Node] = []
+        seen = 0
+        by_mem = 0
+        by_resv: Job | None = None
+        by_filter: str | None = None
+        for stream in streams:
+            for node in stream:
+                seen += 1
+                if mem and node.mem_mib and node.free_mem < mem:
+                    by_mem += 1
+                    continue
+                held = active.get(node.idx)
+                if held is not None:
+                    owner = self._binding_owner(job, key, finish_by, held)
+                    if owner is not None:
+                        by_resv = by_resv or owner
+                        continue  # would delay an earlier job's reservation
+                if policy.filters:
+                    refused = policy.refusing_filter(job, node, cores_pn)
+                    if refused is not None:
+                        by_filter = by_filter or type(refused).__name__
+                        continue
+                found.append(node)
+                if len(found) >= want:
+                    break
+            if len(found) >= want:
+                break
+        if len(found) < need:
+            if by_resv is not None:
+                reason = Reason(R.RESERVATION, behind=by_resv.job_id)
+            elif by_filter is not None:
+                reason = Reason(R.FILTER, by_filter)
+            elif by_mem:
+                reason = Reason(R.MEMORY, str(mem))
+            elif seen == 0 or only is not None:
+                reason = self._short_of(job, cores_pn, pools)
+            else:
+                reason = Reason(R.CORES, str(cores_pn))  # a gang short of nodes
+            self._note(job, reason)
+            return None
+        return policy.pick(job, found, cores_pn, need)
+
+    def _binding_owner(
+        self, job: Job, key: tuple, finish_by: float, held: list[tuple]
+    ) -> Job | None:
+        # A job of unknown length (no estimate) never runs on reserved nodes; one that
+        # ends before the reserved start may (even when that start is unknown).
+        late = finish_by == math.inf
+        for shadow, okey, owner in held:
+            if owner is not job and okey < key and (late or finish_by > shadow):
+                if self._binds(owner, job):
+                    return owner
+        return None
+
+    def _short_of(self, job: Job, cores_pn: int, pools: tuple[str, ...]) -> Reason:
+        """Nothing fitted: whether GPUs or cores are what no node has free."""
+        reclaim = job.is_dnn and self.dnn_index is not None
+        for p in pools:
+            index = self.dnn_index if reclaim and p == GPU_POOL else self.index.get(p)
+            if index is not None and any(
+                index.masks[g] for g in range(job.gpus_pn, len(index.masks))
+            ):
+                return Reason(R.CORES, str(cores_pn))
+        return Reason(R.GPUS, str(job.gpus_pn)) if job.gpus_pn else Reason(R.CORES, str(cores_pn))
+
+    def _needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
+        assert self.dnn_index is not None
+        for node in self.dnn_index.best_fit(gpus, cores_pn):
+            if node.free_cores < cores_pn and self._dnn_fits(node, cores_pn):
+                yield node
+
+    def _dnn_fits(self, node: Node, cores_pn: int) -> bool:
+        """Enough cores once the CPU jobs the reclaim plugin may take are counted out."""
+        return node.free_cores + self._reclaimable_cores(node) >= cores_pn
+
+    def _reclaimable_cores(self, node: Node) -> int:
+        reclaim = self.policy.reclaim
+        if reclaim is None:
+            return 0
+        return sum(j.cores_pn for j in node.jobs if not j.is_dnn and reclaim.reclaimable(j))
+
+    def _binds(self, owner: Job, job: Job) -> bool:
+        """Whether owner's reservation binds job. A CPU job's does not bind a DNN
+        job where the policy reclaims: the DNN job would take those cores back."""
+        return owner.is_dnn or not job.is_dnn or self.dnn_index is None
+
+    def _reserve_for(
+        self, arr: str, job: Job, cores_pn: int, active: dict[int, list[tuple]]
+    ) -> Reservation | None:
+        """Plan when and where a blocked job can start (the backfill shadow time).
+
+        Kept across cycles while the same job is blocked and its nodes are
+        unchanged. Nodes an earlier-queued head holds are left out: that head
+        goes first there (once it starts, this plan is redone).
+        """
+        old = self.reservations[arr]
+        if (
+            old is not None
+            and old.job is job
+            and old.shadow > self.now
+            and old.versions == tuple(n.version for n in old.nodes)
+        ):
+            return old
+        key = job.queue_key
+        policy = self.policy
+        times: list[tuple[float, int, Node]] = []
+        for pool in policy.pools.pools(job):
+            index = self.index.get(pool)
+            if index is None:
+                continue
+            for node in index.most_free():
+                if len(times) >= _RESERVATION_CANDIDATES:
+                    break
+                if any(
+                    okey < key and self._binds(owner, job)
+                    for _, okey, owner in active.get(node.idx, ())
+                ):
+                    continue
+                if policy.filters and not policy.allows(job, node, cores_pn):
+                    continue
+                t = self._available_at(node, job, cores_pn)
+                if t is not None:  # inf: it fits there once empty, but when is unknown
+                    times.append((t, node.idx, node))
+        if len(times) < job.nodes:
+            self.reservations[arr] = None
+            return None
+        times.sort(key=lambda x: (x[0], x[1]))
+        chosen = [node for _, _, node in times[: job.nodes]]
+        shadow = max(t for t, _, _ in times[: job.nodes])
+        resv = Reservation(job, chosen, shadow, tuple(n.version for n in chosen))
+        self.reservations[arr] = resv
+        return resv
+
+    def _available_at(self, node: Node, job: Job, cores_pn: int) -> float | None:
+        """When node could host job, if its running jobs end as estimated (inf: not
+        known, a running job has no estimate; None: never, the node is too small)."""
+        g, c, m = node.free_gpus, node.free_cores, node.free_mem
+        reclaim = job.is_dnn and self.dnn_index is not None
+        if reclaim:
+            c += self._reclaimable_cores(node)  # taken back when it starts
+        need_g, need_m = job.gpus_pn, job.mem_pn
+        if node.gpus < need_g or node.cores < cores_pn or (node.mem_mib and node.mem_mib < need_m):
+            return None
+        if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
+            return self.now
+        taken = self.policy.reclaim.reclaimable if reclaim and self.policy.reclaim else None
+        end_of = self.policy.estimates.end_of
+        ends = sorted((end_of(j, self.now), j.idx, j) for j in node.jobs)
+        for t, _, j in ends:
+            if t == math.inf:
+                break
+            g += j.gpus_pn
+            # Cores reclaim takes back were counted as free already.
+            c += 0 if taken is not None and not j.is_dnn and taken(j) else j.cores_pn
+            m += j.mem_pn
+            if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
+                return t
+        return math.inf  # some job in its way has no estimate
+
+    # ------------------------------------------------------------ start
+    def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
+        now = self.now
+        executor = self._executor
+        assert executor is not None
+        if job.is_dnn and self.dnn_index is not None:
+            for node in nodes:
+                if node.free_cores < cores_pn:
+                    self._reclaim(job, node, cores_pn - node.free_cores)
+        self.occupy(job, nodes, cores_pn, now)
+        job.start = now
+        self._bucket_of.pop(job, None)
+        self.queued[job.kind] -= 1
+        arr = self.policy.arrays.array_of(job)
+        resv = self.reservations[arr]
+        if resv is not None and resv.job is job:
+            # Its reservation is spent; jobs it kept off those nodes may fit there now.
+            self.reservations[arr] = None
+            for node in resv.nodes:
+                self.mark_dirty(node)
+        if job.is_dnn and self.policy.filters and self.queued[CPU]:
+            # Filters may depend on idle GPUs (CODA's reserve for them shrinks when
+            # they are taken), so queued CPU jobs are worth a retry here.
+            for node in nodes:
+                if node.free_cores:
+                    self.mark_dirty(node)
+        start = Start(job, tuple(nodes), cores_pn)
+        self._decisions.append(start)
+        if not executor.bind(start):
+            if job.placement:  # the driver may have given it back already
+                self.vacate(job, now)
+            job.start = -1.0
+            job.queue_key = ()
+            self._decisions.pop()
+
+    def _reclaim(self, job: Job, node: Node, need: int) -> None:
+        """Free ``need`` cores that CPU jobs hold on node, as the policy chooses."""
+        reclaim = self.policy.reclaim
+        executor = self._executor
+        assert reclaim is not None and executor is not None
+        before = node.free_cores
+        for action in reclaim.reclaim(job, node, need, self.now):
+            if not action.job.running:
+                continue
+            self._decisions.append(Reclaimed(job, node, action))
+            executor.apply(action)
+        if node.free_cores - before < need:
+            raise InvariantError(
+                f"reclaim freed {node.free_cores - before} of the {need} cores {job} needs "
+                f"on {node}"
+            )
+
+    # ------------------------------------------------------------ checks
+    def check_no_waiting_fit(self) -> None:
+        """After a cycle no queued job may fit anywhere, unless a reservation of
+        an earlier-queued job forbids it (or, without backfill, it is not first)."""
+        active: dict[int, list[tuple]] = {}
+        for resv in self.reservations.values():
+            if resv is not None and resv.job.start < 0:
+                for node in resv.nodes:
+                    active.setdefault(node.idx, []).append(
+                        (resv.shadow, resv.job.queue_key, resv.job)
+                    )
+        for arr in self.policy.arrays.names:
+            waiting = sorted(
+                (j for b in self.buckets[arr].values() for j in b.live()),
+                key=lambda j: j.queue_key,
+            )
+            if not self.policy.backfill:
+                waiting = waiting[:1]
+            for job in waiting:
+                cores_pn = self.cores(job)
+                job.estimate = self.policy.estimates.runtime(job, cores_pn)
+                wait, cycle = job.wait, job.wait_cycle
+                if self._find_nodes(job, cores_pn, active, None) is not None:
+                    raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
+                job.wait, job.wait_cycle = wait, cycle
