@@ -15,10 +15,12 @@ from rich.text import Text
 
 from coda.params import FiniteFloat, OutDir
 from coda.policy import POLICIES
+from coda.policy.estimates import ESTIMATES
 from coda.sim.run import (
     CENSORED,
     DEFAULT_CLUSTER,
     DEFAULT_LOAD,
+    DEFAULT_TIME_LIMIT_S,
     FRACTIONAL,
     MAX_HORIZON_S,
     MAX_LOAD,
@@ -150,11 +152,30 @@ def _config(kw: dict) -> RunConfig:
         warmup=kw["warmup"],
         noise=kw.get("noise", 0.05),
         perturb=kw.get("perturb", 0.0),
+        estimates=kw.get("estimates", "exact"),
+        default_time_limit_s=kw.get("default_time_limit", DEFAULT_TIME_LIMIT_S),
     )
 
 
 def _model_options(f: Callable) -> Callable:
-    """Measurement noise and profile perturbation (simulate, compare)."""
+    """Measurement noise, profile perturbation and backfill's runtime estimates
+    (simulate, compare)."""
+    f = click.option(
+        "--default-time-limit",
+        type=FiniteFloat(1.0, MAX_HORIZON_S),
+        default=DEFAULT_TIME_LIMIT_S,
+        show_default=True,
+        help="With --estimates time-limits: the limit (seconds) of a job whose trace gives none.",
+    )(f)
+    f = click.option(
+        "--estimates",
+        type=click.Choice(ESTIMATES),
+        default="exact",
+        show_default=True,
+        help="What backfill plans with: exact (the simulator's projection), time-limits "
+        "(what Slurm knows: requested times, else --default-time-limit) or none (no "
+        "backfill: strict FIFO per array).",
+    )(f)
     f = click.option(
         "--perturb",
         type=FiniteFloat(0.0, 1.0, max_open=True),

@@ -9,7 +9,7 @@ the Slurm controller writes a placement. The same state gives the same list.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from coda.policy.framework import Action, SetCores
 from coda.policy.state import Job, Node
@@ -48,10 +48,10 @@ class Executor(Protocol):
 
     def bind(self, start: Start) -> bool: ...
 
-    def apply(self, action: Action) -> None: ...
+    def apply(self, action: Action) -> object: ...  # what it returns is not used
 
 
-def describe(d: Decision) -> tuple:
+def describe(d: Decision) -> tuple[Any, ...]:
     """A decision as plain values, to compare drivers (the differential test)."""
     if isinstance(d, Start):
         return ("start", d.job.job_id, tuple(n.name for n in d.nodes), d.cores_pn)

@@ -9,6 +9,7 @@ trimmed from the front.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
 from coda.policy.state import Job
 
@@ -17,7 +18,7 @@ class Bucket:
     __slots__ = ("keys", "jobs", "pos", "wait", "wait_cycle", "full")
 
     def __init__(self) -> None:
-        self.keys: list[tuple] = []
+        self.keys: list[tuple[Any, ...]] = []
         self.jobs: list[Job] = []
         self.pos = 0  # entries before pos have all started
         self.wait: object = None  # why its front waited last (a Reason)
@@ -25,7 +26,7 @@ class Bucket:
         # Core counts changed since its front last failed: retry with a full search.
         self.full = False
 
-    def add(self, key: tuple, job: Job) -> None:
+    def add(self, key: tuple[Any, ...], job: Job) -> None:
         at = bisect_right(self.keys, key)
         self.keys.insert(at, key)
         self.jobs.insert(at, job)
@@ -36,7 +37,7 @@ class Bucket:
         job = self.jobs[i]
         return job.start >= 0 or job.queue_key != self.keys[i]
 
-    def front(self) -> tuple[tuple, Job] | None:
+    def front(self) -> tuple[tuple[Any, ...], Job] | None:
         jobs, i = self.jobs, self.pos
         while i < len(jobs) and self._stale(i):
             i += 1
@@ -46,7 +47,7 @@ class Bucket:
         self.pos = i
         return (self.keys[i], jobs[i]) if i < len(jobs) else None
 
-    def next_after(self, at: int) -> tuple[tuple, int] | None:
+    def next_after(self, at: int) -> tuple[tuple[Any, ...], int] | None:
         jobs = self.jobs
         i = at + 1
         while i < len(jobs) and self._stale(i):

@@ -31,7 +31,8 @@ class Reason:
     def token(self) -> str:
         """One word of [A-Za-z0-9_.:+-]: ``cores``, ``reservation:12``, ``filter:X``."""
         if self.code in (RESERVATION, FIFO) and self.behind is not None:
-            return f"{self.code}:{_safe(self.behind)}"
+            # The node agent and Slurm name jobs ``name#id``: the id is what people use.
+            return f"{self.code}:{_safe(self.behind.rpartition('#')[2])}"
         if self.code == FILTER and self.detail:
             return f"{FILTER}:{_safe(self.detail)}"
         return self.code

@@ -23,60 +23,39 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from coda.cycle import reasons as R
+from coda.cycle.checks import check_no_waiting_fit
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
-from coda.cycle.index import PoolIndex
+from coda.cycle.nodes import InvariantError
 from coda.cycle.queue import Bucket
 from coda.cycle.reasons import Reason
-from coda.policy.allocator import free_room
+from coda.cycle.reservations import Hold, Reservation, Reservations
 from coda.policy.framework import Policy
 from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 
 _MAX_ROUNDS = 64  # rounds at one instant (each starts jobs or moves a reservation)
-_RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
 _SORT_DIRTY_UP_TO = 64  # more dirty nodes than this: search the index instead
 
 
-class InvariantError(AssertionError):
-    """The cycle broke one of its own invariants (checked where asked)."""
-
-
-@dataclass
-class Reservation:
-    job: Job
-    nodes: list[Node]
-    shadow: float  # when the reserved job is expected to be able to start
-    versions: tuple[int, ...]
-
-
-class Scheduler:
+class Scheduler(Reservations):
     """The queue, the node index and the cycle over them, for one policy."""
 
     def __init__(self, policy: Policy, nodes: Iterable[Node] = ()) -> None:
-        self.policy = policy
-        self.nodes: dict[int, Node] = {}
-        self.index: dict[str, PoolIndex] = {}
-        self.dnn_index: PoolIndex | None = None
-        self._max_gpus = 0
+        super().__init__(policy)
         arrays = policy.arrays.names
-        self.buckets: dict[str, dict[tuple, Bucket]] = {a: {} for a in arrays}
+        self.buckets: dict[str, dict[tuple[Any, ...], Bucket]] = {a: {} for a in arrays}
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self._bucket_of: dict[Job, Bucket] = {}
         self.queued = {DNN: 0, CPU: 0}
-        self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
-        self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
-        self._live: list[Node] | None = None  # the running cycle's dirty nodes
-        self._live_set: set[Node] = set()
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search
         self._carry: set[Job] = set()  # requeued jobs still owed a full search
         self._requeue: list[Job] = []  # preempted during a cycle, queued after its round
         self._in_cycle = False
         self._generation = policy.core_count.generation
-        self._fit_cache: dict[tuple, bool] = {}
         self._static = [f for f in policy.filters if f.static]
         self.cycles = 0
         self.now = 0.0
@@ -88,145 +67,6 @@ class Scheduler:
             CPU: Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0),
         }
         self.add_nodes(nodes)
-
-    # ------------------------------------------------------------ nodes
-    @property
-    def reclaims(self) -> bool:
-        return self.policy.reclaim is not None
-
-    def add_nodes(self, nodes: Iterable[Node]) -> None:
-        """Make nodes schedulable (their free capacity as it is now)."""
-        new = [n for n in nodes if n.idx not in self.nodes]
-        if not new:
-            return
-        for n in new:
-            self.nodes[n.idx] = n
-        if max(n.gpus for n in new) > self._max_gpus:
-            self._max_gpus = max(n.gpus for n in self.nodes.values())
-            self._rebuild_index()
-        else:
-            for n in new:
-                self._index_add(n)
-        self._fit_cache.clear()
-        for n in new:
-            self.mark_dirty(n)
-
-    def remove_node(self, node: Node) -> None:
-        """Stop scheduling onto a node (drained, down). Jobs on it keep running."""
-        if self.nodes.pop(node.idx, None) is None:
-            return
-        self.index[node.pool].remove(node)
-        if self.dnn_index is not None and node.pool == GPU_POOL:
-            self.dnn_index.remove(node)
-        self.dirty.pop(node, None)
-        self._deferred.pop(node, None)
-        self._fit_cache.clear()
-        for arr, resv in self.reservations.items():
-            if resv is not None and node in resv.nodes:
-                self.reservations[arr] = None
-
-    def _rebuild_index(self) -> None:
-        self.index = {}
-        self.dnn_index = None
-        for n in self.nodes.values():
-            self._index_add(n)
-
-    def _index_add(self, node: Node) -> None:
-        index = self.index.get(node.pool)
-        if index is None:
-            index = self.index[node.pool] = PoolIndex(self._max_gpus)
-        index.add(node)
-        if self.reclaims and node.pool == GPU_POOL:
-            # DNN jobs see the cores CPU jobs hold on GPU nodes as free; they search
-            # this second index of the GPU pool.
-            if self.dnn_index is None:
-                self.dnn_index = PoolIndex(self._max_gpus, dnn_view=True)
-            self.dnn_index.add(node)
-
-    def reindex(self, node: Node) -> None:
-        """Re-file a node whose free GPUs or cores changed."""
-        if node.idx not in self.nodes:
-            return
-        self.index[node.pool].update(node)
-        if self.dnn_index is not None and node.pool == GPU_POOL:
-            self.dnn_index.update(node)
-
-    def mark_dirty(self, node: Node) -> None:
-        """Node gained room: retry queued jobs on it, in this cycle if one runs."""
-        if node.idx not in self.nodes:
-            return
-        self.dirty[node] = None
-        live = self._live
-        if live is not None and node not in self._live_set:
-            live.append(node)
-            self._live_set.add(node)
-
-    # ------------------------------------------------------------ ledger
-    def occupy(self, job: Job, nodes: Sequence[Node], cores_pn: int, now: float) -> None:
-        """Book a job onto nodes (every driver books through here)."""
-        job.placement = list(nodes)
-        job.cores_pn = cores_pn
-        job.quota = 1.0
-        for node in nodes:
-            node.free_gpus -= job.gpus_pn
-            node.free_cores -= cores_pn
-            node.free_mem -= job.mem_pn
-            if not job.is_dnn:
-                node.cpu_job_cores += cores_pn
-            node.jobs[job] = None
-            if job.pcie_heavy:
-                node.pcie_heavy.append(job)
-            node.version += 1
-            self.reindex(node)
-        for r in self.policy.reserve:
-            r.reserve(job, nodes, now)
-
-    def vacate(self, job: Job, now: float) -> list[Node]:
-        """Take a running job off its nodes (finish, preemption, cancel)."""
-        nodes = job.placement
-        job.placement = []
-        for node in nodes:
-            node.free_gpus += job.gpus_pn
-            node.free_cores += job.cores_pn
-            node.free_mem += job.mem_pn
-            if not job.is_dnn:
-                node.cpu_job_cores -= job.cores_pn
-            node.jobs.pop(job, None)
-            if job in node.pcie_heavy:
-                node.pcie_heavy.remove(job)
-            node.version += 1
-            self.reindex(node)
-            self.mark_dirty(node)
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
-        return nodes
-
-    def resize(self, job: Job, cores_pn: int) -> bool:
-        """Change a running job's cores per node; growth only from free cores
-        (docs/policies.md, "Probes use free cores only"). False if refused."""
-        if cores_pn < 1:
-            raise ValueError(f"a running job keeps at least one core, got {cores_pn}")
-        delta = cores_pn - job.cores_pn
-        if delta == 0 or not job.running:
-            return False
-        if delta > 0 and delta > free_room(job.placement):
-            return False
-        for node in job.placement:
-            node.free_cores -= delta
-            if not job.is_dnn:
-                node.cpu_job_cores += delta
-            self.reindex(node)
-            if delta < 0:
-                self.mark_dirty(node)
-        job.cores_pn = cores_pn
-        return True
-
-    def node_capacity_changed(self, node: Node, grew: bool) -> None:
-        """A driver changed a node's free capacity itself (the Slurm view)."""
-        node.version += 1
-        self.reindex(node)
-        if grew:
-            self.mark_dirty(node)
 
     # ------------------------------------------------------------ queue
     def cores(self, job: Job) -> int:
@@ -314,14 +154,6 @@ class Scheduler:
         if job.mem_pn:
             need += f", {job.mem_pn} MiB"
         return Reason(R.NEVER, f"needs {need} in pools {'/'.join(pools)}")
-
-    @staticmethod
-    def _shape_fits(n: Node, job: Job, cores_pn: int) -> bool:
-        return (
-            n.gpus >= job.gpus_pn
-            and n.cores >= cores_pn
-            and (n.mem_mib == 0 or n.mem_mib >= job.mem_pn)
-        )
 
     # ------------------------------------------------------------ reasons
     def reason_of(self, job: Job) -> Reason | None:
@@ -415,7 +247,7 @@ class Scheduler:
         # join `dirty` at once, so the jobs kept off them are retried now.
         self._live, self._live_set = dirty, set(dirty)
         # node idx -> [(shadow, owner's queue key, owner)]: binds later-queued jobs only
-        active: dict[int, list[tuple]] = {}
+        active: dict[int, list[Hold]] = {}
         heads = self._start_heads(dirty, fresh, active)
         self.heads = heads
         if not self.policy.backfill:
@@ -445,22 +277,30 @@ class Scheduler:
         return bucket is not None and bucket.full
 
     def _start_heads(
-        self, dirty: list[Node], fresh: set[Job], active: dict[int, list[tuple]]
+        self, dirty: list[Node], fresh: set[Job], active: dict[int, list[Hold]]
     ) -> dict[str, Job | None]:
         """Start each array's first jobs while they fit; the first that does not
         is the array's head and holds a reservation. Heads are settled in queue
         order across arrays, so an earlier head's reservation binds a later one."""
         names = self.policy.arrays.names
         heads: dict[str, Job | None] = dict.fromkeys(names)
-        pending = {arr: self._earliest(arr) for arr in names}
-        while any(pending.values()):
-            arr = min((a for a in pending if pending[a]), key=lambda a: pending[a].queue_key)
+        pending: dict[str, Job] = {}
+        for arr in names:
+            first = self._earliest(arr)
+            if first is not None:
+                pending[arr] = first
+        while pending:
+            arr = min(pending, key=lambda a: pending[a].queue_key)
             job = pending[arr]
             if self._try(job, self._full(job, fresh), dirty, active):
-                pending[arr] = self._earliest(arr)
+                nxt = self._earliest(arr)
+                if nxt is None:
+                    del pending[arr]
+                else:
+                    pending[arr] = nxt
                 continue
             heads[arr] = job
-            pending[arr] = None
+            del pending[arr]
             if self.policy.backfill:
                 self._hold(arr, job, active)
         return heads
@@ -469,7 +309,7 @@ class Scheduler:
         self,
         dirty: list[Node],
         fresh: set[Job],
-        active: dict[int, list[tuple]],
+        active: dict[int, list[Hold]],
         heads: dict[str, Job | None],
         blocked: set[str],
     ) -> None:
@@ -483,7 +323,7 @@ class Scheduler:
         depth = self.policy.backfill_depth
         room = self._room(dirty)
         seen = len(dirty)
-        heap: list[tuple] = []
+        heap: list[tuple[tuple[Any, ...], str, tuple[Any, ...], int]] = []
         for arr in self.policy.arrays.names:
             if arr in blocked:
                 continue
@@ -541,7 +381,7 @@ class Scheduler:
         job: Job,
         full: bool,
         dirty: list[Node],
-        active: dict[int, list[tuple]],
+        active: dict[int, list[Hold]],
         cores_pn: int | None = None,
     ) -> bool:
         """Start the job if it fits (an old job: on a dirty node); True if started."""
@@ -577,7 +417,7 @@ class Scheduler:
             room[kind] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
         return room
 
-    def _hold(self, arr: str, job: Job, active: dict[int, list[tuple]]) -> None:
+    def _hold(self, arr: str, job: Job, active: dict[int, list[Hold]]) -> None:
         """Give a blocked head its reservation and make it bind later-queued jobs."""
         old = self.reservations[arr]
         resv = self._reserve_for(arr, job, self.cores(job), active)
@@ -592,7 +432,7 @@ class Scheduler:
         self,
         job: Job,
         cores_pn: int,
-        active: dict[int, list[tuple]],
+        active: dict[int, list[Hold]],
         only: list[Node] | None,
     ) -> list[Node] | None:
         """Feasible nodes in best-fit order, then the policy's scores pick among them.
@@ -681,18 +521,6 @@ class Scheduler:
             return None
         return policy.pick(job, found, cores_pn, need)
 
-    def _binding_owner(
-        self, job: Job, key: tuple, finish_by: float, held: list[tuple]
-    ) -> Job | None:
-        # A job of unknown length (no estimate) never runs on reserved nodes; one that
-        # ends before the reserved start may (even when that start is unknown).
-        late = finish_by == math.inf
-        for shadow, okey, owner in held:
-            if owner is not job and okey < key and (late or finish_by > shadow):
-                if self._binds(owner, job):
-                    return owner
-        return None
-
     def _short_of(self, job: Job, cores_pn: int, pools: tuple[str, ...]) -> Reason:
         """Nothing fitted: whether GPUs or cores are what no node has free."""
         reclaim = job.is_dnn and self.dnn_index is not None
@@ -703,100 +531,6 @@ class Scheduler:
             ):
                 return Reason(R.CORES, str(cores_pn))
         return Reason(R.GPUS, str(job.gpus_pn)) if job.gpus_pn else Reason(R.CORES, str(cores_pn))
-
-    def _needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
-        assert self.dnn_index is not None
-        for node in self.dnn_index.best_fit(gpus, cores_pn):
-            if node.free_cores < cores_pn and self._dnn_fits(node, cores_pn):
-                yield node
-
-    def _dnn_fits(self, node: Node, cores_pn: int) -> bool:
-        """Enough cores once the CPU jobs the reclaim plugin may take are counted out."""
-        return node.free_cores + self._reclaimable_cores(node) >= cores_pn
-
-    def _reclaimable_cores(self, node: Node) -> int:
-        reclaim = self.policy.reclaim
-        if reclaim is None:
-            return 0
-        return sum(j.cores_pn for j in node.jobs if not j.is_dnn and reclaim.reclaimable(j))
-
-    def _binds(self, owner: Job, job: Job) -> bool:
-        """Whether owner's reservation binds job. A CPU job's does not bind a DNN
-        job where the policy reclaims: the DNN job would take those cores back."""
-        return owner.is_dnn or not job.is_dnn or self.dnn_index is None
-
-    def _reserve_for(
-        self, arr: str, job: Job, cores_pn: int, active: dict[int, list[tuple]]
-    ) -> Reservation | None:
-        """Plan when and where a blocked job can start (the backfill shadow time).
-
-        Kept across cycles while the same job is blocked and its nodes are
-        unchanged. Nodes an earlier-queued head holds are left out: that head
-        goes first there (once it starts, this plan is redone).
-        """
-        old = self.reservations[arr]
-        if (
-            old is not None
-            and old.job is job
-            and old.shadow > self.now
-            and old.versions == tuple(n.version for n in old.nodes)
-        ):
-            return old
-        key = job.queue_key
-        policy = self.policy
-        times: list[tuple[float, int, Node]] = []
-        for pool in policy.pools.pools(job):
-            index = self.index.get(pool)
-            if index is None:
-                continue
-            for node in index.most_free():
-                if len(times) >= _RESERVATION_CANDIDATES:
-                    break
-                if any(
-                    okey < key and self._binds(owner, job)
-                    for _, okey, owner in active.get(node.idx, ())
-                ):
-                    continue
-                if policy.filters and not policy.allows(job, node, cores_pn):
-                    continue
-                t = self._available_at(node, job, cores_pn)
-                if t is not None:  # inf: it fits there once empty, but when is unknown
-                    times.append((t, node.idx, node))
-        if len(times) < job.nodes:
-            self.reservations[arr] = None
-            return None
-        times.sort(key=lambda x: (x[0], x[1]))
-        chosen = [node for _, _, node in times[: job.nodes]]
-        shadow = max(t for t, _, _ in times[: job.nodes])
-        resv = Reservation(job, chosen, shadow, tuple(n.version for n in chosen))
-        self.reservations[arr] = resv
-        return resv
-
-    def _available_at(self, node: Node, job: Job, cores_pn: int) -> float | None:
-        """When node could host job, if its running jobs end as estimated (inf: not
-        known, a running job has no estimate; None: never, the node is too small)."""
-        g, c, m = node.free_gpus, node.free_cores, node.free_mem
-        reclaim = job.is_dnn and self.dnn_index is not None
-        if reclaim:
-            c += self._reclaimable_cores(node)  # taken back when it starts
-        need_g, need_m = job.gpus_pn, job.mem_pn
-        if node.gpus < need_g or node.cores < cores_pn or (node.mem_mib and node.mem_mib < need_m):
-            return None
-        if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
-            return self.now
-        taken = self.policy.reclaim.reclaimable if reclaim and self.policy.reclaim else None
-        end_of = self.policy.estimates.end_of
-        ends = sorted((end_of(j, self.now), j.idx, j) for j in node.jobs)
-        for t, _, j in ends:
-            if t == math.inf:
-                break
-            g += j.gpus_pn
-            # Cores reclaim takes back were counted as free already.
-            c += 0 if taken is not None and not j.is_dnn and taken(j) else j.cores_pn
-            m += j.mem_pn
-            if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
-                return t
-        return math.inf  # some job in its way has no estimate
 
     # ------------------------------------------------------------ start
     def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
@@ -850,28 +584,4 @@ class Scheduler:
                 f"on {node}"
             )
 
-    # ------------------------------------------------------------ checks
-    def check_no_waiting_fit(self) -> None:
-        """After a cycle no queued job may fit anywhere, unless a reservation of
-        an earlier-queued job forbids it (or, without backfill, it is not first)."""
-        active: dict[int, list[tuple]] = {}
-        for resv in self.reservations.values():
-            if resv is not None and resv.job.start < 0:
-                for node in resv.nodes:
-                    active.setdefault(node.idx, []).append(
-                        (resv.shadow, resv.job.queue_key, resv.job)
-                    )
-        for arr in self.policy.arrays.names:
-            waiting = sorted(
-                (j for b in self.buckets[arr].values() for j in b.live()),
-                key=lambda j: j.queue_key,
-            )
-            if not self.policy.backfill:
-                waiting = waiting[:1]
-            for job in waiting:
-                cores_pn = self.cores(job)
-                job.estimate = self.policy.estimates.runtime(job, cores_pn)
-                wait, cycle = job.wait, job.wait_cycle
-                if self._find_nodes(job, cores_pn, active, None) is not None:
-                    raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
-                job.wait, job.wait_cycle = wait, cycle
+    check_no_waiting_fit = check_no_waiting_fit

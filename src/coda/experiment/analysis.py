@@ -51,7 +51,7 @@ class Analysis:
         return [load for load, v in self.verdicts.items() if v.status == "met"]
 
     def to_dict(self) -> dict[str, Any]:
-        def cells(table: dict) -> list[dict]:
+        def cells(table: dict[tuple[str, float], dict[str, Estimate]]) -> list[dict[str, Any]]:
             return [
                 {"policy": p, "load": load, **{k: e.to_dict() for k, e in metrics.items()}}
                 for (p, load), metrics in table.items()

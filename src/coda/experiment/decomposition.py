@@ -74,30 +74,31 @@ def decompose(
     """Paired by seed: effective = allocated - lost_cores - lost_contention in each run, so
     delta effective = delta allocated + (less lost to cores) + (less lost to contention)."""
     a, b = by_seed(records, other, load, kind), by_seed(records, base, load, kind)
-    rows = []
+    rows: list[tuple[float, float, float, float | None, float | None]] = []
     for seed in sorted(a.keys() & b.keys()):
         o, s = a[seed], b[seed]
         eo, es = o.get("gpu_util_effective"), s.get("gpu_util_effective")
         ao, as_ = o.get("gpu_util_allocated"), s.get("gpu_util_allocated")
-        if None in (eo, es, ao, as_):
+        if eo is None or es is None or ao is None or as_ is None:
             continue
-        gain, allocated = eo - es, ao - as_
-        parts = [s.get("gpu_lost_cores"), o.get("gpu_lost_cores")]
-        parts += [s.get("gpu_lost_contention"), o.get("gpu_lost_contention")]
-        if None in parts:
-            cores = contention = None
-        else:
-            cores, contention = parts[0] - parts[1], parts[2] - parts[3]
-        rows.append((es, gain, allocated, cores, contention))
+        cores_s, cores_o = s.get("gpu_lost_cores"), o.get("gpu_lost_cores")
+        cont_s, cont_o = s.get("gpu_lost_contention"), o.get("gpu_lost_contention")
+        cores: float | None = None
+        contention: float | None = None
+        if not (cores_s is None or cores_o is None or cont_s is None or cont_o is None):
+            cores, contention = cores_s - cores_o, cont_s - cont_o
+        rows.append((es, eo - es, ao - as_, cores, contention))
     if not rows:
         return None
 
-    def mean(i: int) -> float | None:
-        xs = [r[i] for r in rows]
-        return None if any(x is None for x in xs) else math.fsum(xs) / len(xs)
+    def mean(xs: list[float | None]) -> float | None:
+        known = [x for x in xs if x is not None]
+        return math.fsum(known) / len(known) if len(known) == len(xs) else None
 
-    gain, allocated = mean(1), mean(2)
-    cores, contention = mean(3), mean(4)
+    base_eff = math.fsum(r[0] for r in rows) / len(rows)
+    gain = math.fsum(r[1] for r in rows) / len(rows)
+    allocated = math.fsum(r[2] for r in rows) / len(rows)
+    cores, contention = mean([r[3] for r in rows]), mean([r[4] for r in rows])
     less_lost = gain - allocated
     residual = None if cores is None or contention is None else less_lost - cores - contention
     return Decomposition(
@@ -105,7 +106,7 @@ def decompose(
         other,
         load,
         len(rows),
-        mean(0),
+        base_eff,
         gain,
         allocated,
         less_lost,

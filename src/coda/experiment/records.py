@@ -10,7 +10,7 @@ from typing import Any
 from coda.report.tables import finite, lookup
 
 
-def _probes_per_search(summary: dict) -> tuple[float | None, float | None, float | None]:
+def _probes_per_search(summary: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
     """(probes per search, probes, searches) from policy_stats.allocator, where reported."""
     alloc = lookup(summary, "policy_stats", "allocator")
     if not isinstance(alloc, dict):
@@ -28,7 +28,7 @@ def _probes_per_search(summary: dict) -> tuple[float | None, float | None, float
     return per, probes, searches
 
 
-def metrics_from_summary(summary: dict) -> dict[str, float | None]:
+def metrics_from_summary(summary: dict[str, Any]) -> dict[str, float | None]:
     """The numbers the experiment keeps from one run's summary; missing ones are None."""
 
     def g(*keys: str) -> float | None:
@@ -100,13 +100,14 @@ class RunRecord:
     def from_summary(
         cls,
         kind: str,
-        summary: dict,
+        summary: dict[str, Any],
         perturb: float = 0.0,
         noise: float = 0.05,
         policy: str | None = None,
     ) -> RunRecord:
         """``policy``: the registry name the run was asked for (default: the summary's)."""
-        config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
+        raw = summary.get("config")
+        config: dict[str, Any] = raw if isinstance(raw, dict) else {}
         notes = summary.get("notes") or []
         return cls(
             kind=kind,

@@ -115,7 +115,7 @@ def run_group(group: Group, on_run: Callable[[], None] | None = None) -> list[Ru
     return records
 
 
-def _sort_key(cfg: ExperimentConfig) -> Callable[[RunRecord], tuple]:
+def _sort_key(cfg: ExperimentConfig) -> Callable[[RunRecord], tuple[bool, float, int, int]]:
     order = {p: i for i, p in enumerate(cfg.policies)}
     return lambda r: (r.kind != "main", r.load, r.seed, order.get(r.policy, len(order)))
 

@@ -72,7 +72,9 @@ def mean_ci(values: Iterable[float | None]) -> Estimate:
     return Estimate(n, mean, t_critical(n - 1) * sd / math.sqrt(n), sd)
 
 
-def by_seed(records: Iterable[RunRecord], policy: str, load: float, kind: str) -> dict:
+def by_seed(
+    records: Iterable[RunRecord], policy: str, load: float, kind: str
+) -> dict[int, RunRecord]:
     return {
         r.seed: r
         for r in records

@@ -101,8 +101,12 @@ def _no_longer(
     est = paired(records, subject, base, load, difference_of(key), kind)
     a, b = by_seed(records, subject, load, kind), by_seed(records, base, load, kind)
     seeds = sorted(a.keys() & b.keys())
-    sv = [a[s].get(key) for s in seeds if a[s].get(key) is not None and b[s].get(key) is not None]
-    bv = [b[s].get(key) for s in seeds if a[s].get(key) is not None and b[s].get(key) is not None]
+    pairs = [
+        (x, y)
+        for s in seeds
+        if (x := a[s].get(key)) is not None and (y := b[s].get(key)) is not None
+    ]
+    sv, bv = [x for x, _ in pairs], [y for _, y in pairs]
     label = f"{what} no longer than {base}'s"
     if est.mean is None:
         return Condition(cond, label, None, f"{what}: no data for both {subject} and {base}")
@@ -220,6 +224,7 @@ def judge_load(
     else:
         status = "undetermined"
     if status == "met":
+        assert gain.mean is not None  # "met" needs the gain condition met, so its data
         summary = f"load {load:g}: claim MET ({_pct(gain.mean)} effective GPU util vs {base})"
     elif status == "not met":
         failed = "; ".join(c.label for c in conditions if c.met is False)

@@ -125,25 +125,27 @@ class LearnedProfiles:
     def record(self, key: Shape, cores: int) -> None:
         if int(cores) < 1:
             raise ValueError(f"cores must be >= 1, got {cores}")
-        seen = self._seen.setdefault(tuple(key), {})
+        key = _shape(key)
+        seen = self._seen.setdefault(key, {})
         seen[int(cores)] = seen.get(int(cores), 0) + 1
-        self._median.pop(tuple(key), None)
+        self._median.pop(key, None)
 
     def count(self, key: Shape) -> int:
-        return sum(self._seen.get(tuple(key), {}).values())
+        return sum(self._seen.get(_shape(key), {}).values())
 
     def cores(self, key: Shape) -> int | None:
         """The upper median of the recorded values; None if the shape is unknown."""
+        key = _shape(key)
         hit = self._median.get(key)
         if hit is not None:
             return hit
-        seen = self._seen.get(tuple(key))
+        seen = self._seen.get(key)
         if not seen:
             return None
         i = sum(seen.values()) // 2
         for c in sorted(seen):
             if i < seen[c]:
-                self._median[tuple(key)] = c
+                self._median[key] = c
                 return c
             i -= seen[c]
         raise AssertionError("unreachable")
@@ -155,7 +157,7 @@ class LearnedProfiles:
         """shape -> (cores, converged jobs)."""
         return {k: (self.cores(k), self.count(k)) for k in self._seen}  # type: ignore[misc]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         profiles = [
             {"model": m, "gpus_per_node": g, "nodes": n, "cores": sorted(seen.items())}
             for (m, g, n), seen in sorted(self._seen.items())
@@ -163,7 +165,7 @@ class LearnedProfiles:
         return {"schema": SCHEMA, "confident_after": self.confident_after, "profiles": profiles}
 
     @classmethod
-    def from_dict(cls, d: dict) -> LearnedProfiles:
+    def from_dict(cls, d: dict[str, Any]) -> LearnedProfiles:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"learned profiles: expected schema {SCHEMA!r}, got {got!r}")
@@ -290,7 +292,7 @@ class AdaptiveAllocator:
         # its own request at start (probes may grow it later, from free cores only).
         return job.cores_pn_req if learned is None else min(learned, job.cores_pn_req)
 
-    def group_key(self, job: Job) -> tuple:
+    def group_key(self, job: Job) -> tuple[Any, ...]:
         # cores_per_node depends on the shape (model, gpus_pn, nodes) and the request;
         # jobs whose answer is the same share a key, so fewer queue buckets.
         if job.kind == CPU or not self.config.search:
@@ -408,7 +410,7 @@ class AdaptiveAllocator:
             "reference": round(t.reference, 4) if t.phase == "converged" else None,
         }
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """JSON-able counters. searches: all started (incl. reference-only, re-tunes);
         converged; probes: levels measured other than a search's start level, and
         probe_windows at them; windows: all windows of searches; below_windows: at
@@ -666,3 +668,9 @@ class AdaptiveAllocator:
             getattr(n, "cpu_job_cores", 0) > 0 or any(j.kind == CPU for j in n.jobs)
             for n in job.placement
         )
+
+
+def _shape(key: Sequence[Any]) -> Shape:
+    """A shape key as a tuple (a JSON round trip makes lists of them)."""
+    model, gpus, nodes = key
+    return (str(model), int(gpus), int(nodes))

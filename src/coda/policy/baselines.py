@@ -8,6 +8,8 @@ static-shared: the same, but CPU jobs may also take free cores on GPU nodes
 
 from __future__ import annotations
 
+from typing import Any
+
 from coda.policy.framework import Policy
 from coda.policy.options import PolicyOptions
 from coda.policy.state import CPU, CPU_POOL, DNN, GPU_POOL, Job
@@ -16,7 +18,7 @@ from coda.policy.state import CPU, CPU_POOL, DNN, GPU_POOL, Job
 class KindArrays:
     """Two arrays, DNN jobs and CPU jobs (CODA's, and a GPU and a CPU partition)."""
 
-    names = (DNN, CPU)
+    names: tuple[str, ...] = (DNN, CPU)
 
     def array_of(self, job: Job) -> str:
         return job.kind
@@ -25,7 +27,7 @@ class KindArrays:
 class SingleQueue:
     """One FIFO queue for every job (a plain cluster scheduler)."""
 
-    names = ("all",)
+    names: tuple[str, ...] = ("all",)
 
     def array_of(self, job: Job) -> str:
         return "all"
@@ -34,7 +36,7 @@ class SingleQueue:
 class FifoOrder:
     """First come, first served; trace order breaks ties."""
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (job.submit, job.idx)
 
 
@@ -60,7 +62,7 @@ class RequestedCores:
     def cores_per_node(self, job: Job) -> int:
         return job.cores_pn_req
 
-    def group_key(self, job: Job) -> tuple:
+    def group_key(self, job: Job) -> tuple[Any, ...]:
         return (job.cores_pn_req,)
 
 

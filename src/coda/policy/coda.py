@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
 from coda.policy.baselines import KindArrays
@@ -33,7 +34,7 @@ from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
 class PreemptedFirst:
     """FIFO per array, but a CPU job that was preempted goes to the head."""
 
-    def key(self, job: Job) -> tuple:
+    def key(self, job: Job) -> tuple[Any, ...]:
         return (0 if job.preemptions else 1, job.submit)
 
 
@@ -180,7 +181,7 @@ class OracleCores:
             return max(1, math.ceil(job.perf.c_opt))
         return job.cores_pn_req
 
-    def group_key(self, job: Job) -> tuple:
+    def group_key(self, job: Job) -> tuple[Any, ...]:
         return (job.model, job.cores_pn_req)
 
 

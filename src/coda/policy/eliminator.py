@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import Action, SetQuota
@@ -133,7 +134,7 @@ class ContentionEliminator:
         self.book = book
         self.config = config or EliminatorConfig()
         self.period_s = self.config.period_s
-        self.decisions: deque[dict] = deque(maxlen=self.config.history)
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=self.config.history)
         self._nodes: dict[Node, _NodeState] = {}
         self._holders: dict[Job, set[Node]] = {}  # nodes holding each throttled job low
         self._counts = dict.fromkeys(
@@ -186,7 +187,9 @@ class ContentionEliminator:
             return []
         if not any(j.kind == DNN for j in node.jobs):
             # Nothing left to protect: every CPU job gets its share back at once.
-            acts = [SetQuota(j, 1.0) for j in cpu if j.quota < 1.0 - _EPS and self._only(j, node)]
+            acts: list[Action] = [
+                SetQuota(j, 1.0) for j in cpu if j.quota < 1.0 - _EPS and self._only(j, node)
+            ]
             self.forget_node(node)
             if acts:
                 self._counts["releases"] += 1
@@ -217,8 +220,8 @@ class ContentionEliminator:
             if st is not None:
                 self._strip(st, job)
 
-    def stats(self) -> dict:
-        out: dict = dict(self._counts)
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self._counts)
         out["nodes_throttled_now"] = sum(
             any(j.quota < 1.0 - _EPS for j in st.held) for st in self._nodes.values()
         )
@@ -536,13 +539,15 @@ class ContentionEliminator:
                 self._unhold(node, st, j)
                 self._strip(st, j)
 
-    def _reason(self, sig: _Signal) -> dict:
+    def _reason(self, sig: _Signal) -> dict[str, Any]:
         out = {"min_ratio": round(sig.mean if sig.mean is not None else sig.partial, 4)}
         if sig.share is not None:
             out["bw_share"] = round(sig.share, 4)
         return out
 
-    def _log(self, now: float, node: Node, action: str, acts: list[Action], reason: dict) -> None:
+    def _log(
+        self, now: float, node: Node, action: str, acts: list[Action], reason: dict[str, Any]
+    ) -> None:
         self.decisions.append(
             {
                 "time": now,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from coda.policy.state import Job, Node
 
@@ -47,7 +47,7 @@ class Arrays(Protocol):
 class QueueSort(Protocol):
     """Orders each queue (array). Smaller key runs first."""
 
-    def key(self, job: Job) -> tuple: ...
+    def key(self, job: Job) -> tuple[Any, ...]: ...
 
 
 class PoolSelect(Protocol):
@@ -70,7 +70,7 @@ class CoreCount(Protocol):
 
     def cores_per_node(self, job: Job) -> int: ...
 
-    def group_key(self, job: Job) -> tuple: ...
+    def group_key(self, job: Job) -> tuple[Any, ...]: ...
 
 
 class Filter(Protocol):
@@ -119,7 +119,7 @@ class RuntimeEstimate(Protocol):
 class StatsSource(Protocol):
     """A plugin with counters reported per run (``stats()``)."""
 
-    def stats(self) -> dict: ...
+    def stats(self) -> dict[str, Any]: ...
 
 
 # Actions a node control step may return. The driver applies them.

@@ -8,7 +8,7 @@ about time sources, files or processes.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coda.workload.perf import JobPerf
@@ -81,7 +81,7 @@ class Job:
         self.version = 0  # bumped on every speed change (stale finish events)
         self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
         self.estimate = 0.0  # runtime estimate used by backfill, seconds
-        self.queue_key: tuple = ()  # position in its queue (queue-sort key, trace row)
+        self.queue_key: tuple[Any, ...] = ()  # position in its queue (queue-sort key, trace row)
         self.preemptions = 0  # times a DNN job's start reclaimed this (CPU) job's cores
         self.core_speed_now = 0.0  # speed from its cores alone (no contention)
         self.sample_t = 0.0  # driver's throughput meter: start of the current window

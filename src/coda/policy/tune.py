@@ -57,5 +57,5 @@ def tune_policy(policy: Policy, tune: Mapping[str, str]) -> None:
             obj.config = dataclasses.replace(obj.config, **{name: value})
         except ValueError as e:
             raise ValueError(f"{key}={raw}: {e}") from None
-        if part == "eliminator" and name == "period_s":
+        if isinstance(obj, ContentionEliminator) and name == "period_s":
             obj.period_s = value

@@ -36,7 +36,10 @@ def fmt_estimate(est: Estimate | None, kind: str) -> str:
     m, h = est.mean, est.half
     if kind == "gain":
         text = f"{signed(m, 1)}%"
-        return text + (f" [{signed(est.low, 1)}, {signed(est.high, 1)}]" if h is not None else "")
+        lo, hi = est.low, est.high  # None exactly when h is
+        return text + (
+            f" [{signed(lo, 1)}, {signed(hi, 1)}]" if lo is not None and hi is not None else ""
+        )
     if kind == "pct":
         return f"{100 * m:.1f}%" + (f" ± {100 * h:.1f}" if h is not None else "")
     if kind == "duration":

@@ -12,6 +12,7 @@ from coda.experiment import (
     METRICS,
     PAPER_GAIN_PCT,
     Analysis,
+    Condition,
     Estimate,
     ExperimentResult,
     reproduce_command,
@@ -92,7 +93,7 @@ def _verdict_section(result: ExperimentResult) -> list[str]:
     for x in a.verdicts.values():
         cond = {c.key: c for c in x.conditions}
 
-        def cell(key: str, kind: str, cond=cond) -> str:
+        def cell(key: str, kind: str, cond: dict[str, Condition] = cond) -> str:
             c = cond.get(key)
             if c is None:
                 return MISSING
@@ -140,10 +141,16 @@ def _headroom_lines(result: ExperimentResult, load: float) -> list[str]:
     oracle = a.gains.get(("oracle", load), {}).get("gpu_gain_pct")
     eff, alloc = base.get("gpu_util_effective"), base.get("gpu_util_allocated")
     cores, cont = base.get("gpu_lost_cores"), base.get("gpu_lost_contention")
+    eff_m, alloc_m, cores_m, cont_m = (
+        None if e is None else e.mean for e in (eff, alloc, cores, cont)
+    )
     if (
         oracle is None
         or oracle.mean is None
-        or any(e is None or e.mean is None for e in (eff, alloc, cores, cont))
+        or eff_m is None
+        or alloc_m is None
+        or cores_m is None
+        or cont_m is None
     ):
         return []
     o_alloc = a.stats.get(("oracle", load), {}).get("gpu_util_allocated")
@@ -155,14 +162,14 @@ def _headroom_lines(result: ExperimentResult, load: float) -> list[str]:
             if oracle.mean < PAPER_GAIN_PCT
             else "the target is within the oracle's reach"
         )
-        + f". `{a.base}` holds {alloc.mean:.1%} of GPUs and uses {eff.mean:.1%}: it loses "
-        f"{cores.mean * 100:.1f} pp to too few cores (what slimming can win back) and "
-        f"{cont.mean * 100:.1f} pp to interference, most of it between training jobs on "
+        + f". `{a.base}` holds {alloc_m:.1%} of GPUs and uses {eff_m:.1%}: it loses "
+        f"{cores_m * 100:.1f} pp to too few cores (what slimming can win back) and "
+        f"{cont_m * 100:.1f} pp to interference, most of it between training jobs on "
         "the same node (memory bandwidth, PCIe), which throttling CPU jobs cannot remove."
     )
     if o_alloc is not None and o_alloc.mean is not None:
         text += (
-            f" GPUs allocated: {alloc.mean:.1%} under `{a.base}`, {o_alloc.mean:.1%} under "
+            f" GPUs allocated: {alloc_m:.1%} under `{a.base}`, {o_alloc.mean:.1%} under "
             "`oracle`: where these are equal, cores do not keep GPUs idle on this cluster "
             "(the trace's requests fit its nodes), so freeing cores admits no extra jobs."
         )
@@ -397,7 +404,15 @@ def _errors_section(result: ExperimentResult) -> list[str]:
         return []
     lines = ["## Failed runs", ""]
     rows = [
-        [r.kind, r.policy, f"{r.load:g}", str(r.seed), f"{r.perturb:g}", f"{r.noise:g}", r.error]
+        [
+            r.kind,
+            r.policy,
+            f"{r.load:g}",
+            str(r.seed),
+            f"{r.perturb:g}",
+            f"{r.noise:g}",
+            r.error or "",
+        ]
         for r in result.errors
     ]
     lines += _md_table(["kind", "policy", "load", "seed", "perturb", "noise", "error"], rows)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from coda.experiment import (
     PAPER_GAIN_PCT,
@@ -18,7 +20,9 @@ from coda.report.experiment_format import figure_title, fmt_relative
 from coda.report.plots import _colours, _linestyles, _no_data, _save, plt
 
 
-def _series(a: Analysis, policy: str, key: str, scale: float = 1.0):
+def _series(
+    a: Analysis, policy: str, key: str, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     means, halves = [], []
     for load in a.loads:
         e = a.stats[(policy, load)][key]
@@ -27,7 +31,7 @@ def _series(a: Analysis, policy: str, key: str, scale: float = 1.0):
     return np.array(means), np.array(halves)
 
 
-def _lines_vs_load(ax, a: Analysis, key: str, scale: float, ylabel: str, title: str) -> bool:
+def _lines_vs_load(ax: Axes, a: Analysis, key: str, scale: float, ylabel: str, title: str) -> bool:
     colours, styles = _colours(len(a.policies)), _linestyles(len(a.policies))
     loads = np.array(a.loads, dtype=float)
     # A small sideways offset per policy keeps overlapping error bars readable.
@@ -79,8 +83,9 @@ def _time_scale(a: Analysis, keys: Sequence[str]) -> tuple[float, str]:
     top = 0.0
     for cell in a.stats.values():
         for k in keys:
-            if cell[k].mean is not None:
-                top = max(top, abs(cell[k].mean) + (cell[k].half or 0.0))
+            m = cell[k].mean
+            if m is not None:
+                top = max(top, abs(m) + (cell[k].half or 0.0))
     if top < 120:
         return 1.0, "s"
     if top < 7200:
@@ -105,10 +110,10 @@ def plot_queuing_vs_load(result: ExperimentResult, path: Path) -> Path:
 
 
 def _stacked(
-    ax,
+    ax: Axes,
     x: np.ndarray,
     parts: list[tuple[str, list[float | None]]],
-    colours,
+    colours: Sequence[Any],
     width: float = 0.6,
     hatch: Sequence[str | None] | None = None,
 ) -> None:
@@ -218,8 +223,8 @@ def plot_robustness(result: ExperimentResult, path: Path) -> Path:
         by_seed = {s.seed: s for s in r.rows}
         gains = [by_seed[s].gain_pct if s in by_seed else None for s in seeds]
         holds = [by_seed[s].holds if s in by_seed else None for s in seeds]
-        colours = ["tab:green" if h else "tab:red" if h is False else "grey" for h in holds]
-        ax.bar(x, [0.0 if g is None else g for g in gains], 0.6, color=colours)
+        verdicts = ["tab:green" if h else "tab:red" if h is False else "grey" for h in holds]
+        ax.bar(x, [0.0 if g is None else g for g in gains], 0.6, color=verdicts)
         ax.axhline(PAPER_GAIN_PCT, color="grey", ls="--", lw=1, label=f"+{PAPER_GAIN_PCT:g}%")
         ax.axhline(0, color="black", lw=0.6)
         ax.legend(fontsize=8, loc="upper left")

@@ -7,8 +7,9 @@ without a display.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -28,6 +29,20 @@ from coda.report.tables import (  # noqa: E402
     lookup,
 )
 from coda.sim.result import SimResult  # noqa: E402
+
+# pyplot is shared with experiment_plots, which must not import it before the Agg switch.
+__all__ = [
+    "DELAY_FLOOR_S",
+    "DPI",
+    "plot_comparison_bars",
+    "plot_queue_delay_cdf",
+    "plot_utilisation",
+    "plt",
+    "queue_delays",
+]
+
+# An RGBA colour as a colormap returns it.
+Colour = tuple[float, float, float, float]
 
 DPI = 150
 
@@ -49,10 +64,10 @@ _TIME_TICKS = (
 )
 
 
-def _title(summaries: Sequence[dict]) -> str:
+def _title(summaries: Sequence[dict[str, Any]]) -> str:
     """'trace X · cluster Y · load 0.9 · seed 0', with 'varies' where runs differ."""
 
-    def shared(fn) -> str:
+    def shared(fn: Callable[[dict[str, Any]], str]) -> str:
         values = {fn(s) for s in summaries}
         return values.pop() if len(values) == 1 else "varies"
 
@@ -65,11 +80,11 @@ def _title(summaries: Sequence[dict]) -> str:
     return f"{trace} · {cluster}\nload {load} · seed {seed}"
 
 
-def _policy(summary: dict) -> str:
+def _policy(summary: dict[str, Any]) -> str:
     return str(summary.get("policy", "?"))
 
 
-def _colours(n: int) -> list:
+def _colours(n: int) -> list[Colour]:
     # tab10 stays distinguishable up to 10 policies; tab20 beyond that.
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
@@ -81,7 +96,7 @@ def _linestyles(n: int) -> list[str]:
     return [styles[i % len(styles)] for i in range(n)]
 
 
-def _require(items: Sequence, what: str) -> None:
+def _require(items: Sequence[object], what: str) -> None:
     if not items:
         raise ValueError(f"{what} needs at least one run")
 
@@ -233,8 +248,8 @@ def _bar_group(
     groups: Sequence[str],
     values: list[list[float | None]],  # [policy][group]
     names: Sequence[str],
-    colours: list,
-    fmt,
+    colours: list[Colour],
+    fmt: Callable[[float], str],
 ) -> None:
     """Grouped bars with the value written on each bar; None draws no bar but says n/a."""
     n = max(len(names), 1)
@@ -260,7 +275,7 @@ def _bar_group(
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def plot_comparison_bars(summaries: list[dict], path: Path) -> Path:
+def plot_comparison_bars(summaries: list[dict[str, Any]], path: Path) -> Path:
     """Per policy: the time-average utilisations, and the mean DNN / CPU queuing delay."""
     _require(summaries, "plot_comparison_bars")
     util_keys = [

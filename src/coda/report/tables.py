@@ -114,7 +114,7 @@ def fmt_relative(value: Any, base: Any) -> str:
 # ---------------------------------------------------------------- run context
 
 
-def lookup(summary: dict, *keys: str) -> Any:
+def lookup(summary: dict[str, Any], *keys: str) -> Any:
     """summary[k1][k2]..., or None where any level is missing or not a dict."""
     cur: Any = summary
     for key in keys:
@@ -158,7 +158,7 @@ def describe_window(window: Any) -> str:
     return text
 
 
-def run_context(summary: dict) -> dict[str, str]:
+def run_context(summary: dict[str, Any]) -> dict[str, str]:
     """The facts that say which experiment a number belongs to, as display strings."""
     return {
         "trace": str(summary.get("trace", MISSING)),
@@ -171,7 +171,7 @@ def run_context(summary: dict) -> dict[str, str]:
     }
 
 
-def _shared_context(summaries: Sequence[dict]) -> tuple[dict[str, str], list[str]]:
+def _shared_context(summaries: Sequence[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
     """Context values common to all runs, and the names of those that differ."""
     contexts = [run_context(s) for s in summaries]
     shared: dict[str, str] = {}
@@ -212,7 +212,7 @@ def _titled_table(first: str, context: dict[str, str]) -> Table:
 @dataclass(frozen=True)
 class _Row:
     label: str
-    get: Callable[[dict], Any] | None = None  # None: a section heading
+    get: Callable[[dict[str, Any]], Any] | None = None  # None: a section heading
     fmt: Callable[[Any], str] = fmt_count
     relative: bool = False  # show the change against the baseline column
 
@@ -221,11 +221,15 @@ class _Row:
         return self.get is None
 
 
-def _key(*keys: str) -> Callable[[dict], Any]:
+def _key(*keys: str) -> Callable[[dict[str, Any]], Any]:
     return lambda s: lookup(s, *keys)
 
 
-def _scalar_subkeys(summaries: Sequence[dict], *keys: str) -> list[str]:
+def _context(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda s: run_context(s)[key]
+
+
+def _scalar_subkeys(summaries: Sequence[dict[str, Any]], *keys: str) -> list[str]:
     """Union, in first-seen order, of the numeric entries of a nested dict such as
     trace_report.excluded (its keys depend on the trace, so they cannot be fixed here)."""
     seen: dict[str, None] = {}
@@ -238,12 +242,12 @@ def _scalar_subkeys(summaries: Sequence[dict], *keys: str) -> list[str]:
     return list(seen)
 
 
-def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_Row]:
+def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ()) -> list[_Row]:
     rows: list[_Row] = []
     if context_keys:
         rows.append(_Row("Run"))
         for key in context_keys:
-            rows.append(_Row(key, lambda s, k=key: run_context(s)[k], str))
+            rows.append(_Row(key, _context(key), str))
 
     rows.append(_Row("Jobs"))
     rows += [
@@ -335,7 +339,7 @@ def _rows(summaries: Sequence[dict], context_keys: Sequence[str] = ()) -> list[_
     return rows
 
 
-def _cells(row: _Row, summaries: Sequence[dict], base_index: int | None) -> list[str]:
+def _cells(row: _Row, summaries: Sequence[dict[str, Any]], base_index: int | None) -> list[str]:
     assert row.get is not None
     values = [row.get(s) for s in summaries]
     cells = []
@@ -347,7 +351,7 @@ def _cells(row: _Row, summaries: Sequence[dict], base_index: int | None) -> list
     return cells
 
 
-def _notes(summaries: Sequence[dict], with_policy: bool) -> list[str]:
+def _notes(summaries: Sequence[dict[str, Any]], with_policy: bool) -> list[str]:
     """Each run's notes; a note every run shares (the workload's) is listed once."""
     per_run = []
     for s in summaries:
@@ -362,11 +366,11 @@ def _notes(summaries: Sequence[dict], with_policy: bool) -> list[str]:
     return out
 
 
-def _policy(summary: dict) -> str:
+def _policy(summary: dict[str, Any]) -> str:
     return str(summary.get("policy", "?"))
 
 
-def _baseline_index(summaries: Sequence[dict], baseline: str | None) -> int:
+def _baseline_index(summaries: Sequence[dict[str, Any]], baseline: str | None) -> int:
     if not summaries:
         raise ValueError("no summaries to compare")
     if baseline is None:
@@ -381,7 +385,7 @@ def _baseline_index(summaries: Sequence[dict], baseline: str | None) -> int:
 # ---------------------------------------------------------------- public API
 
 
-def summary_table(summary: dict) -> Table:
+def summary_table(summary: dict[str, Any]) -> Table:
     """One run as a two-column table; the title states policy, trace, cluster, load, seed."""
     context = run_context(summary)
     table = _titled_table(_policy(summary), context)
@@ -403,7 +407,7 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
-def comparison_table(summaries: list[dict], baseline: str | None = None) -> Table:
+def comparison_table(summaries: list[dict[str, Any]], baseline: str | None = None) -> Table:
     """Policies as columns; utilisations and means also show the change vs the baseline."""
     base = _baseline_index(summaries, baseline)
     shared, differing = _shared_context(summaries)
@@ -430,7 +434,7 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_comparison(summaries: list[dict], baseline: str | None = None) -> str:
+def markdown_comparison(summaries: list[dict[str, Any]], baseline: str | None = None) -> str:
     """The comparison as a GitHub markdown table, preceded by the run context."""
     base = _baseline_index(summaries, baseline)
     shared, differing = _shared_context(summaries)

@@ -120,11 +120,11 @@ class Reporter:
         if self._fd is not None:
             now = time.monotonic()
             if now - self._written_t >= self.min_interval_s:
-                self._write(now)
+                self._write(self._fd, now)
 
     def flush(self) -> None:
         if self._fd is not None:
-            self._write(time.monotonic())
+            self._write(self._fd, time.monotonic())
 
     def close(self) -> None:
         if self._fd is not None:
@@ -132,8 +132,8 @@ class Reporter:
             os.close(self._fd)
             self._fd = None
 
-    def _write(self, now: float) -> None:
-        os.pwrite(self._fd, encode(Progress(self.samples, now, os.getpid())), 0)
+    def _write(self, fd: int, now: float) -> None:
+        os.pwrite(fd, encode(Progress(self.samples, now, os.getpid())), 0)
         self._written_t = now
 
     def __enter__(self) -> Reporter:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,6 @@ class SimResult:
       "" if it never waited).
     """
 
-    summary: dict
+    summary: dict[str, Any]
     timeseries: dict[str, np.ndarray] = field(default_factory=dict)
     jobs: dict[str, np.ndarray] = field(default_factory=dict)

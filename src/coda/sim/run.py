@@ -154,7 +154,7 @@ def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
 
 def scale_node_list(full: ClusterSpec, frac: float, label: str) -> ClusterSpec:
     """Keep round(frac x count) nodes of every node shape, in file order."""
-    groups: dict[tuple, list[NodeSpec]] = {}
+    groups: dict[tuple[int, int, int, str], list[NodeSpec]] = {}
     for node in full.nodes:
         groups.setdefault((node.gpus, node.cores, node.mem_mib, node.gpu_model), []).append(node)
     kept = [n for members in groups.values() for n in members[: round(len(members) * frac)]]
@@ -198,7 +198,7 @@ def prepare(config: RunConfig) -> Prepared:
             "trace arrival times kept; offered GPU load "
             f"{offered_gpu_load(jobs, cluster.gpus, config.warmup):.3f}"
         )
-    flags = Counter()
+    flags: Counter[str] = Counter()
     for bit, name in ((FLAG_FRACTIONAL, "fractional_gpu"), (FLAG_CENSORED, "censored")):
         flags[name] = int(((jobs.flags & bit) != 0).sum())
     if flags["fractional_gpu"]:

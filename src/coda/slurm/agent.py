@@ -40,7 +40,14 @@ from coda.runtime.progress import Progress, read_progress
 from coda.runtime.shim import write_atomic
 from coda.runtime.store import Store
 from coda.slurm.cgroups import SlurmJobCgroups
-from coda.slurm.client import SlurmClient, SlurmError, SlurmJob, format_mark, model_key
+from coda.slurm.client import (
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    format_mark,
+    mark_fields,
+    model_key,
+)
 
 GRANTS_KEY = "slurm_grants"
 
@@ -324,9 +331,14 @@ class SlurmNodeAgent(NodeAgent):
             info = self.info[jid]
             if not info.mark.get("state"):
                 continue  # someone else's AdminComment: never overwritten
-            fields = {k: v for k, v in info.mark.items() if k != "state"}
+            fields = mark_fields(info.mark)
             fields["settled"] = str(len(m.cpus))
-            text = format_mark(info.mark.get("state", "seen"), **fields)
+            try:
+                text = format_mark(info.mark.get("state", "seen"), **fields)
+            except ValueError as e:  # a state someone hand-edited: not CODA's to rewrite
+                self.log(f"job {jid}: its mark cannot be rewritten ({e})")
+                self.reported[jid] = len(m.cpus)
+                continue
             try:
                 self.slurm.update(jid, AdminComment=text)
             except SlurmError as e:

@@ -113,6 +113,16 @@ def parse_mark(comment: str | None) -> dict[str, str] | None:
     return out
 
 
+def mark_fields(mark: dict[str, str] | None, drop: tuple[str, ...] = ("state",)) -> dict[str, str]:
+    """A parsed mark's fields that a rewrite may carry: those ``format_mark`` accepts
+    (a hand-edited field such as ``nodes=n[1-2]`` is dropped, not a crash)."""
+    return {
+        k: v
+        for k, v in (mark or {}).items()
+        if k not in drop and _MARK_KEY.fullmatch(k) and _MARK_VALUE.fullmatch(v)
+    }
+
+
 def format_mark(state: str, **fields: object) -> str:
     """``coda:<state>,k=v,...`` (None fields left out); ValueError for a state, key or
     value that ``parse_mark`` could not read back (values: letters, digits, ``_.:+-``)."""

@@ -48,6 +48,7 @@ from coda.slurm.client import (
     SlurmJob,
     SlurmNode,
     format_mark,
+    mark_fields,
     model_key,
 )
 from coda.slurm.view import SlurmView
@@ -339,16 +340,19 @@ class Controller:
             sj = by_id.get(job.idx)
             if sj is None:
                 continue
+            # Marked first: a crash in between leaves a running job CODA will place
+            # again if Slurm requeues it, never a requeued one nobody places.
+            mark = format_mark("held", req=sj.requested_cores_pn, requeued=sj.restarts + 1)
             try:
+                self.slurm.update(sj.job_id, AdminComment=mark)
                 self.slurm.requeue_hold(sj.job_id)
-                self.slurm.update(
-                    sj.job_id,
-                    AdminComment=format_mark("held", req=sj.requested_cores_pn,
-                                             requeued=sj.restarts + 1),
-                )  # fmt: skip
             except SlurmError as e:
                 self.stats.refusals["requeue"] += 1
                 self.log(f"job {sj.job_id}: requeue failed: {e}")
+                try:
+                    self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "placed"))
+                except SlurmError:
+                    pass  # a running job whose mark says held: placed again only if requeued
                 continue
             ran = max(0.0, now - sj.start_time) if sj.start_time else 0.0
             lost = ran * sj.cpus
@@ -433,7 +437,7 @@ class Controller:
 
     @staticmethod
     def _remark(j: SlurmJob, state: str, **extra: object) -> str:
-        fields = {k: v for k, v in (j.mark or {}).items() if k != "state"}
+        fields = mark_fields(j.mark)
         fields.update({k: str(v) for k, v in extra.items()})
         return format_mark(state, **fields)
 
@@ -533,8 +537,9 @@ class Controller:
                     self.stats.refusals["placement_not_taken_whole"] += 1
                     self.log(f"job {sj.job_id}: Slurm did not take the placement whole; held")
                     continue
+                assert got is not None  # ok implies it
                 self.slurm.release(sj.job_id)
-                fields = {k: v for k, v in (got.mark or {}).items() if k not in ("state", "wait")}
+                fields = mark_fields(got.mark, drop=("state", "wait"))
                 self.slurm.update(sj.job_id, AdminComment=format_mark("placed", **fields))
                 if got.restarts:
                     # Requeued before: Slurm would hold it back ~120 s (BeginTime).

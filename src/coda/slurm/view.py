@@ -43,7 +43,7 @@ def policy_job(sj: SlurmJob) -> Job:
     return job
 
 
-def _shape(sj: SlurmJob) -> tuple:
+def _shape(sj: SlurmJob) -> tuple[object, ...]:
     return (sj.gpus_per_node, sj.node_count, sj.requested_cores, sj.name, sj.time_limit_s,
             sj.requeueable, sj.submit_time)  # fmt: skip
 
@@ -53,7 +53,7 @@ class SlurmView:
         self.sched = sched
         self.nodes: dict[str, Node] = {}
         self.jobs: dict[int, Job] = {}
-        self._shapes: dict[int, tuple] = {}
+        self._shapes: dict[int, tuple[object, ...]] = {}
         self._next_idx = 0
         self.queued: dict[int, Job] = {}  # held jobs in the scheduler's queue
         self.never: dict[int, Reason] = {}  # held jobs that can never run here

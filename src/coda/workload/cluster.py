@@ -57,7 +57,7 @@ class ClusterSpec:
     def gpu_nodes(self) -> int:
         return sum(1 for n in self.nodes if n.gpus > 0)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str | int]:
         shapes = Counter((n.gpus, n.cores) for n in self.nodes)
         compact = ",".join(
             f"{k}x{g}g{c}c" for (g, c), k in sorted(shapes.items(), key=lambda kv: -kv[1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class JobTable:
         return len(self.ids)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Sequence]) -> JobTable:
+    def from_rows(cls, rows: Iterable[Sequence[Any]]) -> JobTable:
         """Rows of (id, submit, duration, gpus, cores, mem_mib, nodes, flags)."""
         rows = list(rows)
         if not rows:
@@ -63,14 +64,14 @@ class JobTable:
     @classmethod
     def from_columns(
         cls,
-        ids: Sequence,
-        submit: Sequence | np.ndarray,
-        duration: Sequence,
-        gpus: Sequence,
-        cores: Sequence,
-        mem: Sequence,
-        nodes: Sequence,
-        flags: Sequence,
+        ids: Sequence[Any],
+        submit: Sequence[Any] | np.ndarray,
+        duration: Sequence[Any],
+        gpus: Sequence[Any],
+        cores: Sequence[Any],
+        mem: Sequence[Any],
+        nodes: Sequence[Any],
+        flags: Sequence[Any],
     ) -> JobTable:
         """Columns as sequences, each turned into its column's dtype (ValueError, not a
         traceback, for a value that does not fit)."""
@@ -144,7 +145,7 @@ class TraceReport:
     def count(self, bucket: dict[str, int], key: str, n: int = 1) -> None:
         bucket[key] = bucket.get(key, 0) + n
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "format": self.format,

@@ -143,8 +143,7 @@ CAPS = (
     ("nodes in a cluster (spec or node list)", MAX_NODES, "nodes"),
     ("span of arrivals (last - first)", MAX_SPAN_S, "s (100 years)"),
     ("job runtime", MAX_DURATION_S, "s (10 years)"),
-    ("job time limit (coda submit --time, the node's database)", MAX_TIME_LIMIT_S,
-     "s (366 days)"),  # fmt: skip
+    ("job time limit (coda submit --time)", MAX_TIME_LIMIT_S, "s (366 days)"),
     ("GPUs / cores / MiB / nodes of one job", "65535 / 10^7 / 10^11 / 10000", "totals"),
     ("one physical CSV line", MAX_LINE_CHARS, "characters"),
     ("jobs made from one trace", MAX_TRACE_JOBS, "jobs"),

@@ -61,7 +61,8 @@ class Workload:
 
 
 def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return -(-a // b)
+    out: np.ndarray = -(-a // b)
+    return out
 
 
 def build_workload(

@@ -20,6 +20,7 @@ themselves if the main process is gone.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import multiprocessing as mp
@@ -28,6 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from multiprocessing.context import ForkProcess
 
 import numpy as np
 
@@ -57,7 +59,14 @@ class Copier:
         self.src, self.dst = self.dst, self.src
 
 
-def _child(index: int, mib: int, reduce: bool, counts, stop_flag, parent_pid: int) -> None:
+def _child(
+    index: int,
+    mib: int,
+    reduce: bool,
+    counts: ctypes.Array[ctypes.c_longlong],
+    stop_flag: ctypes.c_byte,
+    parent_pid: int,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     copier = Copier(mib, reduce)
@@ -118,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = mp.get_context("fork")
     counts = ctx.RawArray("q", args.threads)
     stop_flag = ctx.RawValue("b", 0)
-    procs: list = []
+    procs: list[ForkProcess] = []
     reporter: Reporter | None = None
     error: str | None = None
     stopped_by = "?"

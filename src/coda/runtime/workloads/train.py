@@ -31,6 +31,7 @@ stops them) and exit by themselves within a second if the main process is gone.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import mmap
@@ -42,8 +43,10 @@ import sys
 import time
 import traceback
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -56,6 +59,12 @@ MIN_IMAGE_PX = 16
 STATUS_INTERVAL_S = 5.0
 MAX_RING_BYTES = 16 * 2**30
 _POLL_S = 0.2  # how often the main process looks at signals, deadlines and workers
+
+# A worker's message to the main process: a batch is ready (index, prep seconds, prep
+# CPU seconds), or the worker failed (worker id, traceback).
+Result = tuple[Literal["ok"], int, float, float] | tuple[Literal["error"], int, str]
+# (batch index, ring slot) to prepare; None tells the worker to exit.
+Task = tuple[int, int] | None
 
 
 # ---------------------------------------------------------------------------
@@ -203,7 +212,7 @@ class CudaStep:
     name = "cuda"
     N = 2048
 
-    def __init__(self, torch, gpu_ms: float, batch_shape: Sequence[int]):
+    def __init__(self, torch: ModuleType, gpu_ms: float, batch_shape: Sequence[int]):
         self.torch = torch
         self.device = torch.device("cuda")
         gen = torch.Generator().manual_seed(0)
@@ -238,12 +247,24 @@ class CudaStep:
         self.torch.cuda.synchronize()
 
 
-def make_gpu_step(mode: str, gpu_ms: float, batch_shape: Sequence[int]) -> Callable:
+class GpuStep(Protocol):
+    """What the main process runs on each batch (SleepStep or CudaStep)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, batch: np.ndarray) -> None: ...
+
+
+def make_gpu_step(mode: str, gpu_ms: float, batch_shape: Sequence[int]) -> GpuStep:
     """``mode="auto"``: a :class:`CudaStep` when torch imports and sees a GPU, else a
     :class:`SleepStep`; ``"off"``: always the :class:`SleepStep`."""
     if mode == "auto":
+        torch: ModuleType | None
         try:
-            import torch  # optional and heavy: only when asked
+            # Optional and heavy: only when asked. Imported by name since it is not a
+            # dependency (type checking runs without it).
+            torch = importlib.import_module("torch")
         except Exception:  # any import failure: no GPU step
             torch = None
         if torch is not None and torch.cuda.is_available():
@@ -261,8 +282,8 @@ def _worker(
     shape: tuple[int, ...],
     nslots: int,
     buf: mmap.mmap,
-    tasks: mp.Queue,
-    results: mp.Queue,
+    tasks: mp.Queue[Task],
+    results: mp.Queue[Result],
     seed: int,
     parent_pid: int,
     passes: int = 1,
@@ -395,8 +416,8 @@ def run(args: argparse.Namespace) -> int:
     ring = np.ndarray((nslots, *shape), dtype=np.float32, buffer=buf)
 
     ctx = mp.get_context("fork")
-    results: mp.Queue = ctx.Queue()
-    tasks: list[mp.Queue] = [ctx.Queue() for _ in range(n_workers)]
+    results: mp.Queue[Result] = ctx.Queue()
+    tasks: list[mp.Queue[Task]] = [ctx.Queue() for _ in range(n_workers)]
     procs: list[mp.process.BaseProcess] = []
     reporter: Reporter | None = None
     error: str | None = None
@@ -542,7 +563,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_workers(procs: Sequence[mp.process.BaseProcess], results: mp.Queue) -> None:
+def _check_workers(procs: Sequence[mp.process.BaseProcess], results: mp.Queue[Result]) -> None:
     for w, p in enumerate(procs):
         if p.exitcode is None:
             continue
@@ -558,7 +579,9 @@ def _check_workers(procs: Sequence[mp.process.BaseProcess], results: mp.Queue) -
 
 
 def _shutdown(
-    procs: Sequence[mp.process.BaseProcess], tasks: Sequence[mp.Queue], results: mp.Queue
+    procs: Sequence[mp.process.BaseProcess],
+    tasks: Sequence[mp.Queue[Task]],
+    results: mp.Queue[Result],
 ) -> None:
     """Ask the workers to stop, give them a second, then kill; always join."""
     for q in tasks:
@@ -573,7 +596,8 @@ def _shutdown(
         if p.is_alive():
             p.kill()
             p.join(2.0)
-    for q in (*tasks, results):
+    queues: list[mp.Queue[Any]] = [*tasks, results]
+    for q in queues:
         q.cancel_join_thread()
         q.close()
 

@@ -227,7 +227,7 @@ class TraceBuilder(FieldParser):
                 raise self.error(
                     None, f"the trace makes more than {limits.MAX_TRACE_JOBS} jobs; split it"
                 )
-            self._rows.append(outcome)  # type: ignore[arg-type]
+            self._rows.append(outcome)
         elif isinstance(outcome, str):
             self.report.count(self.report.excluded, outcome)
         else:

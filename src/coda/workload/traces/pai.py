@@ -108,7 +108,8 @@ def load(
         "empty plan_mem gives mem_mib = 0 (unknown)",
     )
     trace_end: Time | None = None
-    deferred: list[tuple[int, tuple]] = []
+    # (line, (name, inst, start, plan_cpu, mem, plan_gpu)) of tasks still running at the end
+    deferred: list[tuple[int, tuple[str, int, Time, float | None, int, float | None]]] = []
 
     def make(
         name: str,
@@ -170,10 +171,11 @@ def load(
             return NO_END_TIME
         if backwards:
             return ZERO_DURATION
-        return make(name, inst, start, end - start, plan_cpu, mem, plan_gpu, running)  # type: ignore[operator]
+        return make(name, inst, start, end - start, plan_cpu, mem, plan_gpu, running)
 
     b.load(parse, REQUIRED, OPTIONAL, headerless=COLUMNS)
     for line, (name, inst, start, plan_cpu, mem, plan_gpu) in deferred:
+        assert trace_end is not None  # this row's start time set it
         b.line = line
         try:
             outcome = make(name, inst, start, trace_end - start, plan_cpu, mem, plan_gpu, True)

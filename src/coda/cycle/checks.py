@@ -1,0 +1,37 @@
+"""Invariant checks of the cycle (tests and ``--check-invariants`` runs only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coda.cycle.nodes import InvariantError
+from coda.cycle.reservations import Hold
+
+if TYPE_CHECKING:
+    from coda.cycle.scheduler import Scheduler
+
+    # ------------------------------------------------------------ checks
+
+
+def check_no_waiting_fit(self: Scheduler) -> None:
+    """After a cycle no queued job may fit anywhere, unless a reservation of
+    an earlier-queued job forbids it (or, without backfill, it is not first)."""
+    active: dict[int, list[Hold]] = {}
+    for resv in self.reservations.values():
+        if resv is not None and resv.job.start < 0:
+            for node in resv.nodes:
+                active.setdefault(node.idx, []).append((resv.shadow, resv.job.queue_key, resv.job))
+    for arr in self.policy.arrays.names:
+        waiting = sorted(
+            (j for b in self.buckets[arr].values() for j in b.live()),
+            key=lambda j: j.queue_key,
+        )
+        if not self.policy.backfill:
+            waiting = waiting[:1]
+        for job in waiting:
+            cores_pn = self.cores(job)
+            job.estimate = self.policy.estimates.runtime(job, cores_pn)
+            wait, cycle = job.wait, job.wait_cycle
+            if self._find_nodes(job, cores_pn, active, None) is not None:
+                raise InvariantError(f"{job} fits at t={self.now} but was left waiting")
+            job.wait, job.wait_cycle = wait, cycle

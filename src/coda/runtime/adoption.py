@@ -1,0 +1,112 @@
+"""Re-adoption after a restart: jobs the database says run are found again by
+their supervisor's pid (checked against their cgroup) and cgroup; leftovers of
+ended jobs are removed, groups the agent did not make are left alone."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
+from coda.runtime.managed import Managed
+from coda.runtime.shim import alive, read_regular
+from coda.runtime.store import FINAL, JobRow
+from coda.runtime.supervisor import _quiet, _uid_of
+
+if TYPE_CHECKING:
+    from coda.runtime.agent import NodeAgent
+
+
+# ------------------------------------------------------------- adoption
+def _adopt_all(self: NodeAgent) -> None:
+    now = self.clock()
+    for r in self.store.jobs(("starting", "running")):
+        self._adopt(r, now)
+
+
+def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
+    jdir = self.job_dir(r.id)
+    name = f"job-{r.id}"
+    has_cg = self.cg.exists(name)
+    pids = self.cg.pids(name) if has_cg else []
+    pid, start = r.shim_pid, r.shim_start
+    pid_file = jdir / "shim.pid"
+    if pid is None:
+        # Crashed between starting the shim and recording it: its pid file says. The
+        # job can write that file too, so the pid counts only if it is in the job's
+        # cgroup (the shim joins it before exec); else it could name any process.
+        try:
+            info = json.loads(read_regular(pid_file))
+            if int(info["pid"]) in pids:
+                pid, start = int(info["pid"]), info["start"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    exit_file = (jdir / "exit").exists()
+    running = alive(pid, start) or (not exit_file and bool(pids))
+    if not running and r.state == "starting" and not pid_file.exists() and not exit_file:
+        # Crashed between recording the launch and starting the process: it never ran.
+        if has_cg:
+            _quiet(lambda: self.cg.remove(name))
+        self.store.update(r.id, state="queued", message="requeued: never started")
+        self._decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
+        return
+    job = self._job_from_row(r)
+    cpus = (self.cg.cpus(name) if has_cg else []) or parse_cpus(r.cpus)
+    # Only CPUs this agent manages and no other job holds go into the books: after a
+    # restart with other --cpus, or a clash, a CPU must neither count twice nor, once
+    # the job ends, be handed out although it is not ours.
+    cpus_ok = [c for c in cpus if c in self._free_cpus]
+    if running:
+        if not cpus_ok:
+            cpus_ok = self._take_cpus(1, job.kind)
+        if cpus_ok != cpus:
+            self.log(f"job {r.id}: CPUs {format_cpus(cpus)} -> {format_cpus(cpus_ok)}")
+            if has_cg and cpus_ok:
+                _quiet(lambda: self.cg.set_cpus(name, cpus_ok))
+    # Only GPUs this node has and nobody holds (a restart may declare fewer).
+    gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self._free_gpus]
+    m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=_uid_of(r))
+    self._free_cpus.difference_update(cpus_ok)
+    self._free_gpus.difference_update(gpu_ids)
+    self._place(m, now)
+    job.quota = r.quota
+    if not running:
+        code = self._exit_code(m)
+        self._finish(m, now, code, None)
+        return
+    if has_cg and cpus_ok:
+        # The kernel may hold a quota the database never saw (a crash between the
+        # write and the flush): put the adopted one back, or nobody would restore it.
+        try:
+            if job.quota < 1.0:
+                self._write_quota(m)
+            else:
+                self.cg.set_quota(name, None)
+        except (CgroupError, OSError) as e:
+            self.log(f"job {r.id}: quota not rewritten: {e}")
+    self.store.update(r.id, state="running", shim_pid=pid, shim_start=start)
+    self._decide(
+        now,
+        r.id,
+        "agent",
+        "adopt",
+        {"shim_pid": pid, "cpus": format_cpus(cpus_ok), "quota": r.quota},
+    )
+    self.log(f"job {r.id}: re-adopted (shim pid {pid}, CPUs {format_cpus(cpus_ok)})")
+
+
+def _remove_orphan_cgroups(self: NodeAgent) -> None:
+    """Remove empty groups of this agent's ended jobs. A group it did not make (no
+    job of this state directory by that name, or one still active) stays."""
+    mine = {m.cgroup for m in self.running.values()}
+    ended = {f"job-{i}" for i in self.store.job_ids(("queued", *FINAL))}
+    for name in self.cg.names():
+        if name in mine or name not in ended:
+            continue
+        try:
+            if self.cg.pids(name):
+                self.log(f"cgroup {name} has processes but no running job: left alone")
+                continue
+            self.cg.remove(name)
+        except CgroupError as e:
+            self.log(f"cgroup {name}: {e}")

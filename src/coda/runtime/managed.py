@@ -1,0 +1,57 @@
+"""What the node agent is configured with and what it keeps per running job."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coda.policy.state import Job
+from coda.runtime.progress import Progress
+
+
+@dataclass
+class AgentConfig:
+    period_s: float = 1.0  # control period: eliminator ticks, reaping, admission
+    window_s: float = 2.0  # throughput window: one allocator sample per window
+    settle_s: float = 1.0  # after a core or quota change, ignore this long (buffers drain)
+    stall_s: float = 15.0  # no progress for this long: the job's samples are not trusted
+    policy: str = "coda"
+    reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue
+    gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
+    cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
+    kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long
+    # Policy knobs for this node, e.g. {"eliminator.step_down": "0.5"} (see tune_policy).
+    tune: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.period_s <= 0 or self.window_s < self.period_s:
+            raise ValueError("need period_s > 0 and window_s >= period_s")
+        if self.gpus < 0 or self.stall_s <= 0 or self.settle_s < 0:
+            raise ValueError("need gpus >= 0, stall_s > 0, settle_s >= 0")
+
+
+@dataclass
+class Managed:
+    """A running job as the agent tracks it."""
+
+    row_id: int
+    job: Job
+    cgroup: str
+    job_dir: Path
+    cpus: list[int]
+    gpu_ids: list[int]
+    shim_pid: int | None
+    shim_start: int | None
+    popen: subprocess.Popen[bytes] | None = None
+    last: Progress | None = None  # last progress record seen
+    last_change: float = 0.0  # agent time it last advanced
+    window: Progress | None = None  # record that opened the current window
+    settle_until: float = 0.0
+    controlled: bool = False  # the allocator knows it (on_start called)
+    stalled: bool = False
+    throughput: float | None = None
+    kill_at: float | None = None  # cancel in progress: SIGKILL at this time
+    dirty: bool = True  # DB row needs the latest cpus/quota/throughput
+    mb: int | None = None  # MBA percent set through resctrl
+    uid: int | None = None  # the user the job runs as (owns its progress file)

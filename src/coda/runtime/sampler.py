@@ -1,0 +1,117 @@
+"""The agent's sampler: jobs' progress records turned into throughput windows for
+the allocator, stalls, and the eliminator's ticks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coda.policy.eliminator import ContentionEliminator
+from coda.policy.framework import SetCores
+from coda.policy.state import CPU, DNN
+from coda.runtime.managed import Managed
+from coda.runtime.progress import Progress
+
+if TYPE_CHECKING:
+    from coda.runtime.agent import NodeAgent
+
+
+# ------------------------------------------------------------- sampling
+def _sample(self: NodeAgent, now: float) -> None:
+    cfg = self.config
+    jc = self.policy.job_control
+    for m in list(self.running.values()):
+        if m.row_id not in self.running:
+            continue  # preempted by an action earlier in this loop
+        rec = self._read_job_progress(m)
+        if rec is not None and (m.last is None or rec.samples != m.last.samples):
+            m.last_change = now
+            if m.stalled:
+                m.stalled = False
+                m.window = None
+                self._decide(now, m.row_id, "agent", "resumed", {"samples": rec.samples})
+        m.last = rec if rec is not None else m.last
+        if m.job.kind == DNN and not m.stalled and now - m.last_change > cfg.stall_s:
+            self._stall(m, now)
+        if m.stalled or rec is None or m.job.kind != DNN or jc is None:
+            if rec is not None and m.job.kind == CPU:
+                self._cpu_throughput(m, rec, now)
+            continue
+        if not m.controlled:
+            m.controlled = True
+            m.settle_until = now  # the first window opens at the next record
+            self._apply(jc.on_start(m.job, now), now, "allocator")
+            if m.row_id not in self.running:
+                continue
+        if now < m.settle_until or rec.t < m.settle_until:
+            m.window = None
+            continue
+        if m.window is None:
+            m.window = rec
+            continue
+        span = rec.t - m.window.t
+        if span < cfg.window_s:
+            continue
+        m.throughput = (rec.samples - m.window.samples) / span
+        m.window = rec
+        m.dirty = True
+        self._new_samples = True
+        self._apply(jc.on_sample(m.job, now, m.throughput), now, "allocator")
+
+
+def _cpu_throughput(self: NodeAgent, m: Managed, rec: Progress, now: float) -> None:
+    if m.window is None:
+        m.window = rec
+    elif rec.t - m.window.t >= self.config.window_s:
+        m.throughput = (rec.samples - m.window.samples) / (rec.t - m.window.t)
+        m.window = rec
+        m.dirty = True
+
+
+def _stall(self: NodeAgent, m: Managed, now: float) -> None:
+    """Silent too long: stop trusting its throughput. The allocator forgets it (a
+    stalled job must neither steer a search nor trigger throttles) and it gets the
+    cores it asked for back where they are free."""
+    m.stalled = True
+    m.window = None
+    m.dirty = True
+    detail: dict[str, Any] = {"silent_s": round(now - m.last_change, 1)}
+    if m.controlled and self.policy.job_control is not None:
+        self.policy.job_control.on_finish(m.job, now)
+        m.controlled = False
+        want = m.job.cores_pn_req
+        if want > m.job.cores_pn:
+            grow = min(want, m.job.cores_pn + self._room(m))
+            if grow > m.job.cores_pn:
+                self._apply(
+                    [SetCores(m.job, grow)],
+                    now,
+                    "agent",
+                    reason={"why": "stalled: back to the request"},
+                )
+    self._decide(now, m.row_id, "agent", "stalled", detail)
+    self.log(f"job {m.row_id}: no progress for {detail['silent_s']} s; its samples are not trusted")
+
+
+# -------------------------------------------------------------- control
+def _control(self: NodeAgent, now: float) -> None:
+    nc = self.policy.node_control
+    node = self.node
+    if nc is None or node is None or not node.jobs:
+        return
+    if not nc.watching(node):
+        return
+    # One tick per fresh throughput sample, as in the simulator (where the control
+    # period is the sample period): the eliminator counts ticks to judge a throttle,
+    # and ticks that saw nothing new would judge it on too few samples.
+    if any(j.kind == DNN for j in node.jobs) and not self._new_samples:
+        return
+    self._new_samples = False
+    history = nc.decisions if isinstance(nc, ContentionEliminator) else None
+    last = history[-1] if history else None
+    acts = nc.control(node, now)
+    reason: dict[str, Any] = {}
+    if history and history[-1] is not last:  # the eliminator's own record of why
+        d = history[-1]
+        reason = {"decision": d.get("action"), **d.get("reason", {})}
+    if acts:
+        self._apply(acts, now, "eliminator", reason=reason)

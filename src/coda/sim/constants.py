@@ -1,0 +1,12 @@
+"""Event kinds and constants the simulator's parts share."""
+
+FINISH = 0
+TICK = 1  # node control (the eliminator)
+SAMPLE = 2  # throughput samples for the job control (the allocator)
+EPS = 1e-9
+# An interference episode: a DNN job runs this much below its speed from cores
+# because of memory-bandwidth pressure (the eliminator's detect/recover times).
+EPISODE_LOSS = 0.05
+# A watched node unchanged this long, with nothing held by its controls, stops being
+# ticked until it changes (Controls._resting); ten minutes, the eliminator's calm_s.
+REST_AFTER_S = 600.0

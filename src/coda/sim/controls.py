@@ -1,0 +1,161 @@
+"""The simulator's control loops: which nodes are ticked and sampled, the node
+control's ticks, the job control's throughput samples, and resting nodes that
+cost nothing while nothing on them changes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coda.policy.state import Node
+from coda.sim.constants import REST_AFTER_S, SAMPLE, TICK
+
+if TYPE_CHECKING:
+    from coda.sim.engine import Simulator
+
+
+# ------------------------------------------------------ node control
+def _rewatch(self: Simulator, node: Node) -> None:
+    """Ask the controls whether node still needs ticks; start its meters if new."""
+    if self._quiet:
+        # A gang job's speed depends on all its nodes: a change here may wake them.
+        for job in node.jobs:
+            for other in job.placement:
+                if other is not node and other in self._quiet and other not in self.watched:
+                    self._rewatch_one(other)
+    self._rewatch_one(node)
+
+
+def _rewatch_one(self: Simulator, node: Node) -> None:
+    jc = self.policy.job_control
+    want = False
+    if jc is not None:
+        want = any(j.is_dnn and jc.wants_samples(j) for j in node.jobs)
+    if not want and self.policy.node_control is not None:
+        want = self.policy.node_control.watching(node)
+    if want and self._resting(node):
+        want = False
+    if want:
+        if node not in self.watched:
+            if not self.watched:
+                self._arm()
+            self.watched[node] = None
+            now = self.now
+            for job in node.jobs:  # samples start with the watch
+                if job.is_dnn:
+                    self._settle(job)
+                    job.sample_t = now
+                    job.sample_work = job.work - job.remaining
+    elif node in self.watched:
+        del self.watched[node]
+
+
+def _signature(self: Simulator, node: Node) -> tuple[int, ...]:
+    """Versions of the node and of every node its jobs span: while they hold,
+    no job on it changed speed (a gang job's speed depends on all its nodes)."""
+    nodes = {node.idx: node}
+    for job in node.jobs:
+        for n in job.placement:
+            nodes[n.idx] = n
+    return tuple(x for i in sorted(nodes) for x in (i, nodes[i].version))
+
+
+def _resting(self: Simulator, node: Node) -> bool:
+    """Idle spans cost nothing: a watched node whose jobs, speeds and quotas have
+    not changed for REST_AFTER_S, whose node control holds nothing there and
+    whose DNN jobs' job control needs no samples (or waits for free cores), stops
+    being ticked until something on it (or on its jobs' nodes) changes. Its
+    samples would repeat the same exact speeds (noise aside) for ever: two
+    co-located jobs running for years would otherwise cost a tick per period."""
+    if not node.jobs:
+        self._quiet.pop(node, None)
+        return False
+    sig = self._signature(node)
+    seen = self._quiet.get(node)
+    if seen is None or seen[0] != sig:
+        self._quiet[node] = (sig, self.now)
+        return False
+    if self.now - seen[1] < REST_AFTER_S:
+        return False
+    nc = self.policy.node_control
+    if nc is not None and not nc.at_rest(node):
+        return False
+    jc = self.policy.job_control
+    if jc is not None:
+        for job in node.jobs:
+            if job.is_dnn and jc.wants_samples(job) and not jc.waiting_for_room(job):
+                return False
+    self.rests += node in self.watched
+    return True
+
+
+def _arm(self: Simulator) -> None:
+    policy = self.policy
+    nc_period = policy.node_control.period_s if policy.node_control is not None else 0.0
+    for kind, part, period in (
+        (TICK, policy.node_control, nc_period),
+        (SAMPLE, policy.job_control, policy.sample_period_s),
+    ):
+        if part is not None and not self._armed[kind]:
+            self._armed[kind] = True
+            self._push(self.now + period, kind, None, 0)
+
+
+def _tick(self: Simulator) -> None:
+    """Run the policy's node control on every watched node."""
+    control = self.policy.node_control
+    assert control is not None  # ticks are armed only where there is one
+    now = self.now
+    for node in list(self.watched):
+        if node not in self.watched:
+            continue
+        for action in control.control(node, now):
+            self.apply(action)
+        self._rewatch(node)
+
+
+def _noise(self: Simulator) -> float:
+    if self._noise_i >= len(self._noise_buf):
+        self._noise_buf = self.rng.standard_normal(4096)
+        self._noise_i = 0
+    x = float(self._noise_buf[self._noise_i])
+    self._noise_i += 1
+    return x
+
+
+def _sample_all(self: Simulator) -> None:
+    """One throughput sample per DNN job on a watched node that needs one (its
+    allocator is searching, or a CPU job shares a node with it and there is
+    an eliminator): the work it did since its last sample, in its own units
+    (an arbitrary per-job rate, so the policy cannot read the model's
+    scale), with measurement noise. A converged job away from CPU jobs is
+    not sampled in the simulator (its speed only changes with co-runners)."""
+    control = self.policy.job_control
+    assert control is not None  # samples are armed only where there is one
+    eliminator = self.policy.node_control is not None
+    now = self.now
+    noise = self.noise
+    for node in list(self.watched):
+        if node not in self.watched:
+            continue
+        for job in list(node.jobs):
+            # sample_t >= now: sampled already this tick (a gang job on two nodes).
+            if not job.is_dnn or job.sample_t >= now:
+                continue
+            done = job.work - job.remaining + job.speed * (now - job.last_update)
+            if not (
+                control.wants_samples(job)
+                or (eliminator and any(n.cpu_job_cores for n in job.placement))
+            ):
+                # Neither its allocator nor the eliminator needs this window:
+                # skip it (a sample costs a policy call) and start the next.
+                job.sample_t = now
+                job.sample_work = done
+                continue
+            rate = (done - job.sample_work) / (now - job.sample_t)
+            job.sample_t = now
+            job.sample_work = done
+            units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0  # samples/s at full speed
+            factor = max(0.0, 1.0 + noise * self._noise()) if noise else 1.0
+            for action in control.on_sample(job, now, rate * units * factor):
+                self.apply(action)
+        self._rewatch(node)

@@ -1,0 +1,155 @@
+"""The simulator's meters: utilisation integrated over the measurement window,
+the time series sampled on a regular grid, and the run's summary and per-job table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from coda.sim.constants import EPISODE_LOSS
+from coda.sim.result import SimResult, describe
+
+if TYPE_CHECKING:
+    from coda.sim.engine import Simulator
+
+
+def _advance(self: Simulator, t: float) -> None:
+    """Integrate the aggregates from the last instant to t and take due samples."""
+    last = self.last_t
+    if t <= last:
+        return
+    lo = max(last, self.w0)
+    hi = min(t, self.w1)
+    if hi > lo:
+        dt = hi - lo
+        area = self.area
+        area["gpu_eff"] += self.gpu_eff * dt
+        area["gpu_base"] += self.gpu_base * dt
+        area["gpu_alloc"] += self.gpu_alloc * dt
+        area["cores_alloc"] += self.cores_alloc * dt
+        area["cores_useful"] += self.cores_useful * dt
+    times = self.sample_times
+    while self.sample_i < len(times) and times[self.sample_i] < t:
+        self._sample(self.sample_i)
+        self.sample_i += 1
+    self.last_t = t
+    self.now = t
+
+
+def _sample(self: Simulator, i: int) -> None:
+    s = self.series
+    s["t"][i] = self.sample_times[i] - self.w0
+    s["gpu_util_effective"][i] = self.gpu_eff / self.total_gpus if self.total_gpus else 0.0
+    s["gpu_util_allocated"][i] = self.gpu_alloc / self.total_gpus if self.total_gpus else 0.0
+    s["cpu_util"][i] = self.cores_alloc / self.total_cores
+    s["dnn_queued"][i] = self.sched.queued["dnn"]
+    s["cpu_queued"][i] = self.sched.queued["cpu"]
+    for k, v in self.count.items():
+        s[k][i] = v
+
+
+# --------------------------------------------------------------- result
+def _episode_summary(self: Simulator) -> dict[str, Any]:
+    """Interference episodes: how long until a co-runner was throttled
+    (detect) and until the job ran within 5% of its speed again (recover)."""
+    log = self.episode_log + [(ep[0], ep[1], None) for ep in self._episodes.values()]
+    detect = np.array([d - o for o, d, _ in log if d is not None])
+    recover = np.array([e - o for o, d, e in log if d is not None and e is not None])
+    gone = np.array([e - o for o, d, e in log if d is None and e is not None])
+    return {
+        "episodes": len(log),
+        "loss_threshold": EPISODE_LOSS,
+        "detected": int(detect.size),
+        "detect_s": describe(detect),
+        "recover_s": describe(recover),
+        "ended_undetected_s": describe(gone),
+        "open_at_job_end": self.episodes_open_at_finish,
+    }
+
+
+def _policy_stats(self: Simulator) -> dict[str, Any]:
+    out = {}
+    from coda.policy.allocator import AdaptiveAllocator
+    from coda.policy.eliminator import ContentionEliminator
+
+    for name, part in (
+        ("allocator", self.policy.job_control),
+        ("eliminator", self.policy.node_control),
+    ):
+        if isinstance(part, (AdaptiveAllocator, ContentionEliminator)):
+            out[name] = part.stats()
+    return out
+
+
+def _result(self: Simulator, wall: float) -> SimResult:
+    is_dnn = self.workload.jobs.gpus > 0
+    submit = np.asarray(self.submit)
+    started = ~np.isnan(self.start)
+    finished = ~np.isnan(self.end)
+    w_end = min(self.w1, self.horizon)
+    span = w_end - self.w0
+    area = self.area
+
+    def util(x: float, total: int) -> float:
+        if total == 0 or span <= 0:  # no capacity, or a window of one instant
+            return 0.0
+        return x / (span * total)
+
+    while self.sample_i < len(self.sample_times):
+        self._sample(self.sample_i)
+        self.sample_i += 1
+    for job, since in self._requeued_at.items():  # preempted, not restarted by the end
+        self.waited[job.idx] += max(0.0, self.now - since)
+    for job, reason in self.sched.waiting():  # still queued at the end: why
+        self.wait_reason[job.idx] = reason.token
+    waits = Counter(r.split(":", 1)[0] for r in self.wait_reason if r)
+    summary = {
+        "jobs": {
+            "dnn": int(is_dnn.sum()),
+            "cpu": int((~is_dnn).sum()),
+            "finished": int(finished.sum()),
+            "unfinished": int((~finished).sum()),
+            "unschedulable": int(self.unschedulable.sum()),
+            "never_started": int((~started).sum()),
+        },
+        "window": {"start": self.w0, "end": w_end, "basis": self.window_basis},
+        "gpu_util_effective": util(area["gpu_eff"], self.total_gpus),
+        "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
+        # allocated - lost to too few cores - lost to interference = effective
+        "gpu_lost_cores": util(area["gpu_alloc"] - area["gpu_base"], self.total_gpus),
+        "gpu_lost_contention": util(area["gpu_base"] - area["gpu_eff"], self.total_gpus),
+        "cpu_util": util(area["cores_alloc"], self.total_cores),
+        "cpu_util_useful": util(area["cores_useful"], self.total_cores),
+        "dnn_queue_delay_s": describe(self.waited[is_dnn & started]),
+        "dnn_jct_s": describe((self.end - submit)[is_dnn & finished]),
+        "cpu_queue_delay_s": describe(self.waited[~is_dnn & started]),
+        "cpu_jct_s": describe((self.end - submit)[~is_dnn & finished]),
+        "makespan_s": float(np.nanmax(self.end) - self.submit[0]) if finished.any() else None,
+        "wall_seconds": wall,
+        "events": self.events + self.n,
+        "events_per_s": (self.events + self.n) / wall if wall > 0 else None,
+        "max_work_error": self.work_done_error,
+        "preemption": {
+            "count": int(self.preempted.sum()),
+            "jobs": int((self.preempted > 0).sum()),
+            "lost_core_s": self.lost_core_s,
+        },
+        # Jobs by the last reason they waited (a job that never waited: none).
+        "waits_by_reason": dict(sorted(waits.items())),
+        "contention": self._episode_summary(),
+        "policy_stats": self._policy_stats(),
+    }
+    jobs = {
+        "job_id": np.asarray(self.workload.jobs.ids, dtype=object),
+        "is_dnn": is_dnn,
+        "submit": submit,
+        "start": self.start,
+        "end": self.end,
+        "gpus": self.workload.jobs.gpus,
+        "cores_requested": self.workload.jobs.cores,
+        "cores_granted": self.granted,
+        "wait_reason": np.asarray(self.wait_reason, dtype=object),
+    }
+    return SimResult(summary=summary, timeseries=self.series, jobs=jobs)
