@@ -195,25 +195,47 @@ class FakeSlurm:
             node.cpu_alloc -= j["cpus"] // len(names)
             node.gpu_used -= g
 
+    def _start(self, j: dict[str, Any]) -> None:
+        """A released job starts on the nodes it must use if they have room (Slurm
+        never oversubscribes cores or GPUs); otherwise it waits (Resources)."""
+        names = j["required_nodes"].split(",")
+        cpus, gpus = j["cpus"] // len(names), self.gpus_of(j)
+        nodes = [self.nodes[name] for name in names]
+        if any(n.cpu_alloc + cpus > n.cores or n.gpu_used + gpus > n.gpus for n in nodes):
+            if j["state_reason"] != "Resources":
+                self.change(j, state_reason="Resources")
+            return
+        self.change(j, job_state="RUNNING", state_reason="None", nodes=j["required_nodes"],
+                    start_time=int(self.now))  # fmt: skip
+        for n in nodes:
+            n.cpu_alloc += cpus
+            n.gpu_used += gpus
+
     def running(self) -> list[int]:
         return [jid for jid, j in self.jobs.items() if j["job_state"] == "RUNNING"]
 
+    def blocked(self) -> list[int]:
+        """Jobs CODA placed and released that wait for room on their nodes: CODA
+        placed more than those nodes hold."""
+        return [
+            jid
+            for jid, j in self.jobs.items()
+            if j["job_state"] == "PENDING"
+            and j["priority"] > 0
+            and j["state_reason"] == "Resources"
+        ]
+
     def tick(self, changes: int) -> None:
-        """Slurm between two cycles: released jobs start where CODA placed them, the
-        jobs that ended a tick ago are forgotten, ``changes`` running jobs end and
-        as many new held jobs arrive."""
+        """Slurm between two cycles: released jobs start where CODA placed them (if
+        there is room), the jobs that ended a tick ago are forgotten, ``changes``
+        running jobs end and as many new held jobs arrive."""
         self.now += PERIOD_S
         for jid in self.ended:
             self.jobs.pop(jid, None)
             self._text.pop(jid, None)
         for j in self.jobs.values():
             if j["job_state"] == "PENDING" and j["priority"] > 0 and j["required_nodes"]:
-                names = j["required_nodes"].split(",")
-                self.change(j, job_state="RUNNING", state_reason="None",
-                            nodes=j["required_nodes"], start_time=int(self.now))  # fmt: skip
-                for name in names:
-                    self.nodes[name].cpu_alloc += j["cpus"] // len(names)
-                    self.nodes[name].gpu_used += self.gpus_of(j)
+                self._start(j)
         running = self.running()
         self.ended = self.rng.sample(running, min(changes, len(running)))
         for jid in self.ended:
@@ -377,6 +399,10 @@ def run_queue(
             steady[k] = [b.cycle(k) for _ in range(cycles)]
         if b.ctl.stats.refusals:
             log(f"  note: Slurm refused: {dict(b.ctl.stats.refusals)}")
+        b.slurm.tick(0)  # what Slurm makes of the last cycle's placements
+        if blocked := b.slurm.blocked():
+            log(f"  note: {len(blocked)} placed job(s) wait for room on their node, e.g. "
+                f"{', '.join(map(str, blocked[:5]))}")  # fmt: skip
     return first, steady
 
 

@@ -77,6 +77,22 @@ def test_released_placements_start_and_changes_end_and_arrive() -> None:
         assert not any(jid in b.slurm.jobs for jid in ended)  # forgotten a tick later
 
 
+def test_a_released_job_waits_when_its_node_is_full() -> None:
+    s = bench.FakeSlurm.backed_up(2, 2, seed=4)
+    node = s.nodes["node00000"]
+    held = [j for j in s.jobs.values() if j["priority"] == 0]
+    room = node.cores - node.cpu_alloc
+    assert room > 0  # this seed leaves some
+    fits, too_big = held
+    s.change(fits, cpus=room, required_nodes=node.name, priority=1000, tres_per_node="")
+    s.change(too_big, cpus=1, required_nodes=node.name, priority=1000, tres_per_node="")
+    s.tick(0)
+    assert fits["job_state"] == "RUNNING" and node.cpu_alloc == node.cores
+    assert (too_big["job_state"], too_big["state_reason"]) == ("PENDING", "Resources")
+    assert s.blocked() == [too_big["job_id"]]
+    _consistent(s)
+
+
 def test_requeuehold_only_for_requeueable_running_jobs() -> None:
     s = bench.FakeSlurm.backed_up(4, 0, seed=2)
     dnn = next(j for j in s.jobs.values() if j["job_state"] == "RUNNING" and s.gpus_of(j))

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.text import Text
 from coda.params import FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.policy.estimates import ESTIMATES
+from coda.sim.result import SimResult
 from coda.sim.run import (
     CENSORED,
     DEFAULT_CLUSTER,
@@ -43,8 +45,10 @@ err_console = Console(stderr=True)
 MAX_SEEDS = 1000
 MAX_WORKERS = 1024
 
+F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
 
-def _trace_options(f: Callable) -> Callable:
+
+def _trace_options(f: F) -> F:
     options = [
         click.option(
             "--trace",
@@ -136,7 +140,7 @@ def _trace_options(f: Callable) -> Callable:
     return f
 
 
-def _config(kw: dict) -> RunConfig:
+def _config(kw: dict[str, Any]) -> RunConfig:
     return RunConfig(
         trace=kw["trace"],
         format=kw["fmt"],
@@ -157,7 +161,7 @@ def _config(kw: dict) -> RunConfig:
     )
 
 
-def _model_options(f: Callable) -> Callable:
+def _model_options(f: F) -> F:
     """Measurement noise, profile perturbation and backfill's runtime estimates
     (simulate, compare)."""
     f = click.option(
@@ -226,7 +230,7 @@ def _prepare(config: RunConfig) -> Prepared:
     return prepared
 
 
-def _run(prepared: Prepared, policy: str):
+def _run(prepared: Prepared, policy: str) -> SimResult:
     with Progress(
         TextColumn(f"[bold]{policy}[/bold]"),
         BarColumn(),
@@ -269,7 +273,7 @@ def main() -> None:
     show_default=True,
     help="Where to write summary.json, time series, per-job CSV and plots.",
 )
-def simulate(policy: str, out: str, **kw) -> None:
+def simulate(policy: str, out: str, **kw: Any) -> None:
     """Replay a trace through one policy; print and write the results."""
     from coda.report import summary_table, write_run
 
@@ -292,7 +296,7 @@ def simulate(policy: str, out: str, **kw) -> None:
     help="Comma-separated policies, run on the same workload (the first is the baseline).",
 )
 @click.option("--out", type=OutDir(), default="out/compare", show_default=True)
-def compare(policies: str, out: str, **kw) -> None:
+def compare(policies: str, out: str, **kw: Any) -> None:
     """Run several policies on the same trace and workload; side-by-side table."""
     from coda.report import comparison_table, write_comparison
 
@@ -496,7 +500,7 @@ def headline(
     noise: float,
     workers: int | None,
     out: str,
-    **kw,
+    **kw: Any,
 ) -> None:
     """Test the paper's claim (+20.8% GPU utilisation, CPU queuing no longer): every
     policy x load x seed, a robustness sweep, statistics, decomposition, verdict."""

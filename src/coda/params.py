@@ -18,7 +18,9 @@ class FiniteFloat(click.FloatRange):
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        rv = super().convert(value, param, ctx)
+        # click types FloatRange's input as float, but it is given (and parses) the
+        # command line's str as well.
+        rv = super().convert(value, param, ctx)  # type: ignore[arg-type]
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return rv
@@ -32,7 +34,10 @@ class OutDir(click.Path):
         super().__init__(file_okay=False, dir_okay=True, writable=True)
 
     def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+        self,
+        value: str | os.PathLike[str],
+        param: click.Parameter | None,
+        ctx: click.Context | None,
     ) -> str:
         rv = os.fspath(super().convert(value, param, ctx))
         try:

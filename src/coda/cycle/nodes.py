@@ -33,6 +33,8 @@ class NodeBook:
         self._live: list[Node] | None = None  # the running cycle's dirty nodes
         self._live_set: set[Node] = set()
         self._fit_cache: dict[tuple[Any, ...], bool] = {}
+        # Schedulable nodes by shape (pool, GPUs, cores, memory): what can ever fit.
+        self.shapes: dict[tuple[str, int, int, int], int] = {}
 
     def _forget_node(self, node: Node) -> None:
         """A node left: drop what the scheduler keeps about it (its reservations)."""
@@ -58,6 +60,8 @@ class NodeBook:
                 self._index_add(n)
         self._fit_cache.clear()
         for n in new:
+            shape = (n.pool, n.gpus, n.cores, n.mem_mib)
+            self.shapes[shape] = self.shapes.get(shape, 0) + 1
             self.mark_dirty(n)
 
     def remove_node(self, node: Node) -> None:
@@ -70,6 +74,10 @@ class NodeBook:
         self.dirty.pop(node, None)
         self._deferred.pop(node, None)
         self._fit_cache.clear()
+        shape = (node.pool, node.gpus, node.cores, node.mem_mib)
+        self.shapes[shape] -= 1
+        if not self.shapes[shape]:
+            del self.shapes[shape]
         self._forget_node(node)
 
     def _rebuild_index(self) -> None:

@@ -47,6 +47,7 @@ class Scheduler(Reservations):
         super().__init__(policy)
         arrays = policy.arrays.names
         self.buckets: dict[str, dict[tuple[Any, ...], Bucket]] = {a: {} for a in arrays}
+        self._order: dict[str, list[tuple[tuple[Any, ...], Job]]] = {a: [] for a in arrays}
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self._bucket_of: dict[Job, Bucket] = {}
@@ -123,6 +124,9 @@ class Scheduler(Reservations):
         # The preemption count keeps a requeued job's new entry apart from its old one.
         job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
         bucket.add(job.queue_key, job)
+        # Queue keys are unique (they end with the trace row and the preemption count),
+        # so the heap never compares two jobs.
+        heapq.heappush(self._order[arr], (job.queue_key, job))
         self._bucket_of[job] = bucket
         self.queued[job.kind] += 1
 
@@ -141,10 +145,15 @@ class Scheduler(Reservations):
             key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
             hit = self._fit_cache.get(key)
             if hit is None:
+                # By distinct node shape, not node: a million jobs on ten thousand
+                # nodes must not cost jobs x nodes.
                 fitting = sum(
-                    1
-                    for n in self.nodes.values()
-                    if n.pool in pools and self._shape_fits(n, job, cores_pn)
+                    count
+                    for (pool, g, c, m), count in self.shapes.items()
+                    if pool in pools
+                    and g >= job.gpus_pn
+                    and c >= cores_pn
+                    and (m == 0 or m >= job.mem_pn)
                 )
                 hit = self._fit_cache[key] = fitting >= job.nodes
             ok = hit
@@ -259,16 +268,16 @@ class Scheduler(Reservations):
         self._live = None
 
     def _earliest(self, arr: str) -> Job | None:
-        """The first queued job of an array, in queue order."""
-        best = None
-        buckets = self.buckets[arr]
-        for shape in list(buckets):
-            front = buckets[shape].front()
-            if front is None:
-                del buckets[shape]
-            elif best is None or front[1].queue_key < best.queue_key:
-                best = front[1]
-        return best
+        """The first queued job of an array, in queue order: the top of a heap of every
+        entry ever queued there, stale ones (started, withdrawn, requeued under a new
+        key) dropped as they surface; O(log n) per start, whatever the buckets."""
+        order = self._order[arr]
+        while order:
+            key, job = order[0]
+            if job.start < 0 and job.queue_key == key and job in self._bucket_of:
+                return job
+            heapq.heappop(order)
+        return None
 
     def _full(self, job: Job, fresh: set[Job]) -> bool:
         if job in fresh:
@@ -327,14 +336,19 @@ class Scheduler(Reservations):
         for arr in self.policy.arrays.names:
             if arr in blocked:
                 continue
-            for shape, bucket in self.buckets[arr].items():
+            buckets = self.buckets[arr]
+            for shape in list(buckets):
+                bucket = buckets[shape]
                 if not dirty and not bucket.full:
                     continue
                 front = bucket.front()
-                if front is not None:
+                if front is None:
+                    del buckets[shape]  # every job of it started or left
+                else:
                     heap.append((front[0], arr, shape, bucket.pos))
         heapq.heapify(heap)
         examined = dict.fromkeys(self.policy.arrays.names, 0)
+        cores_of: dict[tuple[Any, ...], int] = {}
         while heap:
             key, arr, shape, at = heapq.heappop(heap)
             bucket = self.buckets[arr][shape]
@@ -353,7 +367,11 @@ class Scheduler(Reservations):
                     if len(dirty) != seen:  # nodes joined mid-round
                         room, seen = self._room(dirty), len(dirty)
                     max_g, max_c, max_m = room[job.kind]
-                    cores_pn = self.cores(job)
+                    # Jobs of a bucket get equal core counts (CoreCount's contract): ask
+                    # the plugin once per bucket and round.
+                    cores_pn = cores_of.get(shape, -1)
+                    if cores_pn < 0:
+                        cores_pn = cores_of[shape] = self.cores(job)
                     if job.gpus_pn > max_g or cores_pn > max_c:
                         continue  # no older job behind it in this bucket fits the dirty nodes
                     # A job too big for their memory is passed over without an attempt

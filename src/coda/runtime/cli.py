@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -42,17 +42,26 @@ from coda.runtime.timelimit import FORMS, format_time_limit, parse_time_limit
 
 MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
 
 SYSTEM_STATE_DIR = "/var/lib/coda"
 JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
 
 
-class TimeLimit(click.ParamType):
+if TYPE_CHECKING:
+    _FloatParamType = click.ParamType[float]
+else:  # older click (>= 8.1 is supported) cannot subscript ParamType at run time
+    _FloatParamType = click.ParamType
+
+
+class TimeLimit(_FloatParamType):
     """A Slurm time limit (``--time 1-02:00:00``), as seconds."""
 
     name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, float):
             return value
         try:
@@ -72,7 +81,7 @@ def default_state_dir() -> str:
     return str(Path.home() / ".local" / "state" / "coda")
 
 
-def _state_dir_option(f: Callable) -> Callable:
+def _state_dir_option(f: F) -> F:
     return click.option(
         "--state-dir",
         # Not readable=True: a root agent's state directory is closed to its users.
@@ -198,7 +207,7 @@ def parse_tunes(items: tuple[str, ...]) -> dict[str, str]:
     return tune
 
 
-def policy_options(f: Callable) -> Callable:
+def policy_options(f: F) -> F:
     """--policy, --tune and --quiet: shared by every daemon that drives a policy."""
     opts = [
         click.option("--policy", default="coda", show_default=True,
@@ -213,7 +222,7 @@ def policy_options(f: Callable) -> Callable:
     return f
 
 
-def control_loop_options(f: Callable) -> Callable:
+def control_loop_options(f: F) -> F:
     """--period, --window, --stall (and policy_options): the node agent's control loop,
     the same for `coda agent` and `coda slurm agent`."""
     opts = [
@@ -242,7 +251,9 @@ def checked_policy(policy: str, tunes: tuple[str, ...]) -> dict[str, str]:
     return parse_tunes(tunes)
 
 
-def checked_loop(policy: str, tunes: tuple[str, ...], period: float, window: float) -> dict:
+def checked_loop(
+    policy: str, tunes: tuple[str, ...], period: float, window: float
+) -> dict[str, str]:
     """checked_policy, plus the control loop's own rule: a window spans whole periods."""
     tune = checked_policy(policy, tunes)
     if window < period:
@@ -464,7 +475,7 @@ def agent(
 
 
 # ------------------------------------------------------------ submit / run
-def _spec_options(f: Callable) -> Callable:
+def _spec_options(f: F) -> F:
     opts = [
         click.option("--name", default="", help="Job name [default: the program's name]."),
         click.option(

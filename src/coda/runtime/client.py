@@ -76,8 +76,11 @@ def _row(d: Any) -> JobRow:
 
 
 def _decision(d: Any) -> dict[str, Any]:
-    ok = isinstance(d, dict) and all(isinstance(d.get(k), t) for k, t in _DECISION_TYPES.items())
-    if not ok or (d.get("job_id") is not None and not isinstance(d["job_id"], int)):
+    if (
+        not isinstance(d, dict)
+        or not all(isinstance(d.get(k), t) for k, t in _DECISION_TYPES.items())
+        or (d.get("job_id") is not None and not isinstance(d["job_id"], int))
+    ):
         raise ClientError("the agent's answer is malformed (a decision without its fields)")
     return d
 
@@ -95,7 +98,7 @@ class SocketClient:
         except ControlError as e:
             raise ClientError(str(e)) from None
 
-    def _field(self, answer: dict[str, Any], key: str, kind: type) -> Any:
+    def _field(self, answer: dict[str, Any], key: str, kind: type[T]) -> T:
         got = answer.get(key)
         if not isinstance(got, kind) or isinstance(got, bool):
             raise ClientError(f"the agent's answer is malformed (no {key})")

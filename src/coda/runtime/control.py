@@ -283,7 +283,9 @@ def _read_line(sock: socket.socket, limit: int) -> bytes:
     return bytes(buf.split(b"\n", 1)[0])
 
 
-def request(path: str | os.PathLike[str], req: dict[str, Any], timeout: float = 30.0) -> dict:
+def request(
+    path: str | os.PathLike[str], req: dict[str, Any], timeout: float = 30.0
+) -> dict[str, Any]:
     """Send one request to the agent at ``path``; its answer, or ControlError
     (Unreachable when no agent listens there)."""
     p = Path(path)

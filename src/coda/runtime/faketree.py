@@ -38,7 +38,7 @@ def build_v1_tree(
 
 def _live(pid: int) -> bool:
     fields = stat_fields(pid)
-    return bool(fields) and fields[0] != "Z"
+    return fields is not None and len(fields) > 0 and fields[0] != "Z"
 
 
 def _descendants(pid: int) -> list[int]:

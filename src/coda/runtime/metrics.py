@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from http.server import HTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
 from prometheus_client.exposition import MetricsHandler
@@ -37,7 +37,10 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _untyped_float_to_go
+
+# prometheus_client leaves it unannotated: a float in, its text as Go prints it out.
+_float_to_go = cast(Callable[[float], str], _untyped_float_to_go)
 
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
@@ -161,7 +164,7 @@ class CycleTimes:
         out, total = [], 0
         for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
             total += n
-            out.append((floatToGoString(bound), float(total)))
+            out.append((_float_to_go(bound), float(total)))
         return out
 
 
@@ -320,7 +323,9 @@ class _Server(HTTPServer):
         socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
         if isinstance(sys.exc_info()[1], OSError):
             return  # the client went away or stalled: its problem, not the daemon's
         super().handle_error(request, client_address)

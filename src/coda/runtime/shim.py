@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def stat_fields(pid: int, proc: str = "/proc") -> list[str] | None:
@@ -50,7 +51,7 @@ def alive(pid: int | None, start: int | None, proc: str = "/proc") -> bool:
     if not pid or start is None:
         return False
     fields = stat_fields(pid, proc)
-    return bool(fields) and len(fields) > 19 and fields[19] == str(start) and fields[0] != "Z"
+    return fields is not None and len(fields) > 19 and fields[19] == str(start) and fields[0] != "Z"
 
 
 def read_regular(path: str | os.PathLike[str], limit: int = 4096) -> str:
@@ -85,7 +86,7 @@ EXIT_CANNOT_JOIN = 125  # the shim could not put itself into the job's cgroup
 EXIT_CANNOT_START = 127
 
 
-def read_launch(job_dir: Path) -> dict:
+def read_launch(job_dir: Path) -> dict[str, Any]:
     """The launch description the agent wrote: only a regular file of this process's
     own user, not a symlink (the job never can write it: it runs as its submitter)."""
     fd = os.open(job_dir / LAUNCH_FILE, os.O_RDONLY | os.O_NOFOLLOW)
@@ -102,7 +103,7 @@ def read_launch(job_dir: Path) -> dict:
     return spec
 
 
-def _privileges(spec: dict) -> dict:
+def _privileges(spec: dict[str, Any]) -> dict[str, Any]:
     """Popen's user/group arguments: drop to the submitter unless it is us already."""
     uid, gid = spec.get("uid"), spec.get("gid")
     if uid is None or gid is None or (uid == os.geteuid() and gid == os.getegid()):

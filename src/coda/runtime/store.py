@@ -527,7 +527,8 @@ class Store:
                 spec.time_limit_s,
             ),
         )
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None  # set by every successful INSERT
+        return cur.lastrowid
 
     def _row(self, r: sqlite3.Row) -> JobRow:
         try:

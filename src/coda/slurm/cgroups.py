@@ -229,8 +229,8 @@ class SlurmJobCgroups:
             return None if q[0] == "max" else int(q[0]) / int(q[1])
         if not d.is_dir():
             return None
-        q = int(read_file(d / "cpu.cfs_quota_us"))
-        return None if q < 0 else q / int(read_file(d / "cpu.cfs_period_us"))
+        quota_us = int(read_file(d / "cpu.cfs_quota_us"))
+        return None if quota_us < 0 else quota_us / int(read_file(d / "cpu.cfs_period_us"))
 
     def remove(self, name: str) -> None:
         """Remove CODA's quota group of an ended job (Slurm removes its own groups)."""

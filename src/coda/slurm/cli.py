@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -43,7 +43,10 @@ def _stop_flag() -> dict[str, bool]:
     return stop
 
 
-def _state_dir(name: str) -> Callable:
+F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
+
+
+def _state_dir(name: str) -> Callable[[F], F]:
     return click.option(
         "--state-dir",
         type=click.Path(file_okay=False),
