@@ -22,6 +22,7 @@ times the cluster's size.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -133,14 +134,15 @@ class Scheduler(Reservations):
     def _never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         pools = self.policy.pools.pools(job)
         if self._static:
-            fitting = sum(
-                1
+            # Stops at the job's node count: most jobs fit the first nodes looked at.
+            fitting = (
+                n
                 for n in self.nodes.values()
                 if n.pool in pools
                 and self._shape_fits(n, job, cores_pn)
                 and all(f.filter(job, n, cores_pn) for f in self._static)
             )
-            ok = fitting >= job.nodes
+            ok = sum(1 for _ in itertools.islice(fitting, job.nodes)) >= job.nodes
         else:
             key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
             hit = self._fit_cache.get(key)

@@ -627,7 +627,9 @@ class Store:
                 )
             elif row.state in ACTIVE:
                 self.update(job_id, cancel=1)
-        return self.job(job_id)  # type: ignore[return-value]
+        row = self.job(job_id)
+        assert row is not None  # it was there in the transaction above; rows are never deleted
+        return row
 
     # ------------------------------------------------------------ decisions
     def log_decision(

@@ -324,13 +324,19 @@ class Controller:
     # The cycle's executor: decisions are collected, then written to Slurm.
     def bind(self, start: Start) -> bool:
         self._starts.append(start)
+        self.mirror.touched.update(n.name for n in start.nodes)
         return True
 
     def apply(self, action: Action) -> None:
         if not isinstance(action, Preempt):  # RequeueOnly never shrinks
             raise ValueError(f"Slurm cannot carry out {type(action).__name__}")
+        self.mirror.touched.update(n.name for n in action.job.placement)
         self.sched.vacate(action.job, self.wall())
-        self._requeues.append(action.job)
+        started = [s for s in self._starts if s.job is action.job]
+        if started:  # placed earlier in this cycle and not written yet: just not placed
+            self._starts = [s for s in self._starts if s.job is not action.job]
+        else:
+            self._requeues.append(action.job)
 
     def _requeue(self, by_id: dict[int, SlurmJob]) -> None:
         """Take back the CPU jobs the reclaim plugin named: requeued held, marked
@@ -349,8 +355,8 @@ class Controller:
             except SlurmError as e:
                 self.stats.refusals["requeue"] += 1
                 self.log(f"job {sj.job_id}: requeue failed: {e}")
-                try:
-                    self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "placed"))
+                try:  # its comment as it was
+                    self.slurm.update(sj.job_id, AdminComment=sj.admin_comment or "")
                 except SlurmError:
                     pass  # a running job whose mark says held: placed again only if requeued
                 continue
@@ -368,10 +374,12 @@ class Controller:
     def _mark_waits(self, queued: Sequence[SlurmJob]) -> None:
         """Why each held job waits, into its mark (a few per cycle, queue order)."""
         reasons: dict[int, str] = {}
-        for job, why in self.sched.waiting():
-            reasons[job.idx] = why.token
-        for jid, why in self.mirror.never.items():
-            reasons[jid] = why.token
+        for jid, job in self.mirror.queued.items():  # O(1) each, no sort of the queue
+            why = self.sched.reason_of(job)
+            if why is not None:
+                reasons[jid] = why.token
+        for jid, never in self.mirror.never.items():
+            reasons[jid] = never.token
         self.stats.waits = Counter(r.split(":", 1)[0] for r in reasons.values())
         budget = WAIT_MARKS_PER_CYCLE
         for sj in queued:

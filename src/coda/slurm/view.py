@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from coda.cycle import Reason, Scheduler
 from coda.policy.state import Job, Node
@@ -48,6 +49,15 @@ def _shape(sj: SlurmJob) -> tuple[object, ...]:
             sj.requeueable, sj.submit_time)  # fmt: skip
 
 
+@dataclass
+class _Usage:
+    fp: tuple[object, ...]  # the fields of its record that matter here
+    job: Job
+    names: list[str]
+    held_g: int
+    held_c: int
+
+
 class SlurmView:
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
@@ -56,6 +66,12 @@ class SlurmView:
         self._shapes: dict[int, tuple[object, ...]] = {}
         self._next_idx = 0
         self.queued: dict[int, Job] = {}  # held jobs in the scheduler's queue
+        # Running and placed jobs as last seen, and what they hold on each node.
+        self._usage: dict[int, _Usage] = {}
+        self._held: dict[str, list[int]] = {}  # node -> [GPUs, cores] placed, not started
+        self._on: dict[str, dict[int, Job]] = {}  # node -> its running and placed jobs
+        # Nodes a cycle booked onto: their job lists are rebuilt at the next sync.
+        self.touched: set[str] = set()
         self.never: dict[int, Reason] = {}  # held jobs that can never run here
 
     def job(self, sj: SlurmJob) -> Job:
@@ -97,6 +113,7 @@ class SlurmView:
         changed = False
         for name in [n for n in self.nodes if n not in usable]:
             self.sched.remove_node(self.nodes.pop(name))
+            self._forget_node(name)
             changed = True
         new: list[Node] = []
         for name in sorted(usable):
@@ -104,11 +121,14 @@ class SlurmView:
             node = self.nodes.get(name)
             if node is not None and (node.gpus, node.cores) != (sn.gpus, sn.cpus):
                 self.sched.remove_node(node)  # resized (slurm.conf changed): a new node
+                self._forget_node(name)
                 node = None
             if node is None:
                 node = Node(self._next_idx, name, sn.gpus, sn.cpus, 0, 0.0)
                 self._next_idx += 1
                 self.nodes[name] = node
+                self._held[name] = [0, 0]
+                self._on[name] = {}
                 new.append(node)
                 changed = True
         if new:
@@ -116,46 +136,74 @@ class SlurmView:
         self._slurm_nodes = usable
         return changed
 
+    def _forget_node(self, name: str) -> None:
+        """A node left: every job seen on it is looked at again."""
+        self._held.pop(name, None)
+        self._on.pop(name, None)
+        for jid in [k for k, u in self._usage.items() if name in u.names]:
+            self._drop_usage(jid, self.touched)
+
     def _sync_usage(self, sjobs: Sequence[SlurmJob], now: float) -> None:
         """Free capacity and jobs of each node: Slurm's allocations, minus what CODA
-        placed that Slurm has not started yet."""
-        free: dict[str, list[int]] = {
-            name: [sn.gpus - sn.gpus_used, sn.cpus - sn.cpus_alloc, 0]
-            for name, sn in self._slurm_nodes.items()
-        }
-        on_node: dict[str, list[Job]] = {name: [] for name in free}
+        placed that Slurm has not started yet. A job whose record did not change since
+        the last cycle is not looked at again; only nodes whose jobs changed (or that a
+        cycle booked onto) get their job lists rebuilt."""
+        changed = self.touched
+        self.touched = set()
+        seen: set[int] = set()
         for j in sjobs:
             running = j.state in RUNNING
             placed = j.state == "PENDING" and j.placed_by_coda
             if not (running or placed):
                 continue
-            names = [x for x in (j.nodes if running else j.required_nodes) if x in free]
+            fp = (j.state, j.nodes if running else j.required_nodes, j.cpus, j.priority,
+                  j.reason, j.admin_comment, j.start_time, j.gpus_per_node)  # fmt: skip
+            prev = self._usage.get(j.job_id)
+            if prev is not None and prev.fp == fp and self.jobs.get(j.job_id) is prev.job:
+                seen.add(j.job_id)
+                continue
+            if prev is not None:
+                self._drop_usage(j.job_id, changed)
+            names = [x for x in (j.nodes if running else j.required_nodes) if x in self.nodes]
             if not names:
                 continue
+            seen.add(j.job_id)
             job = self.job(j)
             waiting = j.reason in ("None", "Resources", "Priority", "") or j.priority == 0
+            held_g = held_c = 0
             if placed and waiting:
                 # Placed (and released, or about to be) but not started: spoken for,
                 # unless it waits for something else (a limit, a begin time, a hold by
                 # its user: then it must not keep cores from other jobs).
-                grant = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
-                for x in names:
-                    free[x][0] -= j.gpus_per_node
-                    free[x][1] -= grant
+                held_g = j.gpus_per_node
+                held_c = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
             # A placed job starts about now; its time limit runs from then.
             job.start = float(j.start_time) if running and j.start_time else now
             job.cores_pn = max(1, j.cpus // len(names))
             job.placement = [self.nodes[x] for x in names]
+            use = _Usage(fp, job, names, held_g, held_c)
+            self._usage[j.job_id] = use
             for x in names:
-                on_node[x].append(job)
-                if not job.is_dnn:
-                    free[x][2] += job.cores_pn
+                self._held[x][0] += held_g
+                self._held[x][1] += held_c
+                self._on[x][job.idx] = job
+                changed.add(x)
+        for jid in [k for k in self._usage if k not in seen]:
+            self._drop_usage(jid, changed)
         for name, node in self.nodes.items():
-            g, c, cpu_c = free[name]
-            g, c = max(0, g), max(0, c)
-            jobs = on_node[name]
-            same_jobs = len(jobs) == len(node.jobs) and all(j in node.jobs for j in jobs)
-            if (node.free_gpus, node.free_cores, node.cpu_job_cores) == (g, c, cpu_c) and same_jobs:
+            sn = self._slurm_nodes[name]
+            held = self._held[name]
+            g = max(0, sn.gpus - sn.gpus_used - held[0])
+            c = max(0, sn.cpus - sn.cpus_alloc - held[1])
+            if name in changed:
+                jobs = list(self._on[name].values())
+                cpu_c = sum(jb.cores_pn for jb in jobs if not jb.is_dnn)
+            else:
+                jobs, cpu_c = [], node.cpu_job_cores
+            if (node.free_gpus, node.free_cores, node.cpu_job_cores) == (g, c, cpu_c) and (
+                name not in changed
+                or (len(jobs) == len(node.jobs) and all(jb in node.jobs for jb in jobs))
+            ):
                 continue
             grew = (
                 g > node.free_gpus
@@ -163,9 +211,19 @@ class SlurmView:
                 or c + cpu_c > (node.free_cores + node.cpu_job_cores)
             )
             node.free_gpus, node.free_cores, node.cpu_job_cores = g, c, cpu_c
-            node.jobs = dict.fromkeys(jobs)
-            node.pcie_heavy = [j for j in jobs if j.pcie_heavy]
+            if name in changed:
+                node.jobs = dict.fromkeys(jobs)
+                node.pcie_heavy = [jb for jb in jobs if jb.pcie_heavy]
             self.sched.node_capacity_changed(node, grew)
+
+    def _drop_usage(self, jid: int, changed: set[str]) -> None:
+        use = self._usage.pop(jid)
+        for x in use.names:
+            if x in self._held:
+                self._held[x][0] -= use.held_g
+                self._held[x][1] -= use.held_c
+                self._on[x].pop(use.job.idx, None)
+                changed.add(x)
 
     def _sync_queue(self, ready: Sequence[SlurmJob]) -> None:
         want: dict[int, Job] = {}

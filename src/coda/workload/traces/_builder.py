@@ -264,8 +264,8 @@ class TraceBuilder(FieldParser):
             for line, row in iter_rows(self.path, required, optional, headerless=headerless):
                 n += 1
                 self.line = line
-                if type(row) is not dict:
-                    self.bad_row(row)  # type: ignore[arg-type]
+                if isinstance(row, TraceFormatError):
+                    self.bad_row(row)
                     continue
                 try:
                     outcome = parse_row(row)

@@ -8,6 +8,7 @@ import math
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Literal, overload
 
 from coda.workload import limits
 from coda.workload.jobs import TraceFormatError
@@ -56,17 +57,17 @@ class FieldParser:
             raise self.error(col, "job id is missing")
         return s
 
-    def _bad_number(self, col: str, s: str | None) -> TraceFormatError:
+    def _bad_number(self, col: str, s: str) -> TraceFormatError:
         """The precise complaint about a value the fast path refused."""
         if _empty(s):
             return self.error(col, "value is missing")
         try:
-            v = float(s)  # type: ignore[arg-type]
+            v = float(s)
         except ValueError:
             return self.error(col, f"not a number: {clip(s)}")
         if not math.isfinite(v):
             return self.error(col, f"not a finite number: {clip(s)}")
-        return self.out_of_range(col, s.strip())  # type: ignore[union-attr]
+        return self.out_of_range(col, s.strip())
 
     def out_of_range(self, col: str, shown: object) -> TraceFormatError:
         lim = self.limit(col)
@@ -80,9 +81,9 @@ class FieldParser:
 
     def num(self, row: dict[str, str], col: str, *, allow_empty: bool = False) -> float | None:
         """A number in the column's range; an empty value gives None if allow_empty."""
-        s = row.get(col)
+        s = row.get(col, "")
         try:
-            v = float(s)  # type: ignore[arg-type]
+            v = float(s)
         except (TypeError, ValueError):
             if allow_empty and _empty(s):
                 return None
@@ -94,9 +95,9 @@ class FieldParser:
 
     def number(self, row: dict[str, str], col: str) -> float:
         """A required number in the column's range."""
-        s = row.get(col)
+        s = row.get(col, "")
         try:
-            v = float(s)  # type: ignore[arg-type]
+            v = float(s)
         except (TypeError, ValueError):
             raise self._bad_number(col, s) from None
         lo, hi = self._bounds.get(col, _UNBOUNDED)
@@ -106,9 +107,9 @@ class FieldParser:
 
     def integer(self, row: dict[str, str], col: str, *, empty: int | None = None) -> int:
         """A whole number ("3" or "3.0") in range; empty gives `empty` if given, else an error."""
-        s = row.get(col)
+        s = row.get(col, "")
         try:
-            v = int(s)  # type: ignore[arg-type]
+            v = int(s)
         except (TypeError, ValueError):
             if _empty(s):
                 if empty is not None:
@@ -123,12 +124,18 @@ class FieldParser:
             raise self.out_of_range(col, v)
         return v
 
+    @overload
+    def time(
+        self, row: dict[str, str], col: str, *, allow_empty: Literal[False] = False
+    ) -> Time: ...
+    @overload
+    def time(self, row: dict[str, str], col: str, *, allow_empty: bool) -> Time | None: ...
     def time(self, row: dict[str, str], col: str, *, allow_empty: bool = False) -> Time | None:
         """An exact time stamp: int for integer text, else Decimal; never rounded here, so
         subtracting the first arrival later loses nothing at any magnitude or unit."""
-        s = row.get(col)
+        s = row.get(col, "")
         try:
-            v: Time = int(s)  # type: ignore[arg-type]
+            v: Time = int(s)
         except (TypeError, ValueError):
             if _empty(s):
                 if allow_empty:
@@ -136,14 +143,14 @@ class FieldParser:
                 raise self.error(col, "value is missing") from None
             self.all_int = False  # finish() must subtract in Python, not int64
             try:
-                v = Decimal(s)  # type: ignore[arg-type]
+                v = Decimal(s)
             except (InvalidOperation, ValueError):
                 raise self.error(col, f"not a number: {clip(s)}") from None
             if not v.is_finite():
                 raise self.error(col, f"not a finite number: {clip(s)}") from None
         lo, hi = self._bounds.get(col, _TIME_BOUNDS)
         if not lo <= v <= hi:
-            raise self.out_of_range(col, s.strip())  # type: ignore[union-attr]
+            raise self.out_of_range(col, s.strip())
         return v
 
     def epoch_seconds(self, dt: datetime) -> Time:

@@ -65,7 +65,7 @@ def load(
         whole_gpus = math.ceil(gpus)
         return b.job(
             job_id,
-            submit,  # type: ignore[arg-type]
+            submit,
             duration,
             whole_gpus,
             b.cores(cores),

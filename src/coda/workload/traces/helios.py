@@ -178,7 +178,7 @@ def load_derived(
 
     def parse(row: dict[str, str]) -> Outcome:
         # Exact sum, so no run of intervals rounds or overflows to inf; the span is capped.
-        clock[0] += b.time(row, "interval")  # type: ignore[operator]
+        clock[0] += b.time(row, "interval")
         submit = clock[0]
         job_id = b.ident(row, "u_id")
         gpus = b.integer(row, "gpu_num")

@@ -85,7 +85,7 @@ def load(
         deleted = b.time(row, "deletion_time", allow_empty=True)
         if scheduled is None:
             return NEVER_STARTED
-        if scheduled < created:  # type: ignore[operator]
+        if scheduled < created:
             raise b.error(
                 "scheduled_time", f"start {shown(scheduled)} is before creation {shown(created)}"
             )
@@ -97,7 +97,7 @@ def load(
             )
         return b.job(
             b.ident(row, "name"),
-            created,  # type: ignore[arg-type]
+            created,
             deleted - scheduled,
             num_gpu,
             b.cores(cpu_milli / 1000.0),
