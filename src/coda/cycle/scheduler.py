@@ -135,14 +135,14 @@ class Scheduler(Reservations):
         pools = self.policy.pools.pools(job)
         if self._static:
             # Stops at the job's node count: most jobs fit the first nodes looked at.
-            fitting = (
+            candidates = (
                 n
                 for n in self.nodes.values()
                 if n.pool in pools
                 and self._shape_fits(n, job, cores_pn)
                 and all(f.filter(job, n, cores_pn) for f in self._static)
             )
-            ok = sum(1 for _ in itertools.islice(fitting, job.nodes)) >= job.nodes
+            ok = sum(1 for _ in itertools.islice(candidates, job.nodes)) >= job.nodes
         else:
             key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
             hit = self._fit_cache.get(key)
