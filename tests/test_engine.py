@@ -332,3 +332,32 @@ def test_time_series_stops_at_the_horizon():
     assert res.timeseries["t"][-1] == pytest.approx(100.0)
     assert res.summary["window"]["end"] == 100.0
     assert res.summary["gpu_util_allocated"] == pytest.approx(1.0)
+
+
+def test_without_backfill_a_new_head_is_searched_everywhere():
+    # J2 sat behind the blocked head H (8 GPUs) and was never tried; when A ends at 100,
+    # H starts on A's node and J2 must be searched for on X's node too, where its GPUs
+    # were free all along (not only on the nodes that just gained room).
+    rows = [("A", 0.0, 100.0, 8, 8), ("X", 0.5, 1000.0, 4, 4), ("H", 2.0, 100.0, 8, 8),
+            ("J2", 3.0, 100.0, 2, 2)]  # fmt: skip
+    ids, sub, dur, g, c = zip(*rows, strict=True)
+    n = len(ids)
+    t = JobTable.from_columns(ids, sub, dur, g, c, [0] * n, [1] * n, [0] * n)
+    wl = build_workload(t, PROFILES, 0, {"ResNet50": 1.0})
+    policy = make_policy("static-separate", PolicyOptions(estimates="none"))
+    sim = Simulator(wl, parse_cluster_spec("2x8g32c"), policy, check_invariants=True)
+    res = sim.run()
+    assert res.jobs["start"].tolist() == [0.0, 0.5, 100.0, 100.0]
+
+
+def test_a_fifo_wait_is_recorded_as_the_jobs_wait_reason():
+    # 4 GPUs: A takes 3, B (2) waits for GPUs, C (1) would fit but waits behind B (no
+    # backfill); both start when A ends.
+    rows = [("A", 0.0, 600.0, 3, 3), ("B", 1.0, 600.0, 2, 2), ("C", 2.0, 100.0, 1, 1)]
+    ids, sub, dur, g, c = zip(*rows, strict=True)
+    t = JobTable.from_columns(ids, sub, dur, g, c, [0] * 3, [1] * 3, [0] * 3)
+    wl = build_workload(t, PROFILES, 0, {"ResNet50": 1.0})
+    policy = make_policy("static-separate", PolicyOptions(estimates="none"))
+    res = Simulator(wl, parse_cluster_spec("1x4g8c"), policy, check_invariants=True).run()
+    assert res.jobs["wait_reason"].tolist() == ["", "gpus", "fifo:B"]
+    assert res.summary["waits_by_reason"] == {"fifo": 1, "gpus": 1}

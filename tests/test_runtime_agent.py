@@ -702,3 +702,42 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
     assert m.cpus == [0] and agent.node.free_cores == 3 and len(agent._free_cpus) == 3
     assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() == "0"
     assert calls == [[0, 1, 2], [0]]
+
+
+# ------------------------------------------------------------------ reclaim edge cases
+def test_a_cpu_job_requeued_by_reclaim_may_restart_in_the_same_cycle(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent(cpus=list(range(4)), gpus=2, reclaim="requeue")
+    j2 = submit(store, ["sleep", "60"], name="j2", cores=2)
+    agent.tick()
+    j1 = submit(store, ["sleep", "60"], name="j1", cores=1, time_limit_s=60.0)
+    agent.tick()
+    dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(dnn).state == "running"
+    # Both CPU jobs were requeued for its 3 cores; j1 fits the one left and starts again
+    # at once (its row read afresh), j2 waits with a reason, neither is lost.
+    tick_until(agent, lambda: store.job(j1).state == "running", timeout=5)
+    assert store.job(j1).preemptions == 1
+    row = store.job(j2)
+    assert row.state == "queued" and row.wait_reason
+    assert agent.sched is not None and agent.sched.is_queued(agent._queued_jobs[j2])
+
+
+def test_a_preemption_that_cannot_happen_leaves_the_dnn_job_waiting(env, monkeypatch) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    hog = submit(store, ["sleep", "60"], name="hog", cores=4)
+    agent.tick()
+    assert store.job(hog).state == "running"
+    real = agent._cgroup_pids
+    # The CPU job will not die (a process stuck in the kernel): its cgroup keeps a pid.
+    monkeypatch.setattr(agent, "_cgroup_pids", lambda m: [2**22 + 12345])
+    monkeypatch.setattr(agent, "_kill_until_gone", lambda m, seconds=1.0: None)
+    dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()  # no InvariantError out of the tick
+    assert store.job(dnn).state == "queued" and "cores" in store.job(dnn).wait_reason
+    assert store.job(hog).state == "running"
+    node = agent.node
+    assert node is not None and node.free_cores >= 0
+    monkeypatch.setattr(agent, "_cgroup_pids", real)

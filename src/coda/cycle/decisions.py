@@ -43,12 +43,13 @@ class Executor(Protocol):
     failed); the cycle then undoes the booking and drops the job from the queue.
     ``apply``: carry out a reclaim action, booking it through the scheduler
     (``vacate`` for a ``Preempt``, ``resize`` for a ``SetCores``), exactly as the
-    driver applies the same action from a node control.
+    driver applies the same action from a node control. It returns False if it could
+    not (the job then waits; anything else it returns is not looked at).
     """
 
     def bind(self, start: Start) -> bool: ...
 
-    def apply(self, action: Action) -> object: ...  # what it returns is not used
+    def apply(self, action: Action) -> object: ...  # False: it could not be carried out
 
 
 def describe(d: Decision) -> tuple[Any, ...]:

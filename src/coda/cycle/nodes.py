@@ -173,6 +173,8 @@ class NodeBook:
             self.reindex(node)
             if delta < 0:
                 self.mark_dirty(node)
+        for node in job.placement:
+            node.version += 1  # its jobs' projected ends moved: reservations are redone
         job.cores_pn = cores_pn
         return True
 

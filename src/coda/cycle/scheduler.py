@@ -282,7 +282,9 @@ class Scheduler(Reservations):
         return None
 
     def _full(self, job: Job, fresh: set[Job]) -> bool:
-        if job in fresh:
+        # Without backfill the jobs behind a head are never tried, so whatever room
+        # appeared while they waited, a new head is searched for everywhere.
+        if job in fresh or not self.policy.backfill:
             return True
         bucket = self._bucket_of.get(job)
         return bucket is not None and bucket.full
@@ -417,8 +419,7 @@ class Scheduler(Reservations):
                 if not (isinstance(wait, Reason) and wait.code in (R.MEMORY, R.RESERVATION)):
                     bucket.full = False
             return False
-        self._start(job, nodes, cores_pn)
-        return True
+        return self._start(job, nodes, cores_pn)
 
     def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int, float]]:
         """(max free GPUs, cores, memory) over the dirty nodes each kind may use."""
@@ -553,14 +554,23 @@ class Scheduler(Reservations):
         return Reason(R.GPUS, str(job.gpus_pn)) if job.gpus_pn else Reason(R.CORES, str(cores_pn))
 
     # ------------------------------------------------------------ start
-    def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> None:
+    def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> bool:
+        """Reclaim what it needs, book it, hand it to the driver; True if it started."""
         now = self.now
         executor = self._executor
         assert executor is not None
         if job.is_dnn and self.dnn_index is not None:
             for node in nodes:
-                if node.free_cores < cores_pn:
-                    self._reclaim(job, node, cores_pn - node.free_cores)
+                if node.free_cores < cores_pn and not self._reclaim(
+                    job, node, cores_pn - node.free_cores
+                ):
+                    # The driver could not take the cores back (a process that will not
+                    # die): the job waits, for cores, and nothing is over-committed.
+                    self._note(job, Reason(R.CORES, str(cores_pn)))
+                    return False
+        # The last reason it waited, for the drivers' records (FIFO waits are worked out
+        # from the array's head, so they are read here, before it leaves the queue).
+        job.wait = self._waited(job)
         self.occupy(job, nodes, cores_pn, now)
         job.start = now
         self._bucket_of.pop(job, None)
@@ -586,22 +596,45 @@ class Scheduler(Reservations):
             job.start = -1.0
             job.queue_key = ()
             self._decisions.pop()
+            return False
+        return True
 
-    def _reclaim(self, job: Job, node: Node, need: int) -> None:
-        """Free ``need`` cores that CPU jobs hold on node, as the policy chooses."""
+    def _reclaim(self, job: Job, node: Node, need: int) -> bool:
+        """Free ``need`` cores that CPU jobs hold on node, as the policy chooses; False
+        if the driver could not carry an action out (it returned False)."""
         reclaim = self.policy.reclaim
         executor = self._executor
         assert reclaim is not None and executor is not None
         before = node.free_cores
+        refused = False
         for action in reclaim.reclaim(job, node, need, self.now):
             if not action.job.running:
                 continue
             self._decisions.append(Reclaimed(job, node, action))
-            executor.apply(action)
-        if node.free_cores - before < need:
-            raise InvariantError(
-                f"reclaim freed {node.free_cores - before} of the {need} cores {job} needs "
-                f"on {node}"
-            )
+            if executor.apply(action) is False:
+                refused = True
+        if node.free_cores - before >= need:
+            return True
+        if refused:
+            return False
+        raise InvariantError(
+            f"reclaim freed {node.free_cores - before} of the {need} cores {job} needs on {node}"
+        )
+
+    def _waited(self, job: Job) -> Reason | None:
+        """Why a job about to start waited last (its own reason, its bucket's or, with
+        no backfill, the head it was behind)."""
+        start, job.start = job.start, -1.0
+        try:
+            reason = self.reason_of(job)
+        finally:
+            job.start = start
+        if (reason is None or reason.code == R.NEW) and not self.policy.backfill:
+            # Never tried: it waited behind its array's head (which may have started
+            # just before it, in this cycle).
+            head = self.heads.get(self.policy.arrays.array_of(job))
+            if head is not None and head is not job and job.submit < self.now:
+                reason = Reason(R.FIFO, behind=head.job_id)
+        return reason
 
     check_no_waiting_fit = check_no_waiting_fit

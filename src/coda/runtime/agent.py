@@ -35,7 +35,7 @@ from typing import Any
 from coda.cycle import Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles, free_room
-from coda.policy.framework import Action, Policy, SetQuota
+from coda.policy.framework import Action, Policy, SetCores, SetQuota
 from coda.policy.state import Job, Node
 from coda.runtime import actions, adoption, sampler, supervisor
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
@@ -279,14 +279,27 @@ class NodeAgent:
 
     def bind(self, start: Start) -> bool:
         """The cycle's start: launch the job (the cycle has booked its cores)."""
-        r = self._rows.get(start.job.idx)
+        jid = start.job.idx
+        r = self._rows.get(jid)
         if r is None:
-            return False
-        return self._launch(r, start.job, start.cores_pn, self.clock())
+            # Requeued by a reclaim earlier in this cycle: its row as it is now.
+            r = self.store.job(jid)
+            if r is None or r.state != "queued" or r.cancel:
+                self._queued_jobs.pop(jid, None)
+                return False
+        ok = self._launch(r, start.job, start.cores_pn, self.clock())
+        if not ok:
+            self._queued_jobs.pop(jid, None)  # the next tick looks at its row again
+        return ok
 
-    def apply(self, action: Action) -> None:
-        """A reclaim action of the cycle (shrink or preempt a CPU job)."""
+    def apply(self, action: Action) -> bool:
+        """A reclaim action of the cycle (shrink or preempt a CPU job); False if it could
+        not be carried out (a process that would not die, a cpuset write refused)."""
+        job = action.job
         self._apply([action], self.clock(), "reclaim", reason={"for": "a DNN job's start"})
+        if isinstance(action, SetCores):
+            return bool(job.cores_pn == action.cores_pn)
+        return not job.placement
 
     def _job_from_row(self, r: JobRow) -> Job:
         model = r.model or r.name

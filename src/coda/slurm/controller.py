@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coda.cycle import Scheduler, Start
+from coda.cycle import Decision, Reclaimed, Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Preempt
@@ -201,6 +201,7 @@ class Controller:
         self.sched = Scheduler(self.policy)
         self.mirror = SlurmView(self.sched)
         self._starts: list[Start] = []
+        self._decisions: list[Decision] = []
         self._requeues: list[Job] = []
         self.log = log or (lambda msg: None)
         self.wall = wall
@@ -311,8 +312,7 @@ class Controller:
         self._starts, self._requeues = [], []
         if self.mirror.sync(snodes, jobs, queued, now):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
-        if self.sched.pending():
-            self.sched.cycle(now, self)
+        self._decisions = self.sched.cycle(now, self) if self.sched.pending() else []
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
         """Policy nodes as the cycle would see them for this Slurm state (a throwaway
@@ -355,6 +355,14 @@ class Controller:
             except SlurmError as e:
                 self.stats.refusals["requeue"] += 1
                 self.log(f"job {sj.job_id}: requeue failed: {e}")
+                # The jobs that needed its cores are not placed (they stay held, placed
+                # again next cycle), and the job is read afresh from Slurm.
+                needed = {
+                    d.for_job for d in self._decisions
+                    if isinstance(d, Reclaimed) and d.action.job is job
+                }  # fmt: skip
+                self._starts = [s for s in self._starts if s.job not in needed]
+                self.mirror.forget(job.idx)
                 try:  # its comment as it was
                     self.slurm.update(sj.job_id, AdminComment=sj.admin_comment or "")
                 except SlurmError:

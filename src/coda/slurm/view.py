@@ -136,6 +136,11 @@ class SlurmView:
         self._slurm_nodes = usable
         return changed
 
+    def forget(self, jid: int) -> None:
+        """Look at a job's record again at the next sync (its last reading is stale)."""
+        if jid in self._usage:
+            self._drop_usage(jid, self.touched)
+
     def _forget_node(self, name: str) -> None:
         """A node left: every job seen on it is looked at again."""
         self._held.pop(name, None)
@@ -177,6 +182,9 @@ class SlurmView:
                 # its user: then it must not keep cores from other jobs).
                 held_g = j.gpus_per_node
                 held_c = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
+            # Only a running job can be requeued: a placed one Slurm has not started yet
+            # is not the reclaim plugin's to take.
+            job.preemptible = j.requeueable and running
             # A placed job starts about now; its time limit runs from then.
             job.start = float(j.start_time) if running and j.start_time else now
             job.cores_pn = max(1, j.cpus // len(names))
