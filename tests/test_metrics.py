@@ -523,7 +523,11 @@ def test_a_running_controller_serves_its_metrics(slurm_bin: Path) -> None:
         assert got[("coda_controller_cycles_total", ())] >= 1
         refused = ("coda_controller_refusals_total", (("reason", "placement_not_taken_whole"),))
         assert got[refused] == got[("coda_controller_cycles_total", ())]  # one per cycle
-        assert "coda_controller_cycles" in families((sd / "metrics.prom").read_text())
+        prom = sd / "metrics.prom"  # written after the cycle the server counted
+        deadline = time.monotonic() + 10
+        while not prom.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "coda_controller_cycles" in families(prom.read_text())
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
     finally:

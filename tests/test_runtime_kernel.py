@@ -428,8 +428,13 @@ def test_the_real_supervisor_is_insulated_from_its_job(public_node) -> None:
     children = Path(f"/proc/{shim}/task/{shim}/children")
     wait_for(lambda: children.read_text().split() != [], 20, "the shim to start the job")
     kids = children.read_text().split()
-    job_env = Path(f"/proc/{kids[0]}/environ").read_bytes().split(b"\0")
-    assert b"LD_PRELOAD=/nonexistent/evil.so" in job_env  # the job's own exec has it
+
+    def job_env() -> list[bytes]:
+        return Path(f"/proc/{kids[0]}/environ").read_bytes().split(b"\0")
+
+    # Between the fork and the exec the child still has the shim's environment.
+    wait_for(lambda: b"LD_PRELOAD=/nonexistent/evil.so" in job_env(), 10, "the job's exec")
+    assert b"LD_PRELOAD=/nonexistent/evil.so" in job_env()  # the job's own exec has it
 
 
 def test_a_second_agent_on_the_same_cgroup_parent_is_refused(public_node, tmp_path) -> None:

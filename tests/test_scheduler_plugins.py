@@ -621,3 +621,38 @@ def test_reclaim_spares_jobs_already_preempted():
     actions = ShrinkThenPreempt(min_share=1.0).reclaim(dnn_job(9), node, 8, 10.0)
     assert [type(a).__name__ for a in actions] == ["Preempt"]
     assert actions[0].job is old
+
+
+def test_a_job_past_its_time_limit_does_not_make_the_cycle_spin() -> None:
+    # A running job past its limit is expected to end "now": the head's reservation is
+    # due now, and stays the same plan (no new one, no retries, every round).
+    from coda.cycle import Scheduler
+    from coda.cycle import scheduler as sched_mod
+    from coda.cycle.once import Booking
+    from coda.policy import PolicyOptions
+
+    rounds = [0]
+    real = sched_mod.Scheduler._round
+
+    def counting(self, dirty, fresh):  # type: ignore[no-untyped-def]
+        rounds[0] += 1
+        return real(self, dirty, fresh)
+
+    pol = make_policy("coda", PolicyOptions(estimates="time-limits", reclaim="requeue"))
+    nodes = [Node(0, "n0", 1, 4, 0, 100.0)]
+    pol.observe_cluster(nodes)
+    s = Scheduler(pol, nodes)
+    a = Job(0, "A", 0.0, 1, 2, 0, 1, 1e9, time_limit=10.0)
+    s.submit(a)
+    s.cycle(0.0, Booking(s, 0.0))
+    b = Job(1, "B", 1.0, 1, 2, 0, 1, 5.0, time_limit=10.0)
+    s.submit(b)
+    sched_mod.Scheduler._round = counting  # type: ignore[method-assign]
+    try:
+        for now in (100.0, 101.0, 102.0):
+            rounds[0] = 0
+            s.cycle(now, Booking(s, now))
+            assert rounds[0] <= 2, rounds[0]
+    finally:
+        sched_mod.Scheduler._round = real  # type: ignore[method-assign]
+    assert not s.pending() and str(s.reason_of(b)).startswith("waits for GPUs")

@@ -72,3 +72,19 @@ def test_status_without_slurm_is_one_clear_line(tmp_path: Path, monkeypatch) -> 
     r = CliRunner().invoke(main, ["slurm", "status"])
     assert r.exit_code == 1
     assert "squeue: not found" in r.output
+
+
+def test_slurm_status_shows_any_job_name_as_text(monkeypatch) -> None:
+    """A user's job name is shown as it is, never read as rich markup."""
+    from click.testing import CliRunner
+
+    from coda.cli import main
+    from coda.slurm import client as client_mod
+    from coda.slurm.client import SlurmJob
+
+    mark = {"state": "held", "wait": "cores"}
+    job = SlurmJob(7, "[/]", 1000, "PENDING", "JobHeldUser", 1, 1, 0, [], [], "", 0, mark)
+    monkeypatch.setattr(client_mod.SlurmClient, "jobs", lambda self: [job])
+    out = CliRunner().invoke(main, ["slurm", "status"])
+    assert out.exit_code == 0, out.output
+    assert "[/]" in out.output and "cores" in out.output

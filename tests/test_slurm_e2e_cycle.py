@@ -20,11 +20,9 @@ import os
 import time
 from pathlib import Path
 
-from test_slurm_e2e import GPU_NODES, Daemons, Submitter, _wait, cluster
+from test_slurm_e2e import GPU_NODES, Daemons, Submitter, _wait
 
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
-
-__all__ = ["cluster"]  # the module-scoped fixture, shared with test_slurm_e2e.py
 
 
 def _decisions(ctl_dir: Path) -> list[dict]:

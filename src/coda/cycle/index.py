@@ -29,8 +29,13 @@ class PoolIndex:
     def _cores(self, node: Node) -> int:
         return node.free_cores + node.cpu_job_cores if self.dnn_view else node.free_cores
 
+    def _key(self, node: Node) -> tuple[int, int]:
+        # An over-committed node (a driver's books off, e.g. an adoption) is filed as
+        # full, never as the most free.
+        return min(max(0, node.free_gpus), self.max_gpus), max(0, self._cores(node))
+
     def add(self, node: Node) -> None:
-        g, c = node.free_gpus, self._cores(node)
+        g, c = self._key(node)
         level = self.buckets[g]
         bucket = level.get(c)
         if bucket is None:
@@ -52,7 +57,7 @@ class PoolIndex:
 
     def update(self, node: Node) -> None:
         """Re-file a node after its free GPUs or cores changed."""
-        if self.key.get(node.idx) != (node.free_gpus, self._cores(node)):
+        if self.key.get(node.idx) != self._key(node):
             self.remove(node)
             self.add(node)
 

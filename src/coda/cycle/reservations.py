@@ -38,6 +38,9 @@ class Reservations(NodeBook):
         for arr, resv in self.reservations.items():
             if resv is not None and node in resv.nodes:
                 self.reservations[arr] = None
+                for other in resv.nodes:  # jobs it kept off them may fit now
+                    if other is not node:
+                        self.mark_dirty(other)
 
     def _binding_owner(
         self, job: Job, key: tuple[Any, ...], finish_by: float, held: list[Hold]
@@ -69,7 +72,7 @@ class Reservations(NodeBook):
         if (
             old is not None
             and old.job is job
-            and old.shadow > self.now
+            and old.shadow >= self.now  # due now (a job past its limit): still the plan
             and old.versions == tuple(n.version for n in old.nodes)
         ):
             return old

@@ -442,7 +442,11 @@ class Scheduler(Reservations):
         """Give a blocked head its reservation and make it bind later-queued jobs."""
         old = self.reservations[arr]
         resv = self._reserve_for(arr, job, self.cores(job), active)
-        if old is not None and old is not resv:
+        moved = old is not None and old is not resv
+        if moved and resv is not None and old is not None:
+            # The same nodes, reserved from no later: nothing kept off them may fit now.
+            moved = resv.nodes != old.nodes or resv.shadow > old.shadow
+        if moved and old is not None:
             for node in old.nodes:
                 self.mark_dirty(node)  # jobs kept off these nodes may fit now
         if resv is not None:

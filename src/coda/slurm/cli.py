@@ -220,6 +220,7 @@ def status(show_all: bool, as_json: bool) -> None:
     waits (the controller's last reason, from the job's AdminComment mark)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from coda.slurm.client import SlurmClient, SlurmError
 
@@ -258,7 +259,8 @@ def status(show_all: bool, as_json: bool) -> None:
     for c in heads:
         t.add_column(c, no_wrap=c != "name", overflow="fold")
     for r in rows:
-        t.add_row(*("-" if v is None else str(v) for v in r.values()))
+        # Text, not markup: a job's name is its user's ("[/]" would crash rich markup).
+        t.add_row(*(Text("-" if v is None else str(v)) for v in r.values()))
     Console(width=max(120, shutil.get_terminal_size().columns)).print(t)
 
 

@@ -108,7 +108,9 @@ def parse_mark(comment: str | None) -> dict[str, str] | None:
     out = {"state": head.removeprefix("coda:")}
     for p in pairs:
         k, sep, v = p.partition("=")
-        if sep and k:
+        # Only what CODA writes: a hand-edited value (``req=²``, ``nodes=n[1-2]``) is
+        # dropped, so every number read from a mark is ASCII digits.
+        if sep and _MARK_KEY.fullmatch(k) and _MARK_VALUE.fullmatch(v):
             out[k] = v
     return out
 
@@ -267,6 +269,19 @@ def _epoch(v: Any, what: str) -> float | None:
     return float(v)
 
 
+def _positive(v: Any, what: str, default: int) -> int:
+    """A whole number >= 1 (not a bool); ``default`` when absent."""
+    if v is None or v == 0:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{what} {v!r} is not a whole number >= 1")
+    return v
+
+
+def _no_id() -> int:
+    raise ValueError("no job_id")
+
+
 def _count(v: Any, what: str) -> int:
     if v is None:
         return 0
@@ -283,7 +298,7 @@ def _job_from_json(d: dict[str, Any]) -> SlurmJob:
 
 
 def _read_job(d: dict[str, Any]) -> SlurmJob:
-    nodes_n = int(d.get("node_count") or 1)
+    nodes_n = _positive(d.get("node_count"), "node_count", 1)
     gpus_pn = gres_gpus(d.get("tres_per_node"))
     if not gpus_pn:
         per_job = gres_gpus(d.get("tres_per_job"))
@@ -296,12 +311,12 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
     if not isinstance(requeue, bool):
         raise ValueError(f"requeue {requeue!r} is not true or false")
     return SlurmJob(
-        job_id=int(d["job_id"]),
+        job_id=_positive(d.get("job_id"), "job_id", 0) or _no_id(),
         name=str(d.get("name") or ""),
         user_id=int(d.get("user_id") or 0),
         state=str(d.get("job_state") or ""),
         reason=str(d.get("state_reason") or ""),
-        cpus=int(d.get("cpus") or 1),
+        cpus=_positive(d.get("cpus"), "cpus", 1),
         node_count=nodes_n,
         gpus_per_node=gpus_pn,
         nodes=expand_hostlist(d.get("nodes") or "") if running else [],

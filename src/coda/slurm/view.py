@@ -181,7 +181,9 @@ class SlurmView:
                 # unless it waits for something else (a limit, a begin time, a hold by
                 # its user: then it must not keep cores from other jobs).
                 held_g = j.gpus_per_node
-                held_c = int((j.mark or {}).get("grant", "0") or 0) or j.cpus
+                grant = (j.mark or {}).get("grant", "")
+                # A grant outside 1..its CPUs is not CODA's writing: Slurm's count holds.
+                held_c = int(grant) if grant.isdigit() and 1 <= int(grant) <= j.cpus else j.cpus
             # Only a running job can be requeued: a placed one Slurm has not started yet
             # is not the reclaim plugin's to take.
             job.preemptible = j.requeueable and running
@@ -202,7 +204,7 @@ class SlurmView:
             sn = self._slurm_nodes[name]
             held = self._held[name]
             g = max(0, sn.gpus - sn.gpus_used - held[0])
-            c = max(0, sn.cpus - sn.cpus_alloc - held[1])
+            c = min(sn.cpus, max(0, sn.cpus - sn.cpus_alloc - held[1]))
             if name in changed:
                 jobs = list(self._on[name].values())
                 cpu_c = sum(jb.cores_pn for jb in jobs if not jb.is_dnn)
