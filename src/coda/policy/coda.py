@@ -112,10 +112,7 @@ class ShrinkThenPreempt:
         return job.preemptible
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
-        newest_first = sorted(
-            (j for j in node.jobs if not j.is_dnn and j.preemptible),
-            key=lambda j: (j.preemptions, -j.start, -j.idx),
-        )
+        newest_first = _victims(node)
 
         def spare(j: Job) -> int:  # cores a shrink can take from j
             return max(0, j.cores_pn - max(1, math.ceil(self.min_share * j.cores_pn_req)))
@@ -156,10 +153,7 @@ class RequeueOnly:
         return job.preemptible
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
-        order = sorted(
-            (j for j in node.jobs if not j.is_dnn and j.preemptible),
-            key=lambda j: (j.preemptions, -j.start, -j.idx),
-        )
+        order = _victims(node)
         actions: list[Action] = []
         freed = 0
         for j in order:
@@ -168,6 +162,15 @@ class RequeueOnly:
             actions.append(Preempt(j))
             freed += j.cores_pn
         return actions
+
+
+def _victims(node: Node) -> list[Job]:
+    """The CPU jobs on a node that may be taken back, in the order to take them: jobs
+    preempted fewer times first, then the most recently started (least work lost)."""
+    return sorted(
+        (j for j in node.jobs if not j.is_dnn and j.preemptible),
+        key=lambda j: (j.preemptions, -j.start, -j.idx),
+    )
 
 
 class OracleCores:
