@@ -20,14 +20,15 @@ def check_no_waiting_fit(self: Scheduler) -> None:
     for resv in self.reservations.values():
         if resv is not None and resv.job.start < 0:
             for node in resv.nodes:
-                active.setdefault(node.idx, []).append((resv.shadow, resv.job.queue_key, resv.job))
+                active.setdefault(node.idx, []).append((resv.shadow, resv.rank, resv.job))
     for arr in self.policy.arrays.names:
         waiting = sorted(
             (j for b in self.buckets[arr].values() for j in b.live()),
-            key=lambda j: j.queue_key,
+            key=self._rank,
         )
         if not self.policy.backfill:
-            waiting = waiting[:1]
+            first = self._earliest(arr)
+            waiting = [first] if first is not None else []
         for job in waiting:
             cores_pn = self.cores(job)
             job.estimate = self.policy.estimates.runtime(job, cores_pn)

@@ -40,6 +40,10 @@ class NodeBook:
         """A node left: drop what the scheduler keeps about it (its reservations)."""
         return None
 
+    def _booked(self, job: Job) -> None:
+        """A job took or gave back resources (its tenant's share moved)."""
+        return None
+
     # ------------------------------------------------------------ nodes
     @property
     def reclaims(self) -> bool:
@@ -135,6 +139,7 @@ class NodeBook:
             self.reindex(node)
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
+        self._booked(job)
 
     def vacate(self, job: Job, now: float) -> list[Node]:
         """Take a running job off its nodes (finish, preemption, cancel)."""
@@ -154,6 +159,7 @@ class NodeBook:
             self.mark_dirty(node)
         for r in self.policy.reserve:
             r.unreserve(job, now)
+        self._booked(job)
         return nodes
 
     def resize(self, job: Job, cores_pn: int) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from coda.cycle.nodes import NodeBook
 from coda.policy.state import Job, Node
 
-# (the reservation's shadow time, its owner's queue key, its owner) on a node
+# (the reservation's shadow time, its owner's rank (Scheduler._rank), its owner) on a node
 Hold = tuple[float, tuple[Any, ...], Job]
 
 _RESERVATION_CANDIDATES = 32  # nodes considered when planning a blocked job's reservation
@@ -28,11 +28,15 @@ class Reservation:
     nodes: list[Node]
     shadow: float  # when the reserved job is expected to be able to start
     versions: tuple[int, ...]
+    rank: tuple[Any, ...] = ()  # its owner's rank when it last bound others (Hold)
 
 
 class Reservations(NodeBook):
     reservations: dict[str, Reservation | None]
     now: float
+
+    def _rank(self, job: Job) -> tuple[Any, ...]:
+        return job.queue_key
 
     def _forget_node(self, node: Node) -> None:
         for arr, resv in self.reservations.items():
@@ -76,7 +80,7 @@ class Reservations(NodeBook):
             and old.versions == tuple(n.version for n in old.nodes)
         ):
             return old
-        key = job.queue_key
+        key = self._rank(job)
         policy = self.policy
         times: list[tuple[float, int, Node]] = []
         for pool in policy.pools.pools(job):

@@ -34,6 +34,7 @@ from coda.cycle.nodes import InvariantError
 from coda.cycle.queue import Bucket
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold, Reservation, Reservations
+from coda.cycle.tenants import TenantQueues
 from coda.policy.framework import Policy
 from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 
@@ -48,7 +49,8 @@ class Scheduler(Reservations):
         super().__init__(policy)
         arrays = policy.arrays.names
         self.buckets: dict[str, dict[tuple[Any, ...], Bucket]] = {a: {} for a in arrays}
-        self._order: dict[str, list[tuple[tuple[Any, ...], Job]]] = {a: [] for a in arrays}
+        # Each array's jobs in the order heads are taken (per tenant under fair share).
+        self._queues = TenantQueues(arrays, policy.fair_share, self._live_entry)
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self._bucket_of: dict[Job, Bucket] = {}
@@ -106,6 +108,7 @@ class Scheduler(Reservations):
         job.queue_key = ()
         self.queued[job.kind] -= 1
         self._carry.discard(job)
+        self._booked(job)  # its tenant's first job may have been this one
         for arr, resv in self.reservations.items():
             if resv is not None and resv.job is job:
                 self.reservations[arr] = None
@@ -125,11 +128,17 @@ class Scheduler(Reservations):
         # The preemption count keeps a requeued job's new entry apart from its old one.
         job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
         bucket.add(job.queue_key, job)
-        # Queue keys are unique (they end with the trace row and the preemption count),
-        # so the heap never compares two jobs.
-        heapq.heappush(self._order[arr], (job.queue_key, job))
         self._bucket_of[job] = bucket
+        self._queues.push(arr, job)
         self.queued[job.kind] += 1
+
+    def _live_entry(self, key: tuple[Any, ...], job: Job) -> bool:
+        return job.start < 0 and job.queue_key == key and job in self._bucket_of
+
+    def _booked(self, job: Job) -> None:
+        fair = self.policy.fair_share
+        if fair is not None:
+            self._queues.touch(fair.tenant(job))
 
     def _never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         pools = self.policy.pools.pools(job)
@@ -269,17 +278,18 @@ class Scheduler(Reservations):
         self._backfill(dirty, fresh, active, heads, blocked)
         self._live = None
 
+    def _rank(self, job: Job) -> tuple[Any, ...]:
+        """A job's place in the queue now: its queue key, after its tenant's dominant
+        share where the policy shares fairly (shares move as jobs start and end)."""
+        fair = self.policy.fair_share
+        if fair is None:
+            return job.queue_key
+        return (fair.share(fair.tenant(job)), job.queue_key)
+
     def _earliest(self, arr: str) -> Job | None:
-        """The first queued job of an array, in queue order: the top of a heap of every
-        entry ever queued there, stale ones (started, withdrawn, requeued under a new
-        key) dropped as they surface; O(log n) per start, whatever the buckets."""
-        order = self._order[arr]
-        while order:
-            key, job = order[0]
-            if job.start < 0 and job.queue_key == key and job in self._bucket_of:
-                return job
-            heapq.heappop(order)
-        return None
+        """The first queued job of an array: the tenant of smallest share first where
+        the policy shares fairly, then queue order (``TenantQueues``)."""
+        return self._queues.first(arr)
 
     def _full(self, job: Job, fresh: set[Job]) -> bool:
         # Without backfill the jobs behind a head are never tried, so whatever room
@@ -303,7 +313,7 @@ class Scheduler(Reservations):
             if first is not None:
                 pending[arr] = first
         while pending:
-            arr = min(pending, key=lambda a: pending[a].queue_key)
+            arr = min(pending, key=lambda a: self._rank(pending[a]))
             job = pending[arr]
             if self._try(job, self._full(job, fresh), dirty, active):
                 nxt = self._earliest(arr)
@@ -450,8 +460,9 @@ class Scheduler(Reservations):
             for node in old.nodes:
                 self.mark_dirty(node)  # jobs kept off these nodes may fit now
         if resv is not None:
+            resv.rank = self._rank(job)
             for node in resv.nodes:
-                active.setdefault(node.idx, []).append((resv.shadow, job.queue_key, job))
+                active.setdefault(node.idx, []).append((resv.shadow, resv.rank, job))
 
     def _find_nodes(
         self,
@@ -503,7 +514,7 @@ class Scheduler(Reservations):
                         streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
         mem = job.mem_pn
         finish_by = self.now + job.estimate
-        key = job.queue_key
+        key = self._rank(job)
         found: list[Node] = []
         seen = 0
         by_mem = 0

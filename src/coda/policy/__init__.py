@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coda.policy.baselines import static_separate, static_shared
+from coda.policy.baselines import drf, fifo, static_separate, static_shared
 from coda.policy.coda import (
     coda,
     coda_no_colocation,
@@ -19,6 +19,8 @@ from coda.policy.tune import tune_policy
 POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "static-separate": static_separate,
     "static-shared": static_shared,
+    "fifo": fifo,
+    "drf": drf,
     "coda": coda,
     "coda-no-slimming": coda_no_slimming,
     "coda-no-colocation": coda_no_colocation,

@@ -36,6 +36,7 @@ from coda.policy.framework import Action, SetCores
 from coda.policy.state import CPU, Job, Node
 
 SCHEMA = "coda-learned-profiles/1"
+START_POINTS = ("learned", "paper")
 Shape = tuple[str, int, int]  # (model, GPUs per node, nodes)
 
 # Two-sided 97.5% Student-t quantiles by degrees of freedom (index = dof). The
@@ -98,6 +99,13 @@ class AllocatorConfig:
     peak_windows: int = 4  # windows at the best level so far before others are judged by it
     settle_windows: int = 0  # windows discarded after a core change (0: driver cuts at windows)
     cooldown_windows: int = 20  # converged windows before a throughput shift may re-tune
+    # Where a job's search starts. "learned": its shape's learned count, capped at its
+    # request (ours). "paper": the largest count the same owner's earlier jobs of the
+    # model's category settled on, else paper_start[category] (the paper: 3 CV, 5 NLP,
+    # 5 speech), else the request; `categories` maps model names to categories.
+    start: str = "learned"
+    paper_start: dict[str, int] = field(default_factory=lambda: {"cv": 3, "nlp": 5, "speech": 5})
+    categories: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.tolerance < 1.0:
@@ -112,6 +120,10 @@ class AllocatorConfig:
             raise ValueError(f"max_cores must be >= 1, got {self.max_cores}")
         if self.z <= 0 or self.noise_floor < 0 or self.shift_tolerance <= 0 or self.shift_z < 0:
             raise ValueError("z and shift_tolerance must be > 0, noise_floor and shift_z >= 0")
+        if self.start not in START_POINTS:
+            raise ValueError(f"start must be one of {', '.join(START_POINTS)}, got {self.start!r}")
+        if any(not _is_int(c) or c < 1 for c in self.paper_start.values()):
+            raise ValueError("paper_start core counts must be whole numbers >= 1")
 
 
 class LearnedProfiles:
@@ -276,6 +288,11 @@ class AdaptiveAllocator:
             learned if learned is not None else LearnedProfiles(self.config.confident_after)
         )
         self._tracks: dict[Job, _Track] = {}
+        # The paper's start point: (owner, category) -> largest count settled on.
+        self._owner_max: dict[tuple[str, str], int] = {}
+        self._now = 0.0  # the last sample's time (for the time a search takes)
+        self._began: dict[Job, float] = {}
+        self._settle_s: list[float] = []
         self._starts: dict[Shape, int] = {}  # confident starts per shape (verify_every)
         self._n: dict[str, float] = dict.fromkeys(
             ("searches", "converged", "verifications", "reference_only", "retunes", "resizes",
@@ -287,6 +304,8 @@ class AdaptiveAllocator:
     def cores_per_node(self, job: Job) -> int:
         if job.kind == CPU or not self.config.search:
             return job.cores_pn_req
+        if self.config.start == "paper":
+            return self._paper_start(job)
         learned = self.learned.cores(self._key(job))
         # Never more than asked: a job is slimmed to its shape's optimum, not grown past
         # its own request at start (probes may grow it later, from free cores only).
@@ -299,14 +318,29 @@ class AdaptiveAllocator:
             return (job.cores_pn_req,)
         return (job.model, self.cores_per_node(job))
 
+    def _category(self, job: Job) -> str:
+        return self.config.categories.get(job.model or "", "")
+
+    def _paper_start(self, job: Job) -> int:
+        cat = self._category(job)
+        earlier = self._owner_max.get((job.user, cat))
+        if earlier is not None:
+            return earlier
+        first = self.config.paper_start.get(cat)
+        cores = job.cores_pn_req if first is None else first
+        return cores if self.config.max_cores is None else min(cores, self.config.max_cores)
+
     # ----------------------------------------------------------- JobControl
     def on_start(self, job: Job, now: float) -> list[Action]:
         if job.kind == CPU:
             return []
+        self._began[job] = now
         key = self._key(job)
         t = self._tracks[job] = _Track(key, recent=deque(maxlen=self.config.shift_windows))
         if not self.config.search:
             return self._begin(job, t, "reference")
+        if self.config.start == "paper":
+            return self._begin(job, t, "full")  # the paper searches from its start point
         n = self.learned.count(key)
         if n >= self.config.confident_after:
             self._starts[key] = self._starts.get(key, 0) + 1
@@ -318,6 +352,7 @@ class AdaptiveAllocator:
         if job.kind == CPU:
             return []
         throughput = float(throughput)  # plain floats keep stats() JSON-able
+        self._now = now
         t = self._tracks.get(job)
         if t is None:  # a driver that skipped on_start
             self.on_start(job, now)
@@ -357,6 +392,7 @@ class AdaptiveAllocator:
         return self._step(job, t)
 
     def on_finish(self, job: Job, now: float) -> None:
+        self._began.pop(job, None)
         t = self._tracks.pop(job, None)
         if t is not None and t.phase != "converged":
             self._n["abandoned"] += 1
@@ -421,6 +457,11 @@ class AdaptiveAllocator:
         done = self._n["converged"]
         out["mean_probes_per_search"] = round(self._n["probes"] / done, 3) if done else 0.0
         out["mean_windows_per_search"] = round(self._n["windows"] / done, 3) if done else 0.0
+        settle = sorted(self._settle_s)
+        # From a job's start to its first search's end (the paper: 3-4 steps of 90 s).
+        out["settle_s_mean"] = round(sum(settle) / len(settle), 1) if settle else None
+        out["settle_s_p50"] = settle[len(settle) // 2] if settle else None
+        out["start"] = self.config.start
         out["learned"] = {
             f"{m}/{g}g/{n}n": [c, k] for (m, g, n), (c, k) in sorted(self.learned.shapes().items())
         }
@@ -613,11 +654,19 @@ class AdaptiveAllocator:
         for k, v in cost.items():  # a resumed search (climb after refusal) adds its growth
             self._n[k] += v - t.counted.get(k, 0)
         t.counted = cost
+        began = self._began.pop(job, None)
+        if began is not None:
+            self._settle_s.append(round(max(0.0, self._now - began), 1))
         if t.kind in ("full", "verify", "resize") and not t.limited and self.config.search:
             before = self.learned.cores(t.key)
             self.learned.record(t.key, t.level)
             if self.learned.cores(t.key) != before:
                 self.generation += 1  # queued jobs of this shape may fit elsewhere now
+            if self.config.start == "paper":
+                owner = (job.user, self._category(job))
+                if t.level > self._owner_max.get(owner, 0):
+                    self._owner_max[owner] = t.level
+                    self.generation += 1  # this owner's queued jobs start higher now
         t.phase, t.reference, t.since, t.run = "converged", ref, 0, 0
         t.base_sum, t.base_n = t.obs[t.level].s1, float(t.obs[t.level].n)
         t.recent.clear()

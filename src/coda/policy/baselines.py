@@ -4,12 +4,18 @@ static-separate: DNN jobs get the cores they asked for on GPU nodes only; CPU
 jobs run on CPU nodes only; FIFO per array with backfill.
 static-shared: the same, but CPU jobs may also take free cores on GPU nodes
 (CPU nodes first), with no protection for the training jobs there.
+fifo: the paper's first baseline, Slurm with FIFO: one queue of CPU and DNN jobs
+in arrival order (with Slurm's backfill where there are estimates), requested
+cores, servers shared.
+drf: the paper's second: the same queue ordered by dominant resource fairness
+between tenants (GPUs dominant for DNN jobs), requested cores, servers shared.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from coda.policy.fairshare import DominantShares
 from coda.policy.framework import Policy
 from coda.policy.options import PolicyOptions
 from coda.policy.state import CPU, CPU_POOL, DNN, GPU_POOL, Job
@@ -22,6 +28,20 @@ class KindArrays:
 
     def array_of(self, job: Job) -> str:
         return job.kind
+
+
+class GpuSizeArrays:
+    """CODA's GPU array split in two sub-arrays, jobs of ``big`` GPUs or more and jobs
+    of fewer (the paper's option: small jobs do not queue behind a big one's wait
+    for a whole server), plus the CPU array."""
+
+    names: tuple[str, ...] = ("dnn-big", DNN, CPU)
+    big: int = 4
+
+    def array_of(self, job: Job) -> str:
+        if not job.is_dnn:
+            return CPU
+        return "dnn-big" if job.gpus >= self.big else DNN
 
 
 class SingleQueue:
@@ -89,4 +109,34 @@ def static_shared(options: PolicyOptions) -> Policy:
         core_count=RequestedCores(),
         filters=list(options.filters),
         description="as static-separate, but CPU jobs may use free cores on GPU nodes, unprotected",
+    )
+
+
+def fifo(options: PolicyOptions) -> Policy:
+    return Policy(
+        name="fifo",
+        arrays=SingleQueue(),
+        estimates=options.runtime_estimate(),
+        queue_sort=FifoOrder(),
+        pools=SharedPools(),
+        core_count=RequestedCores(),
+        filters=list(options.filters),
+        description="the paper's FIFO: one queue in arrival order, requested cores, shared servers",
+    )
+
+
+def drf(options: PolicyOptions) -> Policy:
+    shares = DominantShares()
+    return Policy(
+        name="drf",
+        arrays=SingleQueue(),
+        estimates=options.runtime_estimate(),
+        queue_sort=FifoOrder(),
+        pools=SharedPools(),
+        core_count=RequestedCores(),
+        filters=list(options.filters),
+        reserve=[shares],
+        fair_share=shares,
+        description="the paper's DRF: one queue, tenants by dominant share (GPUs for DNN "
+        "jobs), requested cores, shared servers",
     )

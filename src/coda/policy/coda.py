@@ -2,8 +2,10 @@
 allocator (allocator.py) and the contention eliminator (eliminator.py).
 
 Scheduler rules (from the paper, docs/policies.md says why each is built so):
-- Two arrays (queues): DNN jobs and CPU jobs, each FIFO with backfill; a CPU
-  job preempted for a DNN job goes back to the head of the CPU array.
+- Two arrays (queues): DNN jobs and CPU jobs (optionally the DNN array split
+  into jobs of 4+ GPUs and of fewer), each with backfill, ordered by DRF between
+  tenants (or FIFO, an option), arrival order inside a tenant; a CPU job
+  preempted for a DNN job goes to the head of its tenant's CPU jobs.
 - DNN jobs run on GPU nodes with the allocator's core count; PCIe-heavy jobs
   are kept apart where there is a choice.
 - CPU jobs run on CPU nodes first, then on GPU nodes' free cores, beyond a
@@ -23,10 +25,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
-from coda.policy.baselines import KindArrays
+from coda.policy.baselines import GpuSizeArrays, KindArrays
 from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
+from coda.policy.fairshare import DominantShares
 from coda.policy.feedback import ThroughputBook
-from coda.policy.framework import Action, ClusterAware, Filter, Policy, Preempt, SetCores
+from coda.policy.framework import (
+    Action,
+    Arrays,
+    ClusterAware,
+    Filter,
+    Policy,
+    Preempt,
+    Reserve,
+    SetCores,
+)
 from coda.policy.options import PolicyOptions
 from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
 
@@ -188,6 +200,15 @@ class OracleCores:
         return (job.model, job.cores_pn_req)
 
 
+def _ordering(options: PolicyOptions) -> tuple[Arrays, DominantShares | None, list[Reserve]]:
+    """The arrays and the tenants' order the options ask for."""
+    arrays: Arrays = GpuSizeArrays() if options.gpu_subarrays else KindArrays()
+    if options.order == "fifo":
+        return arrays, None, []
+    shares = DominantShares()
+    return arrays, shares, [shares]
+
+
 def _coda(
     name: str,
     *,
@@ -201,13 +222,22 @@ def _coda(
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
     allocator = AdaptiveAllocator(
         book,
-        AllocatorConfig(search=slimming, max_windows=16, peak_windows=8),
+        AllocatorConfig(
+            search=slimming,
+            max_windows=16,
+            peak_windows=8,
+            start=options.allocator_start,
+            categories=dict(options.categories),
+        ),
     )
     control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
     filters: list[Filter] = [IdleGpuReserve()] if colocation else []
+    arrays, shares, reserve = _ordering(options)
     return Policy(
         name=name,
-        arrays=KindArrays(),
+        arrays=arrays,
+        fair_share=shares,
+        reserve=reserve,
         estimates=options.runtime_estimate(),
         queue_sort=PreemptedFirst(),
         pools=ArrayPools(colocate=colocation),
@@ -260,9 +290,12 @@ def coda_no_eliminator(options: PolicyOptions) -> Policy:
 
 
 def oracle(options: PolicyOptions) -> Policy:
+    arrays, shares, reserve = _ordering(options)
     return Policy(
         name="oracle",
-        arrays=KindArrays(),
+        arrays=arrays,
+        fair_share=shares,
+        reserve=reserve,
         estimates=options.runtime_estimate(),
         queue_sort=PreemptedFirst(),
         pools=ArrayPools(colocate=True),

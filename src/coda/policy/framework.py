@@ -50,6 +50,17 @@ class QueueSort(Protocol):
     def key(self, job: Job) -> tuple[Any, ...]: ...
 
 
+class FairShare(Protocol):
+    """Order between tenants (DRF): the queued job of the tenant with the smallest
+    share of its dominant resource goes first; inside a tenant, the queue sort.
+    ``share`` is read at each pick, so it follows starts and finishes as they
+    happen (a ``Reserve`` plugin keeps the usage)."""
+
+    def tenant(self, job: Job) -> str: ...
+
+    def share(self, tenant: str) -> float: ...
+
+
 class PoolSelect(Protocol):
     """Pre-filter: which node pools a job may use, in the order to try them."""
 
@@ -231,6 +242,8 @@ class Policy:
     sample_period_s: float = 10.0
     # Cores CPU jobs hold on GPU nodes count as free for DNN jobs, reclaimed on start.
     reclaim: Reclaim | None = None
+    # Tenants' order (DRF) over the queue sort; None: the queue sort alone.
+    fair_share: FairShare | None = None
     checkpoint_s: float = 600.0  # a preempted CPU job loses at most this much work
     # Upper-bound runs only: the driver leaves out interference between co-runners.
     ideal_isolation: bool = False
@@ -250,7 +263,7 @@ class Policy:
         parts: list[object] = [self.arrays, self.queue_sort, self.pools, self.core_count,
                                self.estimates, *self.filters, *(s for s, _ in self.scores),
                                *self.reserve, self.node_control, self.job_control,
-                               self.reclaim]  # fmt: skip
+                               self.reclaim, self.fair_share]  # fmt: skip
         out: list[object] = []
         for p in parts:
             if p is not None and all(p is not q for q in out):

@@ -16,6 +16,7 @@ from coda.policy.estimates import ESTIMATES, ExactProjection, NoEstimates, TimeL
 from coda.policy.framework import Filter, Reclaim, RuntimeEstimate
 
 RECLAIMS = ("shrink", "requeue")
+ORDERS = ("drf", "fifo")  # how CODA orders jobs inside each array
 
 
 @dataclass(frozen=True)
@@ -23,15 +24,33 @@ class PolicyOptions:
     """``estimates``: exact | time-limits | none (``default_time_limit_s`` for jobs
     with no limit); ``reclaim``: shrink (then preempt) | requeue (whole jobs only);
     ``tune``: config knobs, e.g. ``{"eliminator.step_down": "0.5"}``; ``filters``:
-    the driver's own filters, run after the policy's."""
+    the driver's own filters, run after the policy's; ``order``: CODA's order inside
+    each array, drf (tenants by dominant share, as the paper) | fifo; ``gpu_subarrays``:
+    CODA's GPU array split into jobs of 4+ GPUs and of fewer (the paper's option);
+    ``allocator_start``/``categories``: where CODA's core search starts."""
 
     estimates: str = "exact"
     default_time_limit_s: float = math.inf
     reclaim: str = "shrink"
     tune: Mapping[str, str] = field(default_factory=dict)
     filters: tuple[Filter, ...] = ()
+    order: str = "drf"
+    gpu_subarrays: bool = False
+    # CODA's allocator: where a search starts (learned | paper, AllocatorConfig.start)
+    # and each model's category (cv, nlp, speech) for the paper's start point.
+    allocator_start: str = "learned"
+    categories: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from coda.policy.allocator import START_POINTS
+
+        if self.allocator_start not in START_POINTS:
+            raise ValueError(
+                f"unknown allocator start {self.allocator_start!r}; known: "
+                f"{', '.join(START_POINTS)}"
+            )
+        if self.order not in ORDERS:
+            raise ValueError(f"unknown queue order {self.order!r}; known: {', '.join(ORDERS)}")
         if self.estimates not in ESTIMATES:
             raise ValueError(
                 f"unknown runtime estimates {self.estimates!r}; known: {', '.join(ESTIMATES)}"

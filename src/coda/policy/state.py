@@ -34,7 +34,7 @@ class Job:
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
         "start", "end", "version", "bw_pn", "estimate", "queue_key",
         "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
-        "preemptible", "pcie_heavy", "wait", "wait_cycle",
+        "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks",
     )  # fmt: skip
 
     def __init__(
@@ -53,6 +53,7 @@ class Job:
         time_limit: float = math.inf,
         preemptible: bool = True,
         pcie_heavy: bool | None = None,
+        user: str = "",
     ) -> None:
         self.idx = idx
         self.job_id = job_id
@@ -83,6 +84,8 @@ class Job:
         self.estimate = 0.0  # runtime estimate used by backfill, seconds
         self.queue_key: tuple[Any, ...] = ()  # position in its queue (queue-sort key, trace row)
         self.preemptions = 0  # times a DNN job's start reclaimed this (CPU) job's cores
+        self.shrinks = 0  # times a CPU job was shrunk to give a DNN job cores
+        self.user = user  # its owner: the tenant fair-share policies share between
         self.core_speed_now = 0.0  # speed from its cores alone (no contention)
         self.sample_t = 0.0  # driver's throughput meter: start of the current window
         self.sample_work = 0.0  # ... and the work done by then

@@ -27,6 +27,7 @@ from coda.sim.constants import EPS, FINISH, SAMPLE, TICK
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
+from coda.workload.tenants import users_of
 
 # Kept under their old names: tests read the heap's event kinds.
 _FINISH, _TICK, _SAMPLE = FINISH, TICK, SAMPLE
@@ -146,6 +147,8 @@ class Simulator:
         self.unschedulable = np.zeros(self.n, dtype=bool)
         self.waited = np.zeros(self.n)  # time queued, summed over requeues
         self.preempted = np.zeros(self.n, dtype=np.int32)
+        self.shrunk = np.zeros(self.n, dtype=np.int32)  # times a CPU job gave cores back
+        self.users = users_of(jobs, seed)
         # The last reason each job waited (its Reason's token; "" = never waited).
         self.wait_reason: list[str] = [""] * self.n
         self._requeued_at: dict[Job, float] = {}
@@ -239,6 +242,7 @@ class Simulator:
             perf=perf,
             bw_per_core=float(w.cpu_bw_per_core[i]),
             time_limit=self._limits[i] if self._limits is not None else math.inf,
+            user=self.users[i],
         )
         never = self.sched.submit(job)
         if never is not None:
@@ -373,6 +377,9 @@ class Simulator:
         if not self.sched.resize(job, new):
             return False
         delta = new - old
+        if delta < 0 and not job.is_dnn:
+            job.shrinks += 1
+            self.shrunk[job.idx] += 1
         self.cores_useful -= useful
         self.cores_alloc += delta * job.nodes
         self.cores_useful += self._useful_cores(job)

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from coda.policy import PolicyOptions, make_policy
+from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
+from coda.policy.options import ORDERS
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
 from coda.workload.cluster import (
@@ -88,6 +90,11 @@ class RunConfig:
     # Slurm knows: a trace's requested time, else default_time_limit_s) or none.
     estimates: str = "exact"
     default_time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    # CODA's knobs from the paper (coda.policy.options): its order inside each array
+    # (drf | fifo), the GPU array's sub-arrays, and where its core search starts.
+    order: str = "drf"
+    gpu_subarrays: bool = False
+    allocator_start: str = "learned"
 
     def __post_init__(self) -> None:
         # The experiment and benchmarks build configs directly, past the CLI's checks:
@@ -107,6 +114,13 @@ class RunConfig:
                 f"run config: estimates must be one of {', '.join(ESTIMATES)}, "
                 f"got {self.estimates!r}"
             )
+        if self.order not in ORDERS or self.allocator_start not in START_POINTS:
+            raise ValueError(
+                f"run config: order must be one of {', '.join(ORDERS)} and allocator_start "
+                f"one of {', '.join(START_POINTS)}, got {self.order!r}, {self.allocator_start!r}"
+            )
+        if not isinstance(self.gpu_subarrays, bool):
+            raise ValueError("run config: gpu_subarrays must be true or false")
         try:
             check_options(self.fractional, self.censored)
         except ValueError as e:
@@ -131,9 +145,20 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
+# The paper's cluster: about 80 PCIe servers, 400 GTX 1080Ti GPUs (5 per server on
+# average), two 14-core Xeon Gold 6132 each (28 cores), no CPU-only servers. The paper
+# gives no per-server GPU counts: ASSUMPTION (ours) 60 servers of 4 GPUs and 20 of 8,
+# the two common PCIe chassis, which gives 80 servers, 400 GPUs and 5 per server.
+PAPER_CLUSTER = "60x4g28c,20x8g28c"
+
+
 def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
     """``openb`` (the bundled node list), ``openb:F`` (a fraction F of it, same
-    shape mix), a path to a node-list CSV, or a compact spec like ``48x8g96c``."""
+    shape mix), ``paper`` (the paper's cluster, PAPER_CLUSTER), a path to a node-list
+    CSV, or a compact spec like ``48x8g96c``."""
+    if text == "paper":
+        spec = parse_cluster_spec(PAPER_CLUSTER, bw_per_core)
+        return ClusterSpec(label="paper", nodes=spec.nodes)
     if text == "openb" or text.startswith("openb:"):
         full = load_node_list(bundled_nodes_path(), bw_per_core)
         if text == "openb":
@@ -228,7 +253,12 @@ def run_policy(
 ) -> SimResult:
     config = prepared.config
     options = PolicyOptions(
-        estimates=config.estimates, default_time_limit_s=config.default_time_limit_s
+        estimates=config.estimates,
+        default_time_limit_s=config.default_time_limit_s,
+        order=config.order,
+        gpu_subarrays=config.gpu_subarrays,
+        allocator_start=config.allocator_start,
+        categories=prepared.workload.profiles.domains,
     )
     policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs

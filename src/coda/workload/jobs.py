@@ -16,6 +16,9 @@ import numpy as np
 FLAG_FRACTIONAL = 1  # asked for a fraction of a GPU; given one whole GPU
 FLAG_CENSORED = 2  # still running when the trace ended: duration is a lower bound
 
+# Columns a trace may leave out (None), in the order JobTable declares them.
+OPTIONAL_COLUMNS = ("time_limit", "user", "model", "cpu_bw")
+
 
 @dataclass
 class JobTable:
@@ -37,13 +40,20 @@ class JobTable:
     # float64 seconds, the time limit each job asked for (NaN = none); None: the trace
     # gives none. What Slurm's backfill plans with (RunConfig.estimates "time-limits").
     time_limit: np.ndarray | None = None
+    # Who submitted each job (the tenant DRF shares between); None: the trace does not
+    # say (the simulator then assigns users from a seeded stream, coda.workload.tenants).
+    user: list[str] | None = None
+    # The DNN model of each GPU job ("" = draw one from the mix); None: draw them all.
+    model: list[str] | None = None
+    # float64 GB/s per core of each CPU job (NaN = draw from the profile set's classes).
+    cpu_bw: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        if self.time_limit is not None and len(self.time_limit) != n:
-            raise ValueError(
-                f"JobTable column 'time_limit' has {len(self.time_limit)} rows, ids has {n}"
-            )
+        for name in OPTIONAL_COLUMNS:
+            col = getattr(self, name)
+            if col is not None and len(col) != n:
+                raise ValueError(f"JobTable column {name!r} has {len(col)} rows, ids has {n}")
         for name in ("submit", "duration", "gpus", "cores", "mem_mib", "nodes", "flags"):
             if len(getattr(self, name)) != n:
                 raise ValueError(
@@ -105,8 +115,9 @@ class JobTable:
     def take(self, index: np.ndarray) -> JobTable:
         """A new table with the rows at `index` (in that order)."""
         index = np.asarray(index)
+        rows = index.tolist()
         return JobTable(
-            ids=[self.ids[i] for i in index.tolist()],
+            ids=[self.ids[i] for i in rows],
             submit=self.submit[index],
             duration=self.duration[index],
             gpus=self.gpus[index],
@@ -114,6 +125,10 @@ class JobTable:
             mem_mib=self.mem_mib[index],
             nodes=self.nodes[index],
             flags=self.flags[index],
+            time_limit=None if self.time_limit is None else self.time_limit[index],
+            user=None if self.user is None else [self.user[i] for i in rows],
+            model=None if self.model is None else [self.model[i] for i in rows],
+            cpu_bw=None if self.cpu_bw is None else self.cpu_bw[index],
         )
 
     def sorted_by_submit(self) -> JobTable:

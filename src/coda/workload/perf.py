@@ -65,6 +65,24 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _given_models(
+    given: list[str], dnn: np.ndarray, model: np.ndarray, names: tuple[str, ...]
+) -> None:
+    """Put the table's own model names (case-insensitive; "" = keep the draw) in place."""
+    canon = {m.lower(): i for i, m in enumerate(names)}
+    for i in dnn.tolist():
+        name = given[i]
+        if not name:
+            continue
+        at = canon.get(name.lower())
+        if at is None:
+            raise ValueError(
+                f"job table: job {i} names model {name[:40]!r}, not in the profile set "
+                f"({', '.join(names)})"
+            )
+        model[i] = at
+
+
 def build_workload(
     jobs: JobTable, profiles: ProfileSet, seed: int, mix: dict[str, float] | None = None
 ) -> Workload:
@@ -85,9 +103,18 @@ def build_workload(
 
     model = np.full(n, -1, dtype=np.int16)
     p = np.array([norm_mix.get(m, 0.0) for m in names])
+    # Drawn for every DNN job even where the table names its model, so a seed draws
+    # the same models for the rest whether or not some are given.
     model[dnn] = rng.choice(len(names), size=dnn.size, p=p / p.sum())
+    if jobs.model is not None:
+        _given_models(jobs.model, dnn, model, names)
     cpu_bw = np.zeros(n, dtype=np.float64)
     cpu_bw[cpu] = profiles.sample_cpu_bw_per_core(rng, cpu.size)
+    if jobs.cpu_bw is not None:
+        given = np.asarray(jobs.cpu_bw, dtype=np.float64)[cpu]
+        if np.any(given < 0) or np.any(np.isinf(given)):
+            raise ValueError("job table: cpu_bw must be finite and >= 0 GB/s per core")
+        cpu_bw[cpu] = np.where(np.isnan(given), cpu_bw[cpu], given)
 
     work = np.asarray(jobs.duration, dtype=np.float64).copy()
     if dnn.size:

@@ -103,6 +103,12 @@ class ProfileSet:
             raise r.fail("models", "must be a nonempty object")
         self._models = {n: parse_model(r, n, m, batch, len(press)) for n, m in raw_models.items()}
         self.models = tuple(self._models)
+        # Each model's category (cv, nlp, speech; "" where the set does not say): the
+        # paper's allocator starts a first job of a category at a per-category count.
+        self.domains: dict[str, str] = {
+            n: str(m.get("domain", ""))[:32] if isinstance(m, dict) else ""
+            for n, m in raw_models.items()
+        }
 
         floor = r.get(r.get(spec, "multi_gpu_floor", ""), "gpus", "multi_gpu_floor")
         if not isinstance(floor, dict) or not floor:
