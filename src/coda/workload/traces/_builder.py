@@ -1,10 +1,13 @@
 """Rows to a Trace: the TraceBuilder applies the shared rules (zero duration, fractional
 GPUs, censored jobs, job-size caps, cores raised to one per node, duplicate ids, exact
 time origin) and counts every outcome, so that
-`rows_read == jobs_loaded + excluded + skipped` holds in the report."""
+`rows_read == jobs_loaded + excluded + skipped` holds in the report. It also carries the
+optional per-job values a format may give (time limit, user, model, CPU-job bandwidth;
+JobTable.OPTIONAL_COLUMNS) from each kept row to the finished table."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from coda.workload import limits
 from coda.workload.jobs import (
     FLAG_CENSORED,
     FLAG_FRACTIONAL,
+    OPTIONAL_COLUMNS,
     JobTable,
     Trace,
     TraceFormatError,
@@ -47,6 +51,16 @@ _MAX_MEM = limits.JOB["mem_mib"].hi
 _MAX_NODES = limits.JOB["nodes"].hi
 _NO_TIME = 10 * limits.MAX_ABS_TIME
 
+# What a row that does not give an optional value holds in that column.
+_MISSING: dict[str, float | str] = {
+    "time_limit": math.nan,
+    "user": "",
+    "model": "",
+    "cpu_bw": math.nan,
+}
+assert tuple(_MISSING) == OPTIONAL_COLUMNS, "one missing value per optional column"
+Extras = dict[str, float | str]  # optional column -> the value one row gives
+
 
 class TraceBuilder(FieldParser):
     """Turns rows into a Trace, applying the shared rules and counting every outcome.
@@ -57,7 +71,13 @@ class TraceBuilder(FieldParser):
     parsers. `parse_row` may return None only if it keeps the row to settle later
     with `settle()` (PAI rows that need the trace's end time). `sources` names, per
     job total (gpus, cores, mem_mib, nodes, duration), the column(s) it comes from,
-    for the message when a total is out of range.
+    for the message when a total is out of range, and may name the columns of the
+    optional values (`model`, `cpu_bw`) for the messages about them.
+
+    Optional per-job values (`time_limit`, `user`, `model`, `cpu_bw` of `job()`) end in
+    the finished table's optional columns: a column exists only if some kept row gave a
+    value, rows that gave none hold NaN or "" there, and every value stays with its row
+    through sorting, id renaming, exclusions and skipped bad rows.
     """
 
     def __init__(
@@ -70,9 +90,11 @@ class TraceBuilder(FieldParser):
         censored: str,
         sources: dict[str, str] | None = None,
         submit_column: str | None = None,
+        extra_fields: dict[str, limits.Limit] | None = None,
     ) -> None:
         check_options(fractional, censored)
-        super().__init__(path, limits.FIELDS.get(fmt, {}))
+        # extra_fields: ranges of a format's optional columns beside limits.FIELDS[fmt].
+        super().__init__(path, {**limits.FIELDS.get(fmt, {}), **(extra_fields or {})})
         self.skip_bad_rows = skip_bad_rows
         self.fractional = fractional
         self.censored = censored
@@ -80,6 +102,11 @@ class TraceBuilder(FieldParser):
         self.submit_column = submit_column
         self.report = TraceReport(path=self.path, format=fmt)
         self._rows: list[JobRow] = []
+        # Optional columns some kept row gave, one value per kept row (aligned with _rows).
+        self._optional: dict[str, list[float | str]] = {}
+        # Values job() was given, held by row identity until settle() keeps the row; the
+        # row object is held too, so its id cannot be reused meanwhile.
+        self._pending: dict[int, tuple[JobRow, Extras]] = {}
         # Earliest and latest kept arrival with their lines: the time origin and the span.
         # The sentinels lie outside limits.TIME, so the first kept job replaces both.
         self._first: Time = _NO_TIME
@@ -164,14 +191,26 @@ class TraceBuilder(FieldParser):
         *,
         fractional: bool = False,
         censored: bool = False,
+        time_limit: float | None = None,
+        user: str | None = None,
+        model: str | None = None,
+        cpu_bw: float | None = None,
     ) -> JobRow | str:
         """A kept job row, or the reason it is excluded under the shared rules.
 
         Rules apply in this order, so each row lands in exactly one bucket:
         zero duration, fractional GPU (when dropped), censored (when dropped).
         Adjustments are counted only for rows that are kept. A total out of its
-        range (limits.JOB) raises TraceFormatError (a bad row).
+        range (limits.JOB) raises TraceFormatError (a bad row), and so does a model
+        named for a CPU job or a bandwidth given for a GPU job (checked first: a bad
+        value makes a bad row even where the row would be excluded).
+
+        The optional values (None, "" or NaN: not given) are the format's own, already
+        range-checked; they reach the table if the row is kept.
         """
+        extras: Extras | None = None
+        if time_limit is not None or user or model or cpu_bw is not None:
+            extras = self._extras(gpus, time_limit, user, model, cpu_bw)
         if duration <= 0:
             return ZERO_DURATION
         if nodes < 1:
@@ -207,7 +246,41 @@ class TraceBuilder(FieldParser):
             self._first, self._first_line = submit, self.line
         if submit > self._last:
             self._last, self._last_line = submit, self.line
-        return (job_id, submit, float(duration), gpus, cores, mem_mib, nodes, flags)
+        row = (job_id, submit, float(duration), gpus, cores, mem_mib, nodes, flags)
+        if extras:
+            self._pending[id(row)] = (row, extras)
+        return row
+
+    def _extras(
+        self,
+        gpus: int,
+        time_limit: float | None,
+        user: str | None,
+        model: str | None,
+        cpu_bw: float | None,
+    ) -> Extras:
+        """The optional values one row gives, after the checks every format shares."""
+        extras: Extras = {}
+        if time_limit is not None and not math.isnan(time_limit):
+            extras["time_limit"] = float(time_limit)
+        if user:
+            extras["user"] = user
+        if model:
+            if gpus == 0:
+                raise self.error(
+                    self.sources.get("model"),
+                    f"a CPU job (0 GPUs) cannot name a model, got {clip(model)}",
+                )
+            extras["model"] = model
+        if cpu_bw is not None and not math.isnan(cpu_bw):
+            if gpus > 0:
+                raise self.error(
+                    self.sources.get("cpu_bw"),
+                    "only a CPU job (0 GPUs) has a bandwidth per core here; a GPU job's "
+                    "comes from its model",
+                )
+            extras["cpu_bw"] = float(cpu_bw)
+        return extras
 
     def _too_big(self, duration: Time | float, gpus: int, cores: int, mem: int, nodes: int) -> None:
         values = {"duration": duration, "gpus": gpus, "cores": cores, "mem_mib": mem}
@@ -228,6 +301,8 @@ class TraceBuilder(FieldParser):
                     None, f"the trace makes more than {limits.MAX_TRACE_JOBS} jobs; split it"
                 )
             self._rows.append(outcome)
+            if self._pending or self._optional:
+                self._keep_extras(outcome)
         elif isinstance(outcome, str):
             self.report.count(self.report.excluded, outcome)
         else:
@@ -237,11 +312,30 @@ class TraceBuilder(FieldParser):
                 raise self.error(
                     None, f"the trace makes more than {limits.MAX_TRACE_JOBS} jobs; split it"
                 )
-            self._rows.extend(outcome)
+            if self._pending or self._optional:
+                for row in outcome:
+                    self._rows.append(row)
+                    self._keep_extras(row)
+            else:
+                self._rows.extend(outcome)
             if len(outcome) > 1:
                 self.report.count(self.report.adjusted, EXTRA_JOBS, len(outcome) - 1)
 
+    def _keep_extras(self, row: JobRow) -> None:
+        """Give the row just appended its optional values (or the missing ones)."""
+        held = self._pending.pop(id(row), None)
+        extras = held[1] if held is not None and held[0] is row else {}
+        n = len(self._rows)
+        optional = self._optional
+        for name, col in optional.items():
+            col.append(extras.get(name, _MISSING[name]))
+        if not optional.keys() >= extras.keys():  # (a set test in C: rows are many)
+            for name, value in extras.items():
+                if name not in optional:  # first row to give it: the earlier rows lack it
+                    optional[name] = [*([_MISSING[name]] * (n - 1)), value]
+
     def bad_row(self, err: TraceFormatError) -> None:
+        self._pending.clear()  # values a bad row gave must not reach a later row
         if not self.skip_bad_rows:
             raise err
         self.report.skipped_bad_rows += 1
@@ -305,7 +399,18 @@ class TraceBuilder(FieldParser):
             mem,
             nodes,
             flags,
-        ).sorted_by_submit()
+        )
+        # Set before sorting, which carries every optional column with its rows.
+        opt = self._optional
+        if "time_limit" in opt:
+            table.time_limit = np.array(opt["time_limit"], dtype=np.float64)
+        if "user" in opt:
+            table.user = [str(u) for u in opt["user"]]
+        if "model" in opt:
+            table.model = [str(m) for m in opt["model"]]
+        if "cpu_bw" in opt:
+            table.cpu_bw = np.array(opt["cpu_bw"], dtype=np.float64)
+        table = table.sorted_by_submit()
         self.report.jobs_loaded = len(table)
         return Trace(jobs=table, report=self.report)
 

@@ -21,6 +21,9 @@ def _empty(s: str | None) -> bool:
 
 
 _EPOCH = datetime(1970, 1, 1)
+# Longest user or model name a trace may give: names are labels in reports, and a bound
+# keeps a hostile row from making every message or table cell huge.
+MAX_NAME_CHARS = 128
 _UNBOUNDED = (-math.inf, math.inf)
 _TIME_BOUNDS = (limits.TIME.lo, limits.TIME.hi)
 
@@ -55,6 +58,18 @@ class FieldParser:
         s = row.get(col, "").strip()
         if not s:
             raise self.error(col, "job id is missing")
+        return s
+
+    def name(self, row: dict[str, str], col: str) -> str | None:
+        """A user or model name: printable text of at most MAX_NAME_CHARS characters
+        (surrounding spaces dropped); empty or absent gives None (not given)."""
+        s = row.get(col, "").strip()
+        if not s:
+            return None
+        if len(s) > MAX_NAME_CHARS:
+            raise self.error(col, f"longer than {MAX_NAME_CHARS} characters: {clip(s)}")
+        if not s.isprintable():
+            raise self.error(col, f"not printable text: {clip(s)}")
         return s
 
     def _bad_number(self, col: str, s: str) -> TraceFormatError:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+from coda.workload import limits
 from coda.workload.jobs import Trace
 from coda.workload.traces._common import (
     NEVER_STARTED,
@@ -41,6 +42,12 @@ _EPOCH = datetime(1970, 1, 1)
 # Where each job total comes from, for the message when one is above its cap.
 SOURCES = {"gpus": "gpu_num", "cores": "cpu_num", "nodes": "node_num", "duration": "duration"}
 DERIVED_SOURCES = {**SOURCES, "duration": "run_time"}
+# wall_time, read as the time limit the user asked for (0 or empty: none); a limit above
+# what a user may ask for (the cap of `coda submit --time`) is a bad row.
+DERIVED_EXTRA_FIELDS = {
+    "wall_time": limits.Limit(0, limits.MAX_TIME_LIMIT_S, "s, requested time limit (0 = none)")
+}
+_USER = "user = the user column where the file has one (the job's owner; empty = unknown)"
 
 _RESOURCES = (
     "gpus = gpu_num and cores = ceil(cpu_num) are the job's totals; nodes = max(1, "
@@ -77,6 +84,7 @@ def load(
         "counts from the first kept job's submit_time; state RUNNING counts as censored",
     )
     b.treat("resources", _RESOURCES)
+    b.treat("user", _USER)
     # The first submit_time decides whether the file's times are numbers or
     # date-times; a file mixing both is malformed, not guessable.
     datetimes: bool | None = None
@@ -129,6 +137,7 @@ def load(
             0,
             nodes,
             censored=b.text(row, "state").upper() == "RUNNING",
+            user=b.name(row, "user"),
         )
 
     b.load(parse, REQUIRED, OPTIONAL)
@@ -163,6 +172,7 @@ def load_derived(
         censored=censored,
         sources=DERIVED_SOURCES,
         submit_column="interval",
+        extra_fields=DERIVED_EXTRA_FIELDS,
     )
     b.treat(
         "times",
@@ -170,10 +180,17 @@ def load_derived(
         "the first row's counts from 0, sums are exact) and submit counts from the first "
         "kept job's arrival; a row's interval advances the clock whenever it "
         "parses, even if the row is then excluded or skipped as bad, so later arrivals "
-        "keep their times; duration = run_time; wall_time (the requested time limit) "
-        "is not used; new_status 'running' (any case) counts as censored",
+        "keep their times; duration = run_time; new_status 'running' (any case) counts "
+        "as censored",
     )
     b.treat("resources", _RESOURCES)
+    b.treat("user", _USER)
+    b.treat(
+        "time_limit",
+        "time_limit = wall_time, read as the time limit the user asked for (as the "
+        "Standard Workload Format's requested time; no authoritative description of "
+        "these subsets was found); 0 or empty = no limit; a job may have run past it",
+    )
     clock: list[Time] = [0]
 
     def parse(row: dict[str, str]) -> Outcome:
@@ -185,6 +202,7 @@ def load_derived(
         cpus = b.number(row, "cpu_num")
         nodes = b.integer(row, "node_num")
         run_time = b.number(row, "run_time")
+        wall_time = b.num(row, "wall_time", allow_empty=True)
         return b.job(
             job_id,
             submit,
@@ -194,6 +212,8 @@ def load_derived(
             0,
             nodes,
             censored=b.text(row, "new_status").lower() == "running",
+            time_limit=wall_time or None,
+            user=b.name(row, "user"),
         )
 
     b.load(parse, DERIVED_REQUIRED, DERIVED_OPTIONAL)

@@ -1,0 +1,611 @@
+"""The paper's workload, generated: a month of CPU and DNN jobs matching every marginal
+the CODA paper publishes about its private trace (docs/coda.md, "The paper's
+evaluation"), with each thing the paper does not give stated as an assumption.
+
+Every parameter lives in `PaperParams` together with its source (`describe()` lists
+them; docs/trace-formats.md shows that table). `generate(params, seed)` is seeded and
+deterministic; each aspect (arrivals, kinds, owners, sizes, models, runtimes, bandwidth,
+time limits) draws from its own random stream, so changing `arrival_scale` moves only
+the arrival times and leaves every job as it was. `marginals(table)` computes each
+published marginal from a table, with the paper's value beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from functools import cache
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from coda.workload import limits
+from coda.workload.generate.arrivals import DAY_S, MAX_AMPLITUDE, daily_poisson
+from coda.workload.jobs import JobTable
+from coda.workload.profile_set import load_profile_set
+
+HOUR_S = 3_600.0
+# The paper's own thresholds for its published shares.
+DNN_MANY_CORES = 10  # "15.3% for more than 10 cores"
+LOW_PER_GPU = (1.0, 2.0)  # "76.1% of DNN jobs ask for 1-2 cores per GPU"
+MAX_USERS = 10_000
+MAX_DAYS = 3_660.0
+MAX_ARRIVAL_SCALE = 1_000.0
+
+_PAPER = "PAPER (docs/coda.md, The paper's evaluation): "
+
+
+def _p(default: Any, source: str) -> Any:
+    """A parameter with its source (a quote of the paper, or an ASSUMPTION and why)."""
+    return field(default=default, metadata={"source": source})
+
+
+@dataclass(frozen=True)
+class PaperParams:
+    """Every parameter of the paper workload; `source` metadata says where each is from."""
+
+    n_jobs: int = _p(100_000, _PAPER + '"One month, 100,000 jobs".')
+    days: float = _p(30.0, _PAPER + '"One month" (taken as 30 days).')
+    arrival_scale: float = _p(
+        1.0,
+        "CALIBRATION KNOB: multiplies the arrival rate; the jobs stay n_jobs, so they "
+        "arrive over days / arrival_scale (1 = the paper's 100,000 jobs in 30 days). The "
+        "one value to calibrate, and only against FIFO's published GPU active rate while "
+        "jobs queue (83.5%), never against CODA's result.",
+    )
+    cpu_share: float = _p(
+        0.75,
+        _PAPER + '"75,000 CPU jobs and 25,000 DNN training jobs"; the count is exact '
+        "(kinds are a random permutation of round(n_jobs * share) CPU jobs and the rest).",
+    )
+    daily_amplitude: float = _p(
+        0.44,
+        "ASSUMPTION (the paper gives no arrival pattern): a Poisson process whose rate "
+        "follows a daily cycle, mean rate * (1 + a cos(2 pi (t - peak) / 24 h)); a is the "
+        "first-harmonic amplitude of submit time of day in the bundled Alibaba openb 2023 "
+        "trace (7,255 jobs over 149 days: twice the modulus of the mean of exp(i phase) is "
+        "0.44), a production GPU "
+        "cluster's own daily rhythm. 0 gives a homogeneous Poisson process.",
+    )
+    peak_hour: float = _p(
+        14.0,
+        "ASSUMPTION: the openb trace's clock origin is unknown, so its phase says nothing; "
+        "the busiest hour is put at 14:00 (working hours), t = 0 being midnight.",
+    )
+    n_users: int = _p(80, _PAPER + '"About 80 users"; named u00 ... u79.')
+    cpu_only_users: tuple[int, ...] = _p(
+        (15, 16, 17, 18, 19, 20),
+        _PAPER + '"some users (ids 15-20) submit only CPU jobs": u15 ... u20 own no DNN job.',
+    )
+    user_zipf: float = _p(
+        1.0,
+        "ASSUMPTION (the paper gives no per-user counts): user k's share of jobs falls as "
+        "1 / (k + 1)^s with s = 1 (Zipf), the usual skew of a shared cluster where a few "
+        "users submit most jobs; the same ranking for both kinds, the CPU-only users left "
+        "out of the DNN draw.",
+    )
+    gpu_counts: tuple[int, ...] = _p(
+        (1, 2, 4),
+        "ASSUMPTION (the paper does not give GPUs per job): 1, 2 or 4 GPUs on one server; "
+        "servers have about 5 GPUs (400 GPUs on 80 servers) and the scheduler's sub-array "
+        "for jobs of 4 or more GPUs says such jobs exist. No job spans servers.",
+    )
+    gpu_weights: tuple[float, ...] = _p(
+        (0.60, 0.25, 0.15),
+        "ASSUMPTION: mostly single-GPU jobs, as in public GPU-cluster traces (Philly, "
+        "Helios: most jobs ask for one GPU); mean 1.7 GPUs per DNN job.",
+    )
+    dnn_low_share: float = _p(
+        0.761,
+        _PAPER + '"76.1% of DNN jobs ask for 1-2 cores per GPU"; exact count.',
+    )
+    dnn_low_per_gpu: tuple[int, ...] = _p(
+        (1, 2),
+        "ASSUMPTION: those jobs ask for whole cores per GPU, 1 or 2 with equal weight "
+        "(cores = GPUs * that).",
+    )
+    dnn_high_share: float = _p(
+        0.153,
+        _PAPER + '"15.3% [of DNN jobs ask] for more than 10 cores"; exact count; their '
+        "total request is uniform over 11 ... server_cores (ASSUMPTION). The remaining "
+        "8.6% ask for more than 2 per GPU and at most 10 in total, uniform (ASSUMPTION).",
+    )
+    server_cores: int = _p(
+        28,
+        _PAPER + '"each server two 14-core Xeon Gold 6132 (28 cores)": no job asks for '
+        "more cores than one server has.",
+    )
+    server_gpus: int = _p(
+        4,
+        "ASSUMPTION: servers have about 5 GPUs (400 / 80) and the paper-shaped cluster "
+        "preset at least 4, so no job asks for more than 4 GPUs.",
+    )
+    domain_weights: tuple[tuple[str, float], ...] = _p(
+        (("nlp", 0.45), ("speech", 0.35), ("cv", 0.20)),
+        _PAPER + '"mostly NLP and speech models"; the weights are an ASSUMPTION (80% NLP '
+        "and speech, NLP the larger); within a domain a DNN job's model is uniform over "
+        "the profile set's models of that `domain`.",
+    )
+    profiles: str = _p(
+        "coda",
+        "The bundled profile set whose models (with their domains) and CPU-job bandwidth "
+        "classes the workload names (src/coda/workload/profiles/coda.json).",
+    )
+    dnn_over_1h: float = _p(
+        0.685,
+        _PAPER + '"68.5% [of DNN jobs run] longer than 1 h". Runtimes are lognormal '
+        "through this and the next point (ASSUMPTION: the usual shape of job runtimes; "
+        "solved: median 1.57 h, sigma 0.93 of ln s, mean 2.4 h; the two points do not pin "
+        "the tail, which arrival_scale's calibration absorbs).",
+    )
+    dnn_over_2h: float = _p(0.396, _PAPER + '"39.6% of DNN jobs run longer than 2 h".')
+    dnn_min_runtime_s: float = _p(
+        60.0, "ASSUMPTION: a floor of 1 min (the lognormal puts about 5e-7 of jobs below it)."
+    )
+    runtime_cap_s: float = _p(
+        7 * DAY_S,
+        "ASSUMPTION: a Slurm partition's usual MaxTime of 7 days caps every runtime and "
+        "time limit (the lognormals put about 3e-7 of DNN and 5e-5 of CPU jobs above it).",
+    )
+    cpu_core_counts: tuple[int, ...] = _p(
+        (1, 2, 4, 8, 16),
+        "ASSUMPTION (the paper describes CPU jobs only by count and bandwidth): batch jobs "
+        "(data preparation, feature extraction, evaluation) ask for powers of two up to 16 "
+        "cores, so one fits a 28-core server beside a DNN job.",
+    )
+    cpu_core_weights: tuple[float, ...] = _p(
+        (0.25, 0.25, 0.25, 0.15, 0.10),
+        "ASSUMPTION: most at 1-4 cores (mean 4.55); FIFO placing 87.4% of CPU jobs within "
+        "10 s in the paper says most are small.",
+    )
+    cpu_runtime_median_s: float = _p(
+        1_800.0,
+        "ASSUMPTION: CPU-job runtimes are lognormal with median 30 min and sigma 1.5 (mean "
+        "1.5 h): short batch jobs with a long tail.",
+    )
+    cpu_runtime_sigma: float = _p(1.5, "ASSUMPTION: see cpu_runtime_median_s.")
+    cpu_min_runtime_s: float = _p(
+        10.0, "ASSUMPTION: a floor of 10 s (the lognormal puts about 3e-4 of CPU jobs below it)."
+    )
+    cpu_bw_heavy_share: float = _p(
+        0.005,
+        _PAPER + '"Only 0.5% of CPU jobs are memory-bandwidth heavy"; exact count. A heavy '
+        "job's bandwidth per core is the profile set's heaviest CPU class (coda: 'heavy', "
+        "3.0 GB/s per core), the others' one of the other classes by their relative weights "
+        "(coda: light 0.2 at 62.5%, medium 1.0 at 37.5%), each times U(1 - jitter, "
+        "1 + jitter) as the profile set draws them (ASSUMPTION: the classes are the profile "
+        "set's own assumption; only the heavy share is the paper's).",
+    )
+    time_limit_factor_max: float = _p(
+        4.0,
+        "ASSUMPTION: users ask for more time than their jobs need (user estimates in "
+        "production logs are mostly overestimates: Tsafrir, Etsion, Feitelson, 'Modeling "
+        "User Runtime Estimates', JSSPP 2005): time limit = runtime * f rounded up to "
+        "time_limit_round_s, f log-uniform on [1, this] (median 2), at most runtime_cap_s.",
+    )
+    time_limit_round_s: float = _p(
+        HOUR_S, "ASSUMPTION: users ask for whole hours (see time_limit_factor_max)."
+    )
+
+    def __post_init__(self) -> None:
+        _whole("n_jobs", self.n_jobs, 1, limits.MAX_TRACE_JOBS)
+        _real("days", self.days, 0, MAX_DAYS, lo_open=True)
+        _real("arrival_scale", self.arrival_scale, 0, MAX_ARRIVAL_SCALE, lo_open=True)
+        if self.days / self.arrival_scale * DAY_S > limits.MAX_SPAN_S:
+            raise _bad(
+                "days / arrival_scale",
+                f"arrivals would span {self.days / self.arrival_scale:.4g} days; at most "
+                f"{limits.MAX_SPAN_S // limits.YEAR_S} years",
+            )
+        _real("cpu_share", self.cpu_share, 0, 1)
+        _real("daily_amplitude", self.daily_amplitude, 0, MAX_AMPLITUDE)
+        _real("peak_hour", self.peak_hour, 0, 24, hi_open=True)
+        _whole("n_users", self.n_users, 1, MAX_USERS)
+        for u in self.cpu_only_users:
+            _whole("cpu_only_users", u, 0, self.n_users - 1)
+        if len(set(self.cpu_only_users)) >= self.n_users:
+            raise _bad("cpu_only_users", "leave at least one user who may submit DNN jobs")
+        _real("user_zipf", self.user_zipf, 0, 10)
+        _whole("server_cores", self.server_cores, 1, limits.MAX_NODE_CORES)
+        _whole("server_gpus", self.server_gpus, 1, limits.MAX_NODE_GPUS)
+        _choices("gpu_counts", self.gpu_counts, self.gpu_weights, 1, self.server_gpus)
+        _real("dnn_low_share", self.dnn_low_share, 0, 1)
+        _real("dnn_high_share", self.dnn_high_share, 0, 1 - self.dnn_low_share)
+        for k in self.dnn_low_per_gpu:
+            _whole("dnn_low_per_gpu", k, 1, 2)  # the paper's "1-2 cores per GPU"
+        if not self.dnn_low_per_gpu:
+            raise _bad("dnn_low_per_gpu", "give at least one count")
+        top = max(self.gpu_counts)
+        if self.dnn_low_share and top * max(self.dnn_low_per_gpu) > min(
+            DNN_MANY_CORES, self.server_cores
+        ):
+            raise _bad("gpu_counts", f"{top} GPUs at 2 cores each leave the 1-2 per GPU range")
+        if 1 - self.dnn_low_share - self.dnn_high_share > 1e-12 and 2 * top >= DNN_MANY_CORES:
+            raise _bad("gpu_counts", f"{top} GPUs leave no room between 2 per GPU and 10 cores")
+        if self.dnn_high_share and self.server_cores <= DNN_MANY_CORES:
+            raise _bad("server_cores", f"must be above {DNN_MANY_CORES} for the >10-core jobs")
+        names = [d for d, _ in self.domain_weights]
+        if len(set(names)) != len(names) or not names:
+            raise _bad("domain_weights", "give each domain once")
+        _weights("domain_weights", [w for _, w in self.domain_weights])
+        _real("dnn_over_2h", self.dnn_over_2h, 0, 1, lo_open=True, hi_open=True)
+        _real("dnn_over_1h", self.dnn_over_1h, self.dnn_over_2h, 1, lo_open=True, hi_open=True)
+        _real("runtime_cap_s", self.runtime_cap_s, 2 * HOUR_S, limits.MAX_TIME_LIMIT_S)
+        _real("dnn_min_runtime_s", self.dnn_min_runtime_s, 1, HOUR_S)
+        _choices(
+            "cpu_core_counts", self.cpu_core_counts, self.cpu_core_weights, 1, self.server_cores
+        )
+        _real("cpu_runtime_median_s", self.cpu_runtime_median_s, 1, self.runtime_cap_s)
+        _real("cpu_runtime_sigma", self.cpu_runtime_sigma, 0, 5)
+        _real("cpu_min_runtime_s", self.cpu_min_runtime_s, 1, self.cpu_runtime_median_s)
+        _real("cpu_bw_heavy_share", self.cpu_bw_heavy_share, 0, 1)
+        _real("time_limit_factor_max", self.time_limit_factor_max, 1, 100)
+        _real("time_limit_round_s", self.time_limit_round_s, 1, DAY_S)
+
+    @property
+    def dnn_runtime_lognormal(self) -> tuple[float, float]:
+        """(mu, sigma) of ln(runtime in s) through the two published shares."""
+        z1 = NormalDist().inv_cdf(1 - self.dnn_over_1h)
+        z2 = NormalDist().inv_cdf(1 - self.dnn_over_2h)
+        sigma = math.log(2.0) / (z2 - z1)
+        return math.log(HOUR_S) - sigma * z1, sigma
+
+
+def _bad(name: str, why: str) -> ValueError:
+    return ValueError(f"paper workload: {name} {why}")
+
+
+def _real(
+    name: str,
+    v: float,
+    lo: float,
+    hi: float,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> None:
+    ok = (
+        isinstance(v, int | float)
+        and math.isfinite(v)
+        and (lo < v if lo_open else lo <= v)
+        and (v < hi if hi_open else v <= hi)
+    )
+    if not ok:
+        lb, rb = "(" if lo_open else "[", ")" if hi_open else "]"
+        raise _bad(name, f"must be a finite number in {lb}{lo:g}, {hi:g}{rb}, got {v!r}")
+
+
+def _whole(name: str, v: int, lo: int, hi: int) -> None:
+    if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
+        raise _bad(name, f"must be a whole number in [{lo}, {hi}], got {v!r}")
+
+
+def _weights(name: str, ws: tuple[float, ...] | list[float]) -> None:
+    for w in ws:
+        _real(name, w, 0, 1e6)
+    if not sum(ws) > 0:
+        raise _bad(name, "weights must sum to > 0")
+
+
+def _choices(
+    name: str, values: tuple[int, ...], weights: tuple[float, ...], lo: int, hi: int
+) -> None:
+    if not values or len(values) != len(weights):
+        raise _bad(name, f"give one weight per value ({len(values)} values, {len(weights)})")
+    for v in values:
+        _whole(name, v, lo, hi)
+    _weights(name, weights)
+
+
+@dataclass(frozen=True)
+class _ProfileFacts:
+    """What the workload takes from a profile set."""
+
+    domain_of: dict[str, str]  # model -> domain
+    heavy_gbps: float  # the heaviest CPU class's GB/s per core
+    other_gbps: tuple[float, ...]  # the other classes
+    other_weights: tuple[float, ...]
+    jitter: float
+
+    def models_in(self, domain: str) -> list[str]:
+        return [m for m, d in self.domain_of.items() if d == domain]
+
+
+@cache
+def _profile_facts(name: str) -> _ProfileFacts:
+    profiles = load_profile_set(name)
+    domain_of = {m: d.lower() for m, d in profiles.domains.items()}
+    cpu = profiles.to_dict()["cpu_jobs"]  # the classes as the set states them (checked)
+    classes = sorted(cpu["bw_per_core_classes"], key=lambda c: float(c["gbps_per_core"]))
+    heavy, others = classes[-1], classes[:-1] or classes[-1:]
+    return _ProfileFacts(
+        domain_of=domain_of,
+        heavy_gbps=float(heavy["gbps_per_core"]),
+        other_gbps=tuple(float(c["gbps_per_core"]) for c in others),
+        other_weights=tuple(float(c["weight"]) for c in others),
+        jitter=float(cpu["jitter"]),
+    )
+
+
+def _exact_labels(rng: np.random.Generator, n: int, shares: list[float]) -> np.ndarray:
+    """Labels 0..k-1 for n items in a random order, label i on round(n * shares[i]) of
+    them (largest remainders), so a published share holds exactly."""
+    raw = np.array(shares, dtype=np.float64) * n
+    counts = np.floor(raw).astype(np.int64)
+    rest = n - int(counts.sum())
+    if rest > 0:
+        counts[np.argsort(-(raw - counts), kind="stable")[:rest]] += 1
+    return rng.permutation(np.repeat(np.arange(len(shares)), counts))
+
+
+# One random stream per aspect, so that changing one parameter moves only what it drives.
+_STREAMS = (
+    "arrivals",
+    "kinds",
+    "users",
+    "gpus",
+    "cores",
+    "models",
+    "runtimes",
+    "cpu",
+    "bw",
+    "limits",
+)
+
+
+def generate(params: PaperParams, seed: int) -> JobTable:
+    """The paper workload for `seed` (a whole number >= 0): a JobTable with every
+    optional column (user, model for DNN jobs, time_limit, cpu_bw for CPU jobs), jobs
+    in submit order, the first at 0 s, times in whole seconds."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"paper workload: seed must be a whole number >= 0, got {seed!r}")
+    p = params
+    facts = _profile_facts(p.profiles)
+    rng = {name: np.random.default_rng([seed, k]) for k, name in enumerate(_STREAMS)}
+    n = p.n_jobs
+
+    rate = n / (p.days * DAY_S) * p.arrival_scale
+    t = daily_poisson(rng["arrivals"], n, rate, p.daily_amplitude, p.peak_hour * HOUR_S)
+    submit = np.round(t - t[0])
+
+    n_cpu = int(math.floor(n * p.cpu_share + 0.5))
+    is_dnn = rng["kinds"].permutation(np.arange(n) >= n_cpu)
+    dnn = np.flatnonzero(is_dnn)
+    cpu = np.flatnonzero(~is_dnn)
+
+    # Owners: CPU-only users are never drawn for a DNN job.
+    width = len(str(p.n_users - 1))
+    names = np.array([f"u{k:0{width}d}" for k in range(p.n_users)], dtype=object)
+    weight = 1.0 / np.arange(1, p.n_users + 1, dtype=np.float64) ** p.user_zipf
+    dnn_ok = np.ones(p.n_users, dtype=bool)
+    dnn_ok[list(p.cpu_only_users)] = False
+    owner = np.empty(n, dtype=np.int64)
+    r = rng["users"]
+    w_dnn = np.where(dnn_ok, weight, 0.0)
+    owner[dnn] = r.choice(p.n_users, size=dnn.size, p=w_dnn / w_dnn.sum())
+    owner[cpu] = r.choice(p.n_users, size=cpu.size, p=weight / weight.sum())
+
+    gpus = np.zeros(n, dtype=np.int32)
+    gw = np.array(p.gpu_weights, dtype=np.float64)
+    gpus[dnn] = rng["gpus"].choice(np.array(p.gpu_counts), size=dnn.size, p=gw / gw.sum())
+
+    cores = np.zeros(n, dtype=np.int32)
+    cores[dnn] = _dnn_cores(p, rng["cores"], gpus[dnn].astype(np.int64))
+    cw = np.array(p.cpu_core_weights, dtype=np.float64)
+    cores[cpu] = rng["cpu"].choice(np.array(p.cpu_core_counts), size=cpu.size, p=cw / cw.sum())
+
+    model = np.full(n, "", dtype=object)
+    model[dnn] = _models(p, facts, rng["models"], dnn.size)
+
+    duration = np.zeros(n, dtype=np.float64)
+    mu, sigma = p.dnn_runtime_lognormal
+    rt = rng["runtimes"]
+    duration[dnn] = rt.lognormal(mu, sigma, dnn.size).clip(p.dnn_min_runtime_s, p.runtime_cap_s)
+    cpu_rt = rng["cpu"].lognormal(math.log(p.cpu_runtime_median_s), p.cpu_runtime_sigma, cpu.size)
+    duration[cpu] = cpu_rt.clip(p.cpu_min_runtime_s, p.runtime_cap_s)
+    duration = np.round(duration)
+
+    cpu_bw = np.full(n, np.nan)
+    cpu_bw[cpu] = _cpu_bandwidth(p, facts, rng["bw"], cpu.size)
+
+    # At least the runtime: a job that ran this long asked for at least this long.
+    factor = np.exp(rng["limits"].uniform(0.0, math.log(p.time_limit_factor_max), n))
+    step = p.time_limit_round_s
+    limit = np.ceil(duration * factor / step) * step
+    time_limit = np.maximum(np.minimum(limit, p.runtime_cap_s), duration)
+
+    digits = len(str(n - 1))
+    return JobTable(
+        ids=[f"j{i:0{digits}d}" for i in range(n)],
+        submit=submit,
+        duration=duration,
+        gpus=gpus,
+        cores=cores,
+        mem_mib=np.zeros(n, dtype=np.int64),
+        nodes=np.ones(n, dtype=np.int32),
+        flags=np.zeros(n, dtype=np.uint8),
+        time_limit=time_limit,
+        user=names[owner].tolist(),
+        model=model.tolist(),
+        cpu_bw=cpu_bw,
+    )
+
+
+def _dnn_cores(p: PaperParams, rng: np.random.Generator, g: np.ndarray) -> np.ndarray:
+    """Total cores each DNN job asks for, in the paper's three bands (exact shares)."""
+    n = g.size
+    rest = max(0.0, 1.0 - p.dnn_low_share - p.dnn_high_share)
+    band = _exact_labels(rng, n, [p.dnn_low_share, p.dnn_high_share, rest])
+    per_gpu = rng.choice(np.array(p.dnn_low_per_gpu), size=n)
+    many = rng.integers(DNN_MANY_CORES + 1, max(p.server_cores, DNN_MANY_CORES + 1) + 1, size=n)
+    # More than 2 per GPU, at most 10 in total: uniform over 2g+1 ... 10.
+    lo = 2 * g + 1
+    between = lo + np.floor(rng.random(n) * np.maximum(DNN_MANY_CORES + 1 - lo, 1)).astype(np.int64)
+    return np.select([band == 0, band == 1], [g * per_gpu, many], between)
+
+
+def _models(p: PaperParams, facts: _ProfileFacts, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Model names of n DNN jobs: a domain by weight, then a model of it uniformly."""
+    domains = [d.lower() for d, _ in p.domain_weights]
+    for d in domains:
+        if not facts.models_in(d):
+            known = ", ".join(sorted(set(facts.domain_of.values())))
+            raise _bad(
+                "domain_weights",
+                f"names {d!r}, which profile set {p.profiles!r} "
+                f"has no model of (its domains: {known})",
+            )
+    w = np.array([w for _, w in p.domain_weights], dtype=np.float64)
+    dom = rng.choice(len(domains), size=n, p=w / w.sum())
+    pick = rng.random(n)
+    out = np.empty(n, dtype=object)
+    for k, d in enumerate(domains):
+        members = np.array(facts.models_in(d), dtype=object)
+        at = np.flatnonzero(dom == k)
+        out[at] = members[np.minimum((pick[at] * members.size).astype(np.int64), members.size - 1)]
+    return out
+
+
+def _cpu_bandwidth(
+    p: PaperParams, facts: _ProfileFacts, rng: np.random.Generator, n: int
+) -> np.ndarray:
+    """GB/s per core of n CPU jobs: the heavy share exact, the rest from the other classes."""
+    heavy = _exact_labels(rng, n, [p.cpu_bw_heavy_share, 1 - p.cpu_bw_heavy_share]) == 0
+    w = np.array(facts.other_weights, dtype=np.float64)
+    other = np.array(facts.other_gbps)[rng.choice(w.size, size=n, p=w / w.sum())]
+    base = np.where(heavy, facts.heavy_gbps, other)
+    jitter = rng.uniform(1 - facts.jitter, 1 + facts.jitter, n)
+    return np.round(base * jitter, 3)
+
+
+def heavy_threshold(profiles: str = "coda") -> float:
+    """Bandwidth per core (GB/s) from which a CPU job counts as bandwidth heavy: the
+    lowest value the heaviest class draws."""
+    f = _profile_facts(profiles)
+    return f.heavy_gbps * (1 - f.jitter)
+
+
+def marginals(table: JobTable, profiles: str = "coda") -> dict[str, dict[str, Any]]:
+    """Each marginal the paper publishes, computed from `table`, beside the paper's value.
+
+    Every entry has `what`, `ours` (None where the table lacks the column it needs),
+    `paper` (a number, or None where the paper says it only in words) and `paper_says`.
+    """
+    facts = _profile_facts(profiles)
+    n = len(table)
+    is_dnn = np.asarray(table.gpus) > 0
+    n_dnn = int(is_dnn.sum())
+    g = table.gpus[is_dnn].astype(np.float64)
+    c = table.cores[is_dnn].astype(np.float64)
+    d = table.duration[is_dnn]
+
+    def share(mask: np.ndarray, of: int) -> float | None:
+        return float(np.count_nonzero(mask)) / of if of else None
+
+    out: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, what: str, ours: Any, paper: Any, says: str) -> None:
+        out[key] = {"what": what, "ours": ours, "paper": paper, "paper_says": says}
+
+    span = float(table.submit[-1] - table.submit[0]) / DAY_S if n else None
+    put("jobs", "jobs", n, 100_000, "100,000 jobs")
+    put("span_days", "days from first to last arrival", span, 30, "one month")
+    put("cpu_jobs", "CPU jobs", n - n_dnn, 75_000, "75,000 CPU jobs")
+    put("dnn_jobs", "DNN jobs", n_dnn, 25_000, "25,000 DNN training jobs")
+    put("cpu_job_share", "share of jobs that are CPU jobs", share(~is_dnn, n), 0.75, "75%")
+    ratio = np.divide(c, g, out=np.zeros_like(c), where=g > 0)
+    put(
+        "dnn_cores_1_2_per_gpu",
+        "share of DNN jobs asking for 1-2 cores per GPU",
+        share((ratio >= LOW_PER_GPU[0]) & (ratio <= LOW_PER_GPU[1]), n_dnn),
+        0.761,
+        "76.1%",
+    )
+    put(
+        "dnn_cores_over_10",
+        "share of DNN jobs asking for more than 10 cores",
+        share(c > DNN_MANY_CORES, n_dnn),
+        0.153,
+        "15.3%",
+    )
+    put(
+        "dnn_over_1h",
+        "share of DNN jobs running over 1 h",
+        share(d > HOUR_S, n_dnn),
+        0.685,
+        "68.5%",
+    )
+    put(
+        "dnn_over_2h",
+        "share of DNN jobs running over 2 h",
+        share(d > 2 * HOUR_S, n_dnn),
+        0.396,
+        "39.6%",
+    )
+    nlp_speech = None
+    if table.model is not None and n_dnn:
+        named = [m.lower() for m, k in zip(table.model, is_dnn.tolist(), strict=True) if k and m]
+        dom = {m.lower(): v for m, v in facts.domain_of.items()}
+        hits = sum(1 for m in named if dom.get(m) in ("nlp", "speech"))
+        nlp_speech = hits / len(named) if named else None
+    put(
+        "dnn_nlp_speech_share",
+        "share of DNN jobs (with a model named) training NLP or speech models",
+        nlp_speech,
+        None,
+        "mostly NLP and speech models",
+    )
+    heavy = None
+    if table.cpu_bw is not None and n > n_dnn:
+        bw = np.asarray(table.cpu_bw)[~is_dnn]
+        given = bw[~np.isnan(bw)]
+        heavy = share(given >= heavy_threshold(profiles), given.size)
+    put(
+        "cpu_bw_heavy_share",
+        f"share of CPU jobs with >= {heavy_threshold(profiles):.3g} GB/s per core",
+        heavy,
+        0.005,
+        "only 0.5% of CPU jobs are memory-bandwidth heavy",
+    )
+    users = cpu_only = None
+    detail: list[str] = []
+    if table.user is not None:
+        owners = set(table.user) - {""}
+        with_dnn = {u for u, k in zip(table.user, is_dnn.tolist(), strict=True) if k}
+        detail = sorted(owners - with_dnn)
+        users, cpu_only = len(owners), len(detail)
+    put("users", "users", users, 80, "about 80 users")
+    put("cpu_only_users", "users who submit only CPU jobs", cpu_only, 6, "ids 15-20")
+    out["cpu_only_users"]["detail"] = detail
+    return out
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, tuple):
+        return ", ".join(_shown(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _shown_pair(v: Any) -> str:
+    if isinstance(v, tuple) and v and isinstance(v[0], tuple):
+        return ", ".join(f"{a}={_shown(b)}" for a, b in v)
+    return _shown(v)
+
+
+def describe(params: PaperParams) -> list[tuple[str, str, str]]:
+    """(parameter, value, source) for every parameter, in declaration order."""
+    return [
+        (f.name, _shown_pair(getattr(params, f.name)), str(f.metadata["source"]))
+        for f in fields(params)
+    ]
+
+
+def parameter_table(params: PaperParams) -> str:
+    """describe() as the Markdown table docs/trace-formats.md shows."""
+    rows = ["| parameter | value | source |", "|---|---|---|"]
+    for name, value, source in describe(params):
+        rows.append(f"| `{name}` | {value} | {source.replace('|', '/')} |")
+    return "\n".join(rows)
