@@ -57,6 +57,7 @@ def fake_result(
         "t": t,
         "gpu_util_effective": gpu_eff * (0.8 + 0.2 * wave),
         "gpu_util_allocated": np.minimum(1.0, (gpu_eff + 0.1) * (0.8 + 0.2 * wave)),
+        "gpu_frag_cores": 0.05 * (1.0 - wave),
         "cpu_util": 0.5 * (0.7 + 0.3 * wave),
         "dnn_queued": rng.integers(0, 20, t.size).astype(float),
         "cpu_queued": rng.integers(0, 5, t.size).astype(float),

@@ -276,6 +276,33 @@ def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ())
             _Row("p99", _key(key, "p99"), fmt_duration),
         ]
 
+    if any(isinstance(s.get("paper"), dict) for s in summaries):
+        # The paper's metrics, over the jobs submitted inside the window (docs/metrics.md).
+        rows.append(_Row("The paper's metrics (jobs in the window)"))
+        rows += [
+            _Row(
+                "GPU active while DNN jobs queue",
+                _key("paper", "gpu_active_queued"),
+                fmt_pct,
+                relative=True,
+            ),
+            _Row("time with DNN jobs queued", _key("paper", "dnn_queued_time_share"), fmt_pct),
+            _Row("GPU fragmentation (cores)", _key("paper", "gpu_frag_cores"), fmt_pct),
+            _Row("DNN jobs not queued", _key("paper", "dnn_no_queue_share"), fmt_pct),
+            _Row("DNN jobs queued > 10 min", _key("paper", "dnn_queue_over_10min_share"), fmt_pct),
+            _Row("DNN jobs queued > 1 h", _key("paper", "dnn_queue_over_1h_share"), fmt_pct),
+            _Row("CPU jobs placed <= 10 s", _key("paper", "cpu_within_10s_share"), fmt_pct),
+            _Row("CPU jobs placed <= 3 min", _key("paper", "cpu_within_180s_share"), fmt_pct),
+            _Row("CPU JCT mean", _key("paper", "cpu_jct_mean_s"), fmt_duration, relative=True),
+            _Row("CPU JCT p95", _key("paper", "cpu_jct_p95_s"), fmt_duration),
+            _Row("preemptions per CPU job", _key("paper", "cpu_preemptions_per_job"), fmt_number),
+            _Row("shrinks per CPU job", _key("paper", "cpu_shrinks_per_job"), fmt_number),
+            _Row("CPU jobs preempted", _key("paper", "cpu_preempted_share"), fmt_pct),
+            _Row("user p99 queuing, max", _key("paper", "user_p99_queue_max_s"), fmt_duration),
+            _Row(
+                "user p99 queuing, median", _key("paper", "user_p99_queue_median_s"), fmt_duration
+            ),
+        ]
     if any(lookup(s, "preemption", "count") for s in summaries):
         rows.append(_Row("Preemption (CPU jobs, for DNN jobs)"))
         rows += [

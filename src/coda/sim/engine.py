@@ -144,6 +144,7 @@ class Simulator:
         self.start = np.full(self.n, np.nan)
         self.end = np.full(self.n, np.nan)
         self.granted = np.zeros(self.n, dtype=np.int32)
+        self.settled = np.zeros(self.n, dtype=np.int32)  # cores held at the last change
         self.unschedulable = np.zeros(self.n, dtype=bool)
         self.waited = np.zeros(self.n)  # time queued, summed over requeues
         self.preempted = np.zeros(self.n, dtype=np.int32)
@@ -272,6 +273,7 @@ class Simulator:
         else:  # restarted after a preemption
             self.waited[job.idx] += now - self._requeued_at.pop(job, now)
         self.granted[job.idx] = cores_pn * job.nodes
+        self.settled[job.idx] = cores_pn * job.nodes
         job.bw_pn = self._bw_demand(job)
         for node in nodes:
             node.bw_used += job.bw_pn
@@ -377,6 +379,7 @@ class Simulator:
         if not self.sched.resize(job, new):
             return False
         delta = new - old
+        self.settled[job.idx] = new * job.nodes
         if delta < 0 and not job.is_dnn:
             job.shrinks += 1
             self.shrunk[job.idx] += 1

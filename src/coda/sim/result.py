@@ -12,6 +12,7 @@ TIMESERIES_COLUMNS = (
     "t",  # seconds since the start of the window
     "gpu_util_effective",  # sum(GPUs x speed) / total GPUs
     "gpu_util_allocated",  # GPUs held by running jobs / total GPUs
+    "gpu_frag_cores",  # GPUs free where a queued DNN job lacks only cores / total GPUs
     "cpu_util",  # cores held by running jobs / total cores
     "dnn_queued",  # DNN jobs waiting
     "cpu_queued",  # CPU jobs waiting
@@ -48,7 +49,12 @@ class SimResult:
       never finished), gpus, cores_requested, cores_granted (int; cores per job
       in total at start, 0 if never started), wait_reason (the last reason the job
       waited, a coda.cycle.Reason token such as ``cores`` or ``reservation:12``;
-      "" if it never waited).
+      "" if it never waited), user (its owner, coda.workload.tenants), preemptions
+      and shrinks (int: times its cores were taken back by a requeue or a shrink),
+      unschedulable (bool: could never fit this cluster, never queued), queued_s
+      (float seconds queued, summed over requeues; a job still queued when the run
+      stopped counts up to then; NaN if it never queued: unschedulable, or arriving
+      after the horizon).
     """
 
     summary: dict[str, Any]
