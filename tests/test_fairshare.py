@@ -190,3 +190,28 @@ def test_paper_start_point_is_checked() -> None:
         PolicyOptions(allocator_start="middle")
     with pytest.raises(ValueError, match="paper_start"):
         AllocatorConfig(paper_start={"cv": 0})
+
+
+# ---------------------------------------------------------------- bounded preemption
+def test_a_cpu_job_preempted_twice_keeps_its_cores() -> None:
+    """On a cluster without CPU nodes a CPU job taken back max_preemptions times is no
+    longer reclaimable: a DNN job waits for cores instead of taking its cores again."""
+    from coda.policy.coda import ShrinkThenPreempt
+
+    reclaim = ShrinkThenPreempt()
+    node = gpu_node(0, gpus=1, cores=8)
+    tired = job(1, "u", gpus=0, cores=8)
+    tired.preemptions = reclaim.max_preemptions
+    fresh = job(2, "u", gpus=0, cores=8)
+    assert not reclaim.reclaimable(tired)
+    assert reclaim.reclaimable(fresh)
+    policy = make_policy("coda")
+    policy.observe_cluster([node])
+    sched = Scheduler(policy, [node])
+    sched.occupy(tired, [node], 8, 0.0)
+    dnn = job(3, "v", gpus=1, cores=4)
+    sched.submit(dnn)
+    starts = [d for d in sched.cycle(1.0, Booking(sched, 1.0)) if isinstance(d, Start)]
+    assert starts == []
+    assert tired.running and tired.cores_pn == 8
+    assert reclaim.reclaim(dnn, node, 4, 1.0) == []

@@ -400,7 +400,11 @@ def test_cpu_job_cannot_be_preempted_forever(max_preemptions):
         if GPU_POOL not in pools.pools(job):
             break
         run_on(job, node, 4, start=1.0)
-        apply(ShrinkThenPreempt().reclaim(dnn_job(1, 1, 4), node, 4, 2.0))
+        apply(
+            ShrinkThenPreempt(max_preemptions=max_preemptions).reclaim(
+                dnn_job(1, 1, 4), node, 4, 2.0
+            )
+        )
         assert_books(node)
     assert job.preemptions == max_preemptions
     assert pools.pools(job) == (CPU_POOL,)

@@ -118,13 +118,16 @@ class ShrinkThenPreempt:
     jobs preempted fewer times first (so no job bears every preemption)."""
 
     min_share: float = 0.5
+    # A CPU job taken back this often keeps its cores from then on (on a cluster with
+    # CPU nodes ArrayPools sends it there; without them this bounds what it bears).
+    max_preemptions: int = 2
     shrinks = True
 
     def reclaimable(self, job: Job) -> bool:
-        return job.preemptible
+        return job.preemptible and job.preemptions < self.max_preemptions
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]:
-        newest_first = _victims(node)
+        newest_first = [j for j in _victims(node) if self.reclaimable(j)]
 
         def spare(j: Job) -> int:  # cores a shrink can take from j
             return max(0, j.cores_pn - max(1, math.ceil(self.min_share * j.cores_pn_req)))
