@@ -1,0 +1,251 @@
+"""`coda experiment paper`: the runs, results.json, report.md, plots, failures, bad
+options and the targets logic."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from coda.cli import main
+from coda.experiment.paper import PAPER_ARRIVAL_SCALE, PaperConfig, run_all
+from coda.experiment.paper_results import METRIC_KEYS, PUBLISHED, targets
+from coda.policy import POLICIES
+from coda.report.paper_plots import PLOT_FILES
+
+REQUIRED_SHARES = (
+    "gpu_util_effective",
+    "gpu_util_allocated",
+    "gpu_frag_cores",
+    "dnn_no_queue_share",
+    "cpu_within_10s_share",
+    "cpu_within_180s_share",
+)
+REQUIRED_TIMES = ("cpu_jct_mean_s", "dnn_jct_mean_s")
+PNG = b"\x89PNG"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def paper(runner: CliRunner, out: Path, *extra: str):
+    return runner.invoke(main, ["experiment", "paper", "--workers", "1", "--out", str(out), *extra])
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code != 0, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+def test_tiny_generated_run_writes_every_output(runner, tmp_path):
+    out = tmp_path / "p"
+    result = paper(runner, out, "--jobs", "300", "--seeds", "2", "--policies", "fifo,coda")
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    s = res["setting"]
+    assert s["seeds"] == 2 and s["jobs"] == 300 and s["policies"] == ["fifo", "coda"]
+    assert s["arrival_scale"] == PAPER_ARRIVAL_SCALE and "400 GPUs" in s["cluster"]
+    assert "--jobs 300" in s["command"] and "--seeds 2" in s["command"]
+    for seed in (0, 1):
+        assert (out / f"workload-seed{seed}.csv").stat().st_size > 0
+    for name in ("fifo", "coda"):
+        block = res["policies"][name]
+        assert block["seeds_ok"] == 2 and len(block["runs"]) == 2
+        for key in REQUIRED_SHARES:
+            assert 0.0 <= block[key] <= 1.0, (name, key, block[key])
+            lo, hi = block["ci"][key]["low"], block["ci"][key]["high"]
+            assert lo <= block[key] <= hi
+        for key in REQUIRED_TIMES:
+            assert block[key] > 0
+        # The mean is the mean of the per-seed values.
+        per_seed = [r["gpu_util_effective"] for r in block["runs"]]
+        assert math.isclose(block["gpu_util_effective"], sum(per_seed) / 2)
+        # gpu_active_queued is None where no DNN job ever queued, else a share.
+        v = block["gpu_active_queued"]
+        assert v is None or 0.0 <= v <= 1.0
+    assert res["paper"]["gpu_util_effective"]["fifo"]["value"] == 0.454
+    assert [t["key"] for t in res["targets"]] == [
+        "gpu_gain_pct",
+        "gpu_frag_cores",
+        "cpu_within_180s_share",
+        "dnn_jct",
+        "cpu_jct",
+    ]
+    assert all(isinstance(t["met"], bool) for t in res["targets"])
+    assert res["workload_marginals"]["jobs"]["ours"] == 300
+    report = (out / "report.md").read_text()
+    assert (
+        "| metric | fifo paper | fifo ours [95% CI] | coda paper | coda ours [95% CI] |" in report
+    )
+    assert "| GPU utilisation (effective) | 45.4% |" in report
+    assert "## Targets" in report and "## Workload marginals" in report
+    assert "| share of jobs that are CPU jobs | 75.0% | 75% |" in report
+    days = next(line for line in report.splitlines() if "days from first to last" in line)
+    assert "%" not in days.split("|")[2] and "a shortened run" in report
+    for name in PLOT_FILES:
+        assert (out / name).read_bytes()[:4] == PNG
+        assert f"]({name})" in report
+
+
+def test_a_failed_run_is_recorded_and_the_others_kept(runner, tmp_path, monkeypatch):
+    def broken(options):
+        raise RuntimeError("policy exploded")
+
+    monkeypatch.setitem(POLICIES, "coda", broken)
+    out = tmp_path / "p"
+    result = paper(runner, out, "--jobs", "200", "--seeds", "2", "--policies", "fifo,coda")
+    line = one_error_line(result)
+    assert "2 of 4 runs failed" in line
+    res = json.loads((out / "results.json").read_text())
+    assert res["policies"]["fifo"]["seeds_ok"] == 2
+    assert res["policies"]["coda"]["seeds_ok"] == 0
+    assert res["policies"]["coda"]["gpu_util_effective"] is None
+    assert {e["error"] for e in res["errors"]} == {"RuntimeError: policy exploded"}
+    assert not res["targets"][0]["met"]  # coda never ran: the gain cannot be met
+    report = (out / "report.md").read_text()
+    assert "## Failed runs" in report and "policy exploded" in report
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--seeds", "0"], "--seeds"),
+        (["--jobs", "0"], "--jobs"),
+        (["--policies", "fifo,nope"], "unknown policy nope"),
+        (["--policies", "fifo,fifo"], "named twice"),
+        (["--policies", ","], "no policy"),
+        (["--trace", "/nonexistent/trace.csv"], "--trace"),
+        (["--load", "1.0"], "--load rescales a --trace"),
+        (["--arrival-scale", "0"], "--arrival-scale"),
+        (["--cluster", "nonsense"], "nonsense"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_bad_options_exit_with_one_line(runner, tmp_path, args, needle):
+    result = paper(runner, tmp_path / "p", "--jobs", "50", "--seeds", "1", *args)
+    assert needle in one_error_line(result)
+
+
+def test_jobs_and_arrival_scale_refused_with_a_trace(runner, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(small_trace())
+    result = paper(runner, tmp_path / "p", "--trace", str(trace), "--jobs", "10")
+    assert "with --trace use --load" in one_error_line(result)
+
+
+def small_trace() -> str:
+    rows = ["job_id,submit_s,duration_s,gpus,cores,mem_mib,nodes,censored"]
+    for i in range(60):
+        if i % 4 == 3:
+            rows.append(f"cpu-{i},{i * 120},{600 + 60 * (i % 5)},0,{2 + i % 8},4096,1,0")
+        else:
+            gpus = (1, 2, 4)[i % 3]
+            rows.append(f"dnn-{i},{i * 120},{3000 + 300 * (i % 7)},{gpus},{2 * gpus},8192,1,0")
+    return "\n".join(rows) + "\n"
+
+
+def test_runs_on_a_csv_trace(runner, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(small_trace())
+    out = tmp_path / "p"
+    result = paper(
+        runner,
+        out,
+        *("--trace", str(trace), "--cluster", "4x4g28c", "--seeds", "2"),
+        *("--policies", "fifo,drf,coda"),
+    )
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    assert res["setting"]["trace"] == str(trace) and res["setting"]["load"] == 1.0
+    assert res["setting"]["jobs"] is None and not list(out.glob("workload-seed*.csv"))
+    for name in ("fifo", "drf", "coda"):
+        assert 0 < res["policies"][name]["gpu_util_effective"] <= 1
+    assert res["workload_marginals"]["jobs"]["ours"] == 60
+    assert (
+        "| metric | fifo paper | fifo ours [95% CI] | drf paper |"
+        in (out / "report.md").read_text()
+    )
+
+
+def test_process_pool_runs_every_seed(tmp_path):
+    from coda.experiment.paper import write_workloads
+
+    cfg = PaperConfig(out=tmp_path, jobs=100, seeds=2, policies=("fifo", "drf"), workers=2)
+    write_workloads(cfg)
+    records = run_all(cfg)
+    assert [(r.seed, r.policy) for r in records] == [
+        (0, "fifo"),
+        (0, "drf"),
+        (1, "fifo"),
+        (1, "drf"),
+    ]
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert records[0].series and not records[2].series  # plot data from seed 0 only
+
+
+def test_jobs_keeps_the_paper_rate():
+    p = PaperConfig(out=Path("x"), jobs=2000).params()
+    assert p.n_jobs == 2000 and math.isclose(p.days, 30 * 2000 / 100_000)
+    assert p.arrival_scale == PAPER_ARRIVAL_SCALE
+
+
+def _means(**coda: float) -> dict[str, dict[str, float | None]]:
+    fifo = {
+        "gpu_util_effective": 0.40,
+        "dnn_jct_mean_s": 10_000.0,
+        "cpu_jct_mean_s": 1_000.0,
+        "gpu_frag_cores": 0.14,
+        "cpu_within_180s_share": 0.9,
+    }
+    good = {
+        "gpu_util_effective": 0.56,  # +40%
+        "gpu_frag_cores": 0.005,
+        "cpu_within_180s_share": 0.96,
+        "dnn_jct_mean_s": 9_000.0,
+        "cpu_jct_mean_s": 1_050.0,
+    }
+    return {"fifo": fifo, "coda": {**good, **coda}}
+
+
+def test_targets_all_met():
+    got = targets(_means())
+    assert all(t["met"] for t in got), got
+    assert math.isclose(got[0]["value"], 40.0)
+    assert math.isclose(got[4]["value"], 1.05)
+
+
+@pytest.mark.parametrize(
+    ("change", "missed"),
+    [
+        ({"gpu_util_effective": 0.54}, "gpu_gain_pct"),  # +35% < +37%
+        ({"gpu_frag_cores": 0.01}, "gpu_frag_cores"),  # not below 1%
+        ({"cpu_within_180s_share": 0.94}, "cpu_within_180s_share"),
+        ({"dnn_jct_mean_s": 10_001.0}, "dnn_jct"),
+        ({"cpu_jct_mean_s": 1_101.0}, "cpu_jct"),  # 1.101 x fifo
+        ({"cpu_jct_mean_s": None}, "cpu_jct"),  # no CPU job finished: not met
+    ],
+)
+def test_each_target_missed_alone(change, missed):
+    got = {t["key"]: t["met"] for t in targets(_means(**change))}
+    assert [k for k, met in got.items() if not met] == [missed]
+
+
+def test_targets_without_coda_are_missed_not_errors():
+    got = targets({"fifo": _means()["fifo"]})
+    assert not any(t["met"] for t in got) and all(t["value"] is None for t in got)
+
+
+def test_published_values_are_known_metrics():
+    assert set(PUBLISHED) <= set(METRIC_KEYS)
+    for by in PUBLISHED.values():
+        assert set(by) <= {"fifo", "drf", "coda"}
+        assert all(0 < v <= 1 for v, _ in by.values())
