@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from coda.policy.fairshare import DominantShares
-from coda.policy.framework import Policy
+from coda.policy.framework import Arrays, Policy, PoolSelect
 from coda.policy.options import PolicyOptions
 from coda.policy.state import CPU, CPU_POOL, DNN, GPU_POOL, Job
 
@@ -86,57 +86,66 @@ class RequestedCores:
         return (job.cores_pn_req,)
 
 
-def static_separate(options: PolicyOptions) -> Policy:
+def _requested(
+    name: str,
+    options: PolicyOptions,
+    arrays: Arrays,
+    pools: PoolSelect,
+    description: str,
+    fair: DominantShares | None = None,
+) -> Policy:
+    """A baseline: requested cores, arrival order (between tenants by DRF with fair)."""
     return Policy(
-        name="static-separate",
-        arrays=KindArrays(),
+        name=name,
+        arrays=arrays,
         estimates=options.runtime_estimate(),
         queue_sort=FifoOrder(),
-        pools=SeparatePools(),
+        pools=pools,
         core_count=RequestedCores(),
         filters=list(options.filters),
-        description="Slurm-like: requested cores, GPU and CPU nodes kept apart, FIFO + backfill",
+        reserve=[fair] if fair is not None else [],
+        fair_share=fair,
+        description=description,
+    )
+
+
+def static_separate(options: PolicyOptions) -> Policy:
+    return _requested(
+        "static-separate",
+        options,
+        KindArrays(),
+        SeparatePools(),
+        "Slurm-like: requested cores, GPU and CPU nodes kept apart, FIFO + backfill",
     )
 
 
 def static_shared(options: PolicyOptions) -> Policy:
-    return Policy(
-        name="static-shared",
-        arrays=KindArrays(),
-        estimates=options.runtime_estimate(),
-        queue_sort=FifoOrder(),
-        pools=SharedPools(),
-        core_count=RequestedCores(),
-        filters=list(options.filters),
-        description="as static-separate, but CPU jobs may use free cores on GPU nodes, unprotected",
+    return _requested(
+        "static-shared",
+        options,
+        KindArrays(),
+        SharedPools(),
+        "as static-separate, but CPU jobs may use free cores on GPU nodes, unprotected",
     )
 
 
 def fifo(options: PolicyOptions) -> Policy:
-    return Policy(
-        name="fifo",
-        arrays=SingleQueue(),
-        estimates=options.runtime_estimate(),
-        queue_sort=FifoOrder(),
-        pools=SharedPools(),
-        core_count=RequestedCores(),
-        filters=list(options.filters),
-        description="the paper's FIFO: one queue in arrival order, requested cores, shared servers",
+    return _requested(
+        "fifo",
+        options,
+        SingleQueue(),
+        SharedPools(),
+        "the paper's FIFO: one queue in arrival order, requested cores, shared servers",
     )
 
 
 def drf(options: PolicyOptions) -> Policy:
-    shares = DominantShares()
-    return Policy(
-        name="drf",
-        arrays=SingleQueue(),
-        estimates=options.runtime_estimate(),
-        queue_sort=FifoOrder(),
-        pools=SharedPools(),
-        core_count=RequestedCores(),
-        filters=list(options.filters),
-        reserve=[shares],
-        fair_share=shares,
-        description="the paper's DRF: one queue, tenants by dominant share (GPUs for DNN "
-        "jobs), requested cores, shared servers",
+    return _requested(
+        "drf",
+        options,
+        SingleQueue(),
+        SharedPools(),
+        "the paper's DRF: one queue, tenants by dominant share (GPUs for DNN jobs), "
+        "requested cores, shared servers",
+        fair=DominantShares(),
     )
