@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from coda.cli import main
 from coda.experiment.paper import PAPER_ARRIVAL_SCALE, PaperConfig, run_all
-from coda.experiment.paper_results import METRIC_KEYS, PUBLISHED, targets
+from coda.experiment.paper_results import METRIC_KEYS, METRICS, PUBLISHED, targets
 from coda.policy import POLICIES
 from coda.report.paper_plots import PLOT_FILES
 
@@ -246,6 +246,10 @@ def test_targets_without_coda_are_missed_not_errors():
 
 def test_published_values_are_known_metrics():
     assert set(PUBLISHED) <= set(METRIC_KEYS)
-    for by in PUBLISHED.values():
+    units = {k: u for k, _, u in METRICS}
+    for key, by in PUBLISHED.items():
         assert set(by) <= {"fifo", "drf", "coda"}
-        assert all(0 < v <= 1 for v, _ in by.values())
+        if units[key] == "share":
+            assert all(0 < v <= 1 for v, _ in by.values())
+        else:
+            assert all(v > 0 for v, _ in by.values())

@@ -192,6 +192,10 @@ def run_one(run: Run) -> RunRecord:
     try:
         result = run_policy(prepare(run.config), run.policy)
         metrics = paper_metrics(result)
+        # The allocator's cost beside the paper's "3-4 profiling steps of 90 s".
+        alloc = result.summary.get("policy_stats", {}).get("allocator", {})
+        metrics["allocator_probes_per_search"] = alloc.get("mean_probes_per_search")
+        metrics["allocator_settle_s"] = alloc.get("settle_s_mean")
         series = _series(result) if run.keep_series else {}
     except Exception as exc:  # noqa: BLE001 - recorded per run, the others go on
         text = " ".join(str(exc).split()) or type(exc).__name__
