@@ -57,9 +57,31 @@ class PoolIndex:
 
     def update(self, node: Node) -> None:
         """Re-file a node after its free GPUs or cores changed."""
-        if self.key.get(node.idx) != self._key(node):
-            self.remove(node)
-            self.add(node)
+        # _key, remove and add in one (a start or a finish re-files each of its nodes).
+        g = node.free_gpus
+        g = 0 if g < 0 else self.max_gpus if g > self.max_gpus else g
+        c = node.free_cores + node.cpu_job_cores if self.dnn_view else node.free_cores
+        if c < 0:
+            c = 0
+        old = self.key.get(node.idx)
+        if old == (g, c):
+            return
+        if old is None:
+            raise KeyError(node.idx)  # not filed here
+        og, oc = old
+        level = self.buckets[og]
+        bucket = level[oc]
+        del bucket[node]
+        if not bucket:
+            del level[oc]
+            self.masks[og] &= ~(1 << oc)
+        level = self.buckets[g]
+        into = level.get(c)
+        if into is None:
+            into = level[c] = {}
+            self.masks[g] |= 1 << c
+        into[node] = None
+        self.key[node.idx] = (g, c)
 
     def best_fit(self, gpus: int, cores: int) -> Iterator[Node]:
         """Nodes with >= gpus free GPUs and >= cores free cores, tightest first.

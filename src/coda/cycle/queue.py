@@ -3,19 +3,24 @@
 Jobs of one shape (kind, GPUs per node, nodes, the core count's group) fit or
 fail alike, so a cycle looks at bucket fronts, not at every queued job. Each
 bucket is sorted by queue key; started or withdrawn jobs are skipped lazily and
-trimmed from the front.
+trimmed from the front. ``Parking`` holds back, during one backfill merge, the
+buckets whose next job cannot fit what the dirty nodes offer.
 """
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import Any
 
 from coda.policy.state import Job
 
 
 class Bucket:
-    __slots__ = ("keys", "jobs", "pos", "wait", "wait_cycle", "full")
+    __slots__ = (
+        "keys", "jobs", "pos", "wait", "wait_cycle", "full", "memo_job", "memo_gen", "memo_cores",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.keys: list[tuple[Any, ...]] = []
@@ -25,6 +30,10 @@ class Bucket:
         self.wait_cycle = -1
         # Core counts changed since its front last failed: retry with a full search.
         self.full = False
+        # The core count last asked for one of its jobs, and the plugin's generation then.
+        self.memo_job: Job | None = None
+        self.memo_gen = -1
+        self.memo_cores = 0
 
     def add(self, key: tuple[Any, ...], job: Job) -> None:
         at = bisect_right(self.keys, key)
@@ -39,9 +48,15 @@ class Bucket:
 
     def front(self) -> tuple[tuple[Any, ...], Job] | None:
         jobs, i = self.jobs, self.pos
-        while i < len(jobs) and self._stale(i):
+        n = len(jobs)
+        if i < n and (i <= 64 or i * 2 <= n):
+            job = jobs[i]
+            key = self.keys[i]
+            if job.start < 0 and job.queue_key == key:
+                return key, job  # the usual case: the front is still queued
+        while i < n and self._stale(i):
             i += 1
-        if i > 64 and i * 2 > len(jobs):  # trim the started prefix
+        if i > 64 and i * 2 > n:  # trim the started prefix
             del self.keys[:i], self.jobs[:i]
             i = 0
         self.pos = i
@@ -56,3 +71,73 @@ class Bucket:
 
     def live(self) -> list[Job]:
         return [self.jobs[i] for i in range(self.pos, len(self.jobs)) if not self._stale(i)]
+
+    def cores_of(self, job: Job, generation: int, ask: Callable[[Job], int]) -> int:
+        """``ask(job)``, asked again only when the job or the core count's generation
+        changed (CoreCount: answers change only with the generation)."""
+        if job is not self.memo_job or generation != self.memo_gen:
+            self.memo_job, self.memo_gen, self.memo_cores = job, generation, ask(job)
+        return self.memo_cores
+
+
+# The backfill merge's entries: (a job's queue key, its array, its bucket's shape, its
+# index in the bucket), and a parked one with what its job needs (kind, GPUs, cores).
+Entry = tuple[tuple[Any, ...], str, tuple[Any, ...], int]
+Parked = tuple[Entry, str, int, int]
+Room = dict[str, tuple[int, int, float]]  # kind -> (max free GPUs, cores, memory)
+# Looks at a bucket for the merge: the parked form of its first job the merge judges
+# by the room, or None if it has none (every job in it started, or is skipped).
+Judge = Callable[[str, tuple[Any, ...], Bucket], Parked | None]
+
+
+class Parking:
+    """The buckets a backfill merge holds back: their next job does not fit the room
+    (the most any dirty node offers), so they cost nothing until the room changes.
+
+    Whole groups of buckets (an array's buckets of one kind and GPUs per node) park
+    unseen when the room lacks those GPUs; they are looked at (``judge``) only once the
+    room has the GPUs, or when the merge must know where their jobs stand."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+        self.entries: list[Parked] = []
+        self.groups: list[tuple[str, int, str, dict[tuple[Any, ...], Bucket]]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.groups)
+
+    def _open(self, everyone: bool, room: Room) -> None:
+        keep = []
+        for group in self.groups:
+            kind, gpus_pn, arr, buckets = group
+            if everyone or gpus_pn <= room[kind][0]:
+                for shape, bucket in list(buckets.items()):
+                    parked = self.judge(arr, shape, bucket)
+                    if parked is not None:
+                        self.entries.append(parked)
+            else:
+                keep.append(group)
+        self.groups = keep
+
+    def first_after(self, last: Entry | None, room: Room) -> Entry | None:
+        """The first parked entry the merge has not passed."""
+        self._open(True, room)
+        return min((p[0] for p in self.entries if last is None or p[0] > last), default=None)
+
+    def unpark(
+        self, heap: list[Entry], room: Room, last: Entry | None, everyone: bool = False
+    ) -> None:
+        """Move the parked buckets the room now fits (``everyone``: all) into the merge.
+        Those the merge has passed did not fit when it did (the room had not changed)."""
+        self._open(everyone, room)
+        keep = []
+        for p in self.entries:
+            entry, kind, gpus_pn, cores_pn = p
+            if last is not None and entry < last:
+                continue
+            max_g, max_c, _ = room[kind]
+            if everyone or (gpus_pn <= max_g and cores_pn <= max_c):
+                heapq.heappush(heap, entry)
+            else:
+                keep.append(p)
+        self.entries = keep

@@ -31,7 +31,7 @@ from coda.cycle import reasons as R
 from coda.cycle.checks import check_no_waiting_fit
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
 from coda.cycle.nodes import InvariantError
-from coda.cycle.queue import Bucket
+from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold, Reservation, Reservations
 from coda.cycle.tenants import TenantQueues
@@ -40,6 +40,7 @@ from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 
 _MAX_ROUNDS = 64  # rounds at one instant (each starts jobs or moves a reservation)
 _SORT_DIRTY_UP_TO = 64  # more dirty nodes than this: search the index instead
+_REASONS_KEPT = 4096  # distinct reasons shared (Scheduler._why) before starting afresh
 
 
 class Scheduler(Reservations):
@@ -49,6 +50,10 @@ class Scheduler(Reservations):
         super().__init__(policy)
         arrays = policy.arrays.names
         self.buckets: dict[str, dict[tuple[Any, ...], Bucket]] = {a: {} for a in arrays}
+        # The same buckets by (kind, GPUs per node), so backfill passes over whole groups.
+        self._groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]] = {
+            a: {} for a in arrays
+        }
         # Each array's jobs in the order heads are taken (per tenant under fair share).
         self._queues = TenantQueues(arrays, policy.fair_share, self._live_entry)
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
@@ -65,6 +70,8 @@ class Scheduler(Reservations):
         self.now = 0.0
         self._executor: Executor | None = None
         self._decisions: list[Decision] = []
+        self._reasons: dict[tuple[str, str, str | None], Reason] = {}
+        self._maybe_full = True  # some bucket may be owed a full search (Bucket.full)
         # Stand-in jobs, to ask the policy which pools each kind of job may use.
         self._probe = {
             DNN: Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0),
@@ -85,7 +92,7 @@ class Scheduler(Reservations):
             job.wait, job.wait_cycle = never, self.cycles
             return never
         self._enqueue(job)
-        job.wait, job.wait_cycle = Reason(R.NEW), self.cycles
+        job.wait, job.wait_cycle = self._why(R.NEW), self.cycles
         self._new.append(job)
         return None
 
@@ -125,6 +132,7 @@ class Scheduler(Reservations):
         bucket = buckets.get(shape)
         if bucket is None:
             bucket = buckets[shape] = Bucket()
+            self._groups[arr].setdefault(shape[:2], {})[shape] = bucket
         # The preemption count keeps a requeued job's new entry apart from its old one.
         job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
         bucket.add(job.queue_key, job)
@@ -199,6 +207,17 @@ class Scheduler(Reservations):
                 if reason is not None:
                     yield job, reason
 
+    def _why(self, code: str, detail: str = "", behind: str | None = None) -> Reason:
+        """``Reason(code, detail, behind)``; reasons are values, so equal ones are shared
+        (a cycle notes one for every job it tries)."""
+        key = (code, detail, behind)
+        reason = self._reasons.get(key)
+        if reason is None:
+            if len(self._reasons) >= _REASONS_KEPT:
+                self._reasons.clear()
+            reason = self._reasons[key] = Reason(code, detail, behind)
+        return reason
+
     def _note(self, job: Job, reason: Reason) -> None:
         job.wait, job.wait_cycle = reason, self.cycles
         bucket = self._bucket_of.get(job)
@@ -235,8 +254,12 @@ class Scheduler(Reservations):
             for buckets in self.buckets.values():
                 for bucket in buckets.values():
                     bucket.full = True
-        fresh = set(self._new) | self._carry
-        self._new, self._carry = [], set()
+            self._maybe_full = True
+        fresh = set(self._new)
+        if self._carry:
+            fresh |= self._carry
+            self._carry = set()
+        self._new = []
         try:
             for _ in range(_MAX_ROUNDS):
                 dirty = list(self.dirty)
@@ -312,10 +335,16 @@ class Scheduler(Reservations):
             first = self._earliest(arr)
             if first is not None:
                 pending[arr] = first
+        core_count = self.policy.core_count
         while pending:
-            arr = min(pending, key=lambda a: self._rank(pending[a]))
+            if len(pending) == 1:
+                arr = next(iter(pending))
+            else:
+                arr = min(pending, key=lambda a: self._rank(pending[a]))
             job = pending[arr]
-            if self._try(job, self._full(job, fresh), dirty, active):
+            gen = core_count.generation
+            cores_pn = self.cores(job)
+            if self._try(job, self._full(job, fresh), dirty, active, cores_pn):
                 nxt = self._earliest(arr)
                 if nxt is None:
                     del pending[arr]
@@ -325,7 +354,9 @@ class Scheduler(Reservations):
             heads[arr] = job
             del pending[arr]
             if self.policy.backfill:
-                self._hold(arr, job, active)
+                if core_count.generation != gen:  # the attempt moved core counts
+                    cores_pn = self.cores(job)
+                self._hold(arr, job, active, cores_pn)
         return heads
 
     def _backfill(
@@ -339,53 +370,124 @@ class Scheduler(Reservations):
         """Try the jobs behind the heads, in queue order, where they do not delay
         a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
         merged queue order; a bucket stops at its first job that does not fit
-        what those nodes still offer (room only shrinks while this runs, so no
-        job of the same shape behind it can fit). A bucket whose core count may
-        have changed gets a full search for its front instead. New jobs get a
-        full search."""
+        what those nodes offer at that point (the room: the most free GPUs, cores
+        and memory over the dirty nodes, as of the last start). A bucket whose
+        core count may have changed gets a full search for its front instead. New
+        jobs get a full search.
+
+        Most buckets cannot fit the room at all (a departure frees one node), so a
+        bucket whose next job does not fit it is parked (``Parking``) instead of
+        taking part in the merge: it is looked at again only when the room changes,
+        and joins the merge then if it fits. That walks the same jobs in the same
+        order, with the same room, as merging every bucket would."""
+        # With no dirty node only buckets owed a full search take part; none may be.
+        walk = bool(dirty) or self._maybe_full
+        if walk:
+            self._merge(dirty, fresh, active, heads, blocked)
+        # New arrivals come last in a FIFO queue; each gets a full search.
+        for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
+            arr = self.policy.arrays.array_of(job)
+            if job.start < 0 and job in self._bucket_of and job is not heads[arr]:
+                if arr not in blocked:
+                    self._try(job, True, dirty, active)
+
+    def _merge(
+        self,
+        dirty: list[Node],
+        fresh: set[Job],
+        active: dict[int, list[Hold]],
+        heads: dict[str, Job | None],
+        blocked: set[str],
+    ) -> None:
+        """Backfill's merge of the old jobs, bucket by bucket in queue order."""
         depth = self.policy.backfill_depth
+        core_count = self.policy.core_count
         room = self._room(dirty)
         seen = len(dirty)
-        heap: list[tuple[tuple[Any, ...], str, tuple[Any, ...], int]] = []
+        heap: list[Entry] = []
+        parking = Parking(lambda a, shape, b: self._judged(a, shape, b, heads[a], fresh))
+        # No bucket owed a full search: a group lacking the room's GPUs parks unseen.
+        by_group = bool(dirty) and not self._maybe_full
+        any_full = False
         for arr in self.policy.arrays.names:
             if arr in blocked:
                 continue
             buckets = self.buckets[arr]
+            groups = self._groups[arr]
+            if by_group:
+                for (kind, gpus_pn), group in groups.items():
+                    if gpus_pn > room[kind][0]:
+                        if group:
+                            parking.groups.append((kind, gpus_pn, arr, group))
+                        continue
+                    for shape, bucket in list(group.items()):
+                        if bucket.front() is None:
+                            del buckets[shape], group[shape]  # every job of it started or left
+                            continue
+                        self._take_part(parking.judge(arr, shape, bucket), room, heap, parking)
+                continue
             for shape in list(buckets):
                 bucket = buckets[shape]
-                if not dirty and not bucket.full:
+                full = bucket.full
+                any_full = any_full or full
+                if not dirty and not full:
                     continue
                 front = bucket.front()
                 if front is None:
-                    del buckets[shape]  # every job of it started or left
-                else:
+                    del buckets[shape], groups[shape[:2]][shape]  # every job started or left
+                    continue
+                if full:
                     heap.append((front[0], arr, shape, bucket.pos))
+                else:
+                    self._take_part(parking.judge(arr, shape, bucket), room, heap, parking)
+        if not by_group and not any_full and not blocked:
+            self._maybe_full = False  # Bucket.full is set only with a new generation
         heapq.heapify(heap)
         examined = dict.fromkeys(self.policy.arrays.names, 0)
         cores_of: dict[tuple[Any, ...], int] = {}
-        while heap:
-            key, arr, shape, at = heapq.heappop(heap)
+        gen = core_count.generation
+        last: Entry | None = None  # the entry the merge took last
+        while True:
+            if parking and len(dirty) != seen:
+                # Nodes joined: the merge reads the room afresh at its next room check.
+                # Where a parked bucket comes before the merge's next entry, that check is
+                # its own (nothing changed since the last step): read the room now.
+                nxt = parking.first_after(last, room)
+                if nxt is not None and (not heap or nxt < heap[0]):
+                    room, seen = self._room(dirty), len(dirty)
+                    parking.unpark(heap, room, last)
+                    continue
+            if not heap:
+                break
+            last = heapq.heappop(heap)
+            key, arr, shape, at = last
             bucket = self.buckets[arr][shape]
             job = bucket.jobs[at]
             if job.start < 0 and job is not heads[arr] and job not in fresh:
                 if bucket.full:
                     if examined[arr] >= depth:
-                        self._note(job, Reason(R.DEPTH))
+                        self._note(job, self._why(R.DEPTH))
                         continue  # still full: its search comes next cycle
                     examined[arr] += 1
-                    if self._try(job, True, dirty, active):
+                    started = self._try(job, True, dirty, active)
+                    if started:
                         room = self._room(dirty)
-                    elif not bucket.full:
+                    if parking:
+                        gen = self._after_try(parking, heap, room, last, gen, started)
+                    if not started and not bucket.full:
                         continue  # the rest of the bucket fails alike
                 else:
                     if len(dirty) != seen:  # nodes joined mid-round
                         room, seen = self._room(dirty), len(dirty)
+                        if parking:
+                            parking.unpark(heap, room, last)
                     max_g, max_c, max_m = room[job.kind]
                     # Jobs of a bucket get equal core counts (CoreCount's contract): ask
                     # the plugin once per bucket and round.
                     cores_pn = cores_of.get(shape, -1)
                     if cores_pn < 0:
-                        cores_pn = cores_of[shape] = self.cores(job)
+                        now_gen = core_count.generation
+                        cores_pn = cores_of[shape] = bucket.cores_of(job, now_gen, self.cores)
                     if job.gpus_pn > max_g or cores_pn > max_c:
                         continue  # no older job behind it in this bucket fits the dirty nodes
                     # A job too big for their memory is passed over without an attempt
@@ -393,20 +495,66 @@ class Scheduler(Reservations):
                     if job.mem_pn <= max_m or job.nodes > 1:
                         if examined[arr] >= depth:
                             self._deferred.update(dict.fromkeys(dirty))
-                            self._note(job, Reason(R.DEPTH))
+                            self._note(job, self._why(R.DEPTH))
                             continue
                         examined[arr] += 1  # depth counts real placement attempts
-                        if self._try(job, False, dirty, active, cores_pn):
+                        started = self._try(job, False, dirty, active, cores_pn)
+                        if started:
                             room = self._room(dirty)
+                        if parking:
+                            gen = self._after_try(parking, heap, room, last, gen, started)
+            nxt_job = bucket.next_after(at)
+            if nxt_job is not None:
+                heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
+
+    def _judged(
+        self, arr: str, shape: tuple[Any, ...], bucket: Bucket, head: Job | None, fresh: set[Job]
+    ) -> Parked | None:
+        """The bucket's first job the merge judges by the room (the array's head and new
+        arrivals are passed over), as a parked entry; None if it has none."""
+        front = bucket.front()
+        if front is None:
+            return None
+        key, job = front
+        at = bucket.pos
+        while job is head or job in fresh:
             nxt = bucket.next_after(at)
-            if nxt is not None:
-                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
-        # New arrivals come last in a FIFO queue; each gets a full search.
-        for job in sorted(fresh, key=lambda j: j.queue_key):
-            arr = self.policy.arrays.array_of(job)
-            if job.start < 0 and job in self._bucket_of and job is not heads[arr]:
-                if arr not in blocked:
-                    self._try(job, True, dirty, active)
+            if nxt is None:
+                return None
+            key, at = nxt
+            job = bucket.jobs[at]
+        cores_pn = bucket.cores_of(job, self.policy.core_count.generation, self.cores)
+        return (key, arr, shape, at), job.kind, job.gpus_pn, cores_pn
+
+    @staticmethod
+    def _take_part(parked: Parked | None, room: Room, heap: list[Entry], parking: Parking) -> None:
+        """A bucket's next job joins the merge if the room fits it, else it parks."""
+        if parked is None:
+            return
+        entry, kind, gpus_pn, cores_pn = parked
+        max_g, max_c, _ = room[kind]
+        if gpus_pn > max_g or cores_pn > max_c:
+            parking.entries.append(parked)
+        else:
+            heap.append(entry)
+
+    def _after_try(
+        self,
+        parking: Parking,
+        heap: list[Entry],
+        room: Room,
+        last: Entry,
+        gen: int,
+        started: bool,
+    ) -> int:
+        """After an attempt: a new room may fit parked buckets; new core counts (the
+        generation moved) void what they were parked for, so all of them rejoin."""
+        now = self.policy.core_count.generation
+        if now != gen:
+            parking.unpark(heap, room, last, everyone=True)
+        elif started:
+            parking.unpark(heap, room, last)
+        return now
 
     def _try(
         self,
@@ -431,7 +579,7 @@ class Scheduler(Reservations):
             return False
         return self._start(job, nodes, cores_pn)
 
-    def _room(self, dirty: list[Node]) -> dict[str, tuple[int, int, float]]:
+    def _room(self, dirty: list[Node]) -> Room:
         """(max free GPUs, cores, memory) over the dirty nodes each kind may use."""
         room = {}
         for kind, probe in self._probe.items():
@@ -439,19 +587,25 @@ class Scheduler(Reservations):
             g = c = -1
             m = -1.0
             reclaim = kind == DNN and self.dnn_index is not None
-            for node in dirty:
+            for node in dirty:  # max() of each, without the calls
                 if node.pool in pools:
-                    g = max(g, node.free_gpus)
-                    c = max(c, node.free_cores + node.cpu_job_cores if reclaim else node.free_cores)
-                    m = max(m, node.free_mem if node.mem_mib else math.inf)
+                    x = node.free_gpus
+                    if x > g:
+                        g = x
+                    x = node.free_cores + node.cpu_job_cores if reclaim else node.free_cores
+                    if x > c:
+                        c = x
+                    y = node.free_mem if node.mem_mib else math.inf
+                    if y > m:
+                        m = y
             needs_gpu = kind == DNN
             room[kind] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
         return room
 
-    def _hold(self, arr: str, job: Job, active: dict[int, list[Hold]]) -> None:
+    def _hold(self, arr: str, job: Job, active: dict[int, list[Hold]], cores_pn: int) -> None:
         """Give a blocked head its reservation and make it bind later-queued jobs."""
         old = self.reservations[arr]
-        resv = self._reserve_for(arr, job, self.cores(job), active)
+        resv = self._reserve_for(arr, job, cores_pn, active)
         moved = old is not None and old is not resv
         if moved and resv is not None and old is not None:
             # The same nodes, reserved from no later: nothing kept off them may fit now.
@@ -482,25 +636,30 @@ class Scheduler(Reservations):
         need = job.nodes
         want = max(need, policy.candidates_to_score)
         pools = policy.pools.pools(job)
-        reclaim = job.is_dnn and self.dnn_index is not None
+        reclaim = job.kind == DNN and self.dnn_index is not None
         if only is not None and need == 1 and len(only) <= _SORT_DIRTY_UP_TO:
-            cands = sorted(
-                (
-                    n
-                    for n in only
-                    if n.pool in pools
-                    and n.free_gpus >= job.gpus_pn
-                    and (n.free_cores >= cores_pn or reclaim and self._dnn_fits(n, cores_pn))
-                ),
-                # Nodes where it would have to reclaim CPU jobs' cores come last.
-                key=lambda n: (
-                    pools.index(n.pool),
-                    n.free_cores < cores_pn,
-                    n.free_gpus,
-                    n.free_cores,
-                    n.idx,
-                ),
-            )
+            gpus_pn = job.gpus_pn
+            cands = [
+                n
+                for n in only
+                if n.pool in pools
+                and n.free_gpus >= gpus_pn
+                and (n.free_cores >= cores_pn or reclaim and self._dnn_fits(n, cores_pn))
+            ]
+            if not cands:  # nothing on them has the room
+                self._note(job, self._short_of(job, cores_pn, pools))
+                return None
+            if len(cands) > 1:
+                cands.sort(
+                    # Nodes where it would have to reclaim CPU jobs' cores come last.
+                    key=lambda n: (
+                        pools.index(n.pool),
+                        n.free_cores < cores_pn,
+                        n.free_gpus,
+                        n.free_cores,
+                        n.idx,
+                    ),
+                )
             streams: list[Iterable[Node]] = [cands]
         else:
             # Many dirty nodes: the index finds the same feasible set (no node that
@@ -514,7 +673,8 @@ class Scheduler(Reservations):
                         streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
         mem = job.mem_pn
         finish_by = self.now + job.estimate
-        key = self._rank(job)
+        key: tuple[Any, ...] | None = None  # its rank, worked out where a reservation asks
+        filters = policy.filters
         found: list[Node] = []
         seen = 0
         by_mem = 0
@@ -528,12 +688,18 @@ class Scheduler(Reservations):
                     continue
                 held = active.get(node.idx)
                 if held is not None:
+                    if key is None:
+                        key = self._rank(job)
                     owner = self._binding_owner(job, key, finish_by, held)
                     if owner is not None:
                         by_resv = by_resv or owner
                         continue  # would delay an earlier job's reservation
-                if policy.filters:
-                    refused = policy.refusing_filter(job, node, cores_pn)
+                if filters:
+                    refused = None
+                    for f in filters:  # Policy.refusing_filter, without the call
+                        if not f.filter(job, node, cores_pn):
+                            refused = f
+                            break
                     if refused is not None:
                         by_filter = by_filter or type(refused).__name__
                         continue
@@ -544,29 +710,32 @@ class Scheduler(Reservations):
                 break
         if len(found) < need:
             if by_resv is not None:
-                reason = Reason(R.RESERVATION, behind=by_resv.job_id)
+                reason = self._why(R.RESERVATION, behind=by_resv.job_id)
             elif by_filter is not None:
-                reason = Reason(R.FILTER, by_filter)
+                reason = self._why(R.FILTER, by_filter)
             elif by_mem:
-                reason = Reason(R.MEMORY, str(mem))
+                reason = self._why(R.MEMORY, str(mem))
             elif seen == 0 or only is not None:
                 reason = self._short_of(job, cores_pn, pools)
             else:
-                reason = Reason(R.CORES, str(cores_pn))  # a gang short of nodes
+                reason = self._why(R.CORES, str(cores_pn))  # a gang short of nodes
             self._note(job, reason)
             return None
         return policy.pick(job, found, cores_pn, need)
 
     def _short_of(self, job: Job, cores_pn: int, pools: tuple[str, ...]) -> Reason:
         """Nothing fitted: whether GPUs or cores are what no node has free."""
-        reclaim = job.is_dnn and self.dnn_index is not None
+        reclaim = job.kind == DNN and self.dnn_index is not None
         for p in pools:
             index = self.dnn_index if reclaim and p == GPU_POOL else self.index.get(p)
-            if index is not None and any(
-                index.masks[g] for g in range(job.gpus_pn, len(index.masks))
-            ):
-                return Reason(R.CORES, str(cores_pn))
-        return Reason(R.GPUS, str(job.gpus_pn)) if job.gpus_pn else Reason(R.CORES, str(cores_pn))
+            if index is not None:
+                masks = index.masks
+                for g in range(job.gpus_pn, len(masks)):
+                    if masks[g]:  # some node has its GPUs free
+                        return self._why(R.CORES, str(cores_pn))
+        if job.gpus_pn:
+            return self._why(R.GPUS, str(job.gpus_pn))
+        return self._why(R.CORES, str(cores_pn))
 
     # ------------------------------------------------------------ start
     def _start(self, job: Job, nodes: list[Node], cores_pn: int) -> bool:

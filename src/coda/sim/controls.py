@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coda.policy.state import Node
+from coda.policy.state import DNN, Node
 from coda.sim.constants import REST_AFTER_S, SAMPLE, TICK
 
 if TYPE_CHECKING:
@@ -16,42 +16,57 @@ if TYPE_CHECKING:
 # ------------------------------------------------------ node control
 def _rewatch(self: Simulator, node: Node) -> None:
     """Ask the controls whether node still needs ticks; start its meters if new."""
-    if self._quiet:
+    quiet = self._quiet
+    if quiet:
         # A gang job's speed depends on all its nodes: a change here may wake them.
+        watched = self.watched
         for job in node.jobs:
+            if job.nodes == 1:
+                continue  # a job on this node alone (its placement) wakes nothing else
             for other in job.placement:
-                if other is not node and other in self._quiet and other not in self.watched:
+                if other is not node and other in quiet and other not in watched:
                     self._rewatch_one(other)
     self._rewatch_one(node)
 
 
 def _rewatch_one(self: Simulator, node: Node) -> None:
-    jc = self.policy.job_control
+    policy = self.policy
+    jc = policy.job_control
     want = False
     if jc is not None:
-        want = any(j.is_dnn and jc.wants_samples(j) for j in node.jobs)
-    if not want and self.policy.node_control is not None:
-        want = self.policy.node_control.watching(node)
+        wants = jc.wants_samples
+        for j in node.jobs:  # any DNN job that wants samples (loop: no generator per call)
+            if j.kind == DNN and wants(j):
+                want = True
+                break
+    if not want and policy.node_control is not None:
+        want = policy.node_control.watching(node)
     if want and self._resting(node):
         want = False
+    watched = self.watched
     if want:
-        if node not in self.watched:
-            if not self.watched:
+        if node not in watched:
+            if not watched:
                 self._arm()
-            self.watched[node] = None
+            watched[node] = None
             now = self.now
             for job in node.jobs:  # samples start with the watch
-                if job.is_dnn:
+                if job.kind == DNN:
                     self._settle(job)
                     job.sample_t = now
                     job.sample_work = job.work - job.remaining
-    elif node in self.watched:
-        del self.watched[node]
+    elif node in watched:
+        del watched[node]
 
 
 def _signature(self: Simulator, node: Node) -> tuple[int, ...]:
     """Versions of the node and of every node its jobs span: while they hold,
     no job on it changed speed (a gang job's speed depends on all its nodes)."""
+    for job in node.jobs:
+        if job.nodes != 1:
+            break
+    else:  # its jobs run on it alone (a placement has the job's node count)
+        return (node.idx, node.version)
     nodes = {node.idx: node}
     for job in node.jobs:
         for n in job.placement:
@@ -66,13 +81,14 @@ def _resting(self: Simulator, node: Node) -> bool:
     being ticked until something on it (or on its jobs' nodes) changes. Its
     samples would repeat the same exact speeds (noise aside) for ever: two
     co-located jobs running for years would otherwise cost a tick per period."""
+    quiet = self._quiet
     if not node.jobs:
-        self._quiet.pop(node, None)
+        quiet.pop(node, None)
         return False
     sig = self._signature(node)
-    seen = self._quiet.get(node)
+    seen = quiet.get(node)
     if seen is None or seen[0] != sig:
-        self._quiet[node] = (sig, self.now)
+        quiet[node] = (sig, self.now)
         return False
     if self.now - seen[1] < REST_AFTER_S:
         return False
@@ -82,7 +98,7 @@ def _resting(self: Simulator, node: Node) -> bool:
     jc = self.policy.job_control
     if jc is not None:
         for job in node.jobs:
-            if job.is_dnn and jc.wants_samples(job) and not jc.waiting_for_room(job):
+            if job.kind == DNN and jc.wants_samples(job) and not jc.waiting_for_room(job):
                 return False
     self.rests += node in self.watched
     return True
@@ -134,23 +150,29 @@ def _sample_all(self: Simulator) -> None:
     eliminator = self.policy.node_control is not None
     now = self.now
     noise = self.noise
-    for node in list(self.watched):
-        if node not in self.watched:
+    wants = control.wants_samples
+    watched = self.watched
+    for node in list(watched):
+        if node not in watched:
             continue
         for job in list(node.jobs):
             # sample_t >= now: sampled already this tick (a gang job on two nodes).
-            if not job.is_dnn or job.sample_t >= now:
+            if job.kind != DNN or job.sample_t >= now:
                 continue
             done = job.work - job.remaining + job.speed * (now - job.last_update)
-            if not (
-                control.wants_samples(job)
-                or (eliminator and any(n.cpu_job_cores for n in job.placement))
-            ):
-                # Neither its allocator nor the eliminator needs this window:
-                # skip it (a sample costs a policy call) and start the next.
-                job.sample_t = now
-                job.sample_work = done
-                continue
+            if not wants(job):
+                needed = False  # by the eliminator: a CPU job shares one of its nodes
+                if eliminator:
+                    for n in job.placement:
+                        if n.cpu_job_cores:
+                            needed = True
+                            break
+                if not needed:
+                    # Neither its allocator nor the eliminator needs this window:
+                    # skip it (a sample costs a policy call) and start the next.
+                    job.sample_t = now
+                    job.sample_work = done
+                    continue
             rate = (done - job.sample_work) / (now - job.sample_t)
             job.sample_t = now
             job.sample_work = done

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from coda.cycle import InvariantError
-from coda.policy.state import Job, Node
+from coda.policy.state import DNN, Job, Node
 from coda.sim.constants import EPISODE_LOSS, FINISH
 
 if TYPE_CHECKING:
@@ -62,43 +62,60 @@ def _useful_cores(self: Simulator, job: Job) -> float:
 
 def _local_speed(self: Simulator, job: Job, node: Node) -> tuple[float, float]:
     """(speed from cores alone, slowdown from memory-bandwidth pressure x PCIe)."""
+    return _core_speed(job), _slowdown(self, job, node)
+
+
+def _core_speed(job: Job) -> float:
+    """Speed from cores alone: the same on each of its nodes."""
     if job.perf is not None:
-        perf = job.perf
-        base = perf.core_speed(job.cores_pn * job.quota)
+        return job.perf.core_speed(job.cores_pn * job.quota)
+    return min(1.0, job.cores_pn * job.quota / job.cores_pn_req)
+
+
+def _slowdown(self: Simulator, job: Job, node: Node) -> float:
+    """Slowdown on node from memory-bandwidth pressure x PCIe sharing."""
+    perf = job.perf
+    if perf is not None:
         if self.policy.ideal_isolation:
-            return base, 1.0
+            return 1.0
         slow = perf.slowdown((node.bw_used - job.bw_pn) / node.bw_gbps)
         if perf.pcie_heavy and len(node.pcie_heavy) > 1:
             pair = self.workload.profiles.pcie_pair_slowdown
             slow *= max(
                 pair(job.model or "", o.model or "") for o in node.pcie_heavy if o is not job
             )
-        return base, slow
-    base = min(1.0, job.cores_pn * job.quota / job.cores_pn_req)
+        return slow
     if node.bw_used > node.bw_gbps and not self.policy.ideal_isolation:
-        return base, node.bw_used / node.bw_gbps  # saturated bus shared pro rata
-    return base, 1.0
+        return node.bw_used / node.bw_gbps  # saturated bus shared pro rata
+    return 1.0
 
 
 def _refresh(self: Simulator, nodes: list[Node]) -> None:
     """Recompute the speed of every job on these nodes and reschedule its finish."""
     seen: set[Job] = set()
+    several = len(nodes) > 1  # a job shows up once per node it spans
     for node in nodes:
         for job in node.jobs:
-            if job in seen:
-                continue
-            seen.add(job)
+            if several:
+                if job in seen:
+                    continue
+                seen.add(job)
+            # min() over its nodes of (speed from cores, speed from cores / slowdown),
+            # the former starting from 1.0; speed from cores is the same on each node.
+            b = _core_speed(job)
             base = 1.0
             speed = math.inf
             for n in job.placement:
-                b, slow = self._local_speed(job, n)
-                base = min(base, b)
-                speed = min(speed, b / slow)
-            if job.is_dnn:
-                self._track_episode(job, base, speed)
+                if b < base:
+                    base = b
+                v = b / _slowdown(self, job, n)
+                if v < speed:
+                    speed = v
+            if job.kind == DNN:
+                _track_episode(self, job, base, speed)
                 self.gpu_base += job.gpus * (base - job.core_speed_now)
             job.core_speed_now = base
-            self._set_speed(job, speed)
+            _set_speed(self, job, speed)
 
 
 def _track_episode(self: Simulator, job: Job, base: float, speed: float) -> None:
@@ -143,10 +160,10 @@ def _checkpoint(self: Simulator, job: Job, now: float) -> None:
 
 
 def _set_speed(self: Simulator, job: Job, speed: float) -> None:
-    self._settle(job)
+    _settle(self, job)
     if speed == job.speed and job.version:
         return
-    if job.is_dnn:
+    if job.kind == DNN:
         self.gpu_eff += job.gpus * (speed - job.speed)
     job.speed = speed
     job.version += 1
