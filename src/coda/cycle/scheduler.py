@@ -421,10 +421,11 @@ class Scheduler(Reservations):
                             parking.groups.append((kind, gpus_pn, arr, group))
                         continue
                     for shape, bucket in list(group.items()):
-                        if bucket.front() is None:
+                        parked = parking.judge(arr, shape, bucket)
+                        if parked is not None:
+                            self._take_part(parked, room, heap, parking)
+                        elif bucket.front() is None:
                             del buckets[shape], group[shape]  # every job of it started or left
-                            continue
-                        self._take_part(parking.judge(arr, shape, bucket), room, heap, parking)
                 continue
             for shape in list(buckets):
                 bucket = buckets[shape]
@@ -432,14 +433,14 @@ class Scheduler(Reservations):
                 any_full = any_full or full
                 if not dirty and not full:
                     continue
-                front = bucket.front()
-                if front is None:
-                    del buckets[shape], groups[shape[:2]][shape]  # every job started or left
-                    continue
-                if full:
+                front = bucket.front() if full else None
+                parked = None if full else parking.judge(arr, shape, bucket)
+                if front is not None:
                     heap.append((front[0], arr, shape, bucket.pos))
-                else:
-                    self._take_part(parking.judge(arr, shape, bucket), room, heap, parking)
+                elif parked is not None:
+                    self._take_part(parked, room, heap, parking)
+                elif bucket.front() is None:
+                    del buckets[shape], groups[shape[:2]][shape]  # every job started or left
         if not by_group and not any_full and not blocked:
             self._maybe_full = False  # Bucket.full is set only with a new generation
         heapq.heapify(heap)
@@ -527,10 +528,8 @@ class Scheduler(Reservations):
         return (key, arr, shape, at), job.kind, job.gpus_pn, cores_pn
 
     @staticmethod
-    def _take_part(parked: Parked | None, room: Room, heap: list[Entry], parking: Parking) -> None:
+    def _take_part(parked: Parked, room: Room, heap: list[Entry], parking: Parking) -> None:
         """A bucket's next job joins the merge if the room fits it, else it parks."""
-        if parked is None:
-            return
         entry, kind, gpus_pn, cores_pn = parked
         max_g, max_c, _ = room[kind]
         if gpus_pn > max_g or cores_pn > max_c:
