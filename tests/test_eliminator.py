@@ -42,9 +42,12 @@ class Rig:
         seed: int = 0,
         dnn_bw: float = 0.0,
         config: EliminatorConfig | None = None,
+        reports_bw: bool = False,
     ) -> None:
         self.cfg = config or EliminatorConfig()
-        self.node = Node(0, "g0", 4, 64, 0, BW)
+        # The loop's mechanics are tested on a node that does not report its bandwidth
+        # (no MBM): then the paper's bandwidth gate does not apply. Bandwidth tests opt in.
+        self.node = Node(0, "g0", 4, 64, 0, BW if reports_bw else 0.0)
         self.book = ThroughputBook()
         self.elim = ContentionEliminator(self.book, self.cfg)
         self.slowdown = slowdown or linear(0.2)
@@ -351,6 +354,26 @@ def test_throttle_that_does_not_help_is_reverted_and_not_retried():
     assert len(rig.changes) == 4
 
 
+def test_useless_throttles_grow_rarer_and_the_node_comes_to_rest():
+    # An innocent slowdown for a day: the back-off doubles to its cap and stays there
+    # (it is not forgotten after calm_s), and once it is at its longest the node is at
+    # rest (a driver whose node does not change may stop ticking it).
+    rig = Rig([20.0])
+    rig.slowdown = lambda share: 1.0
+    rig.extra = 1.12
+    cfg = rig.cfg
+    at_rest_after: int | None = None
+    for _ in range(8640):
+        rig.step()
+        reverts = rig.elim.stats()["reverts"]
+        if at_rest_after is None and reverts and rig.elim.at_rest(rig.node):
+            at_rest_after = reverts
+    assert at_rest_after == cfg.max_backoff_doublings + 1
+    longest = cfg.backoff_s * 2**cfg.max_backoff_doublings
+    shortest = cfg.backoff_s * (1 + 2 + 4)  # the first three back-offs
+    assert rig.elim.stats()["reverts"] <= 3 + (86400 - shortest) / longest + 1
+
+
 def test_fast_path_that_does_not_help_is_reverted():
     rig = Rig([20.0, 20.0])
     rig.slowdown = lambda share: 1.0
@@ -473,7 +496,7 @@ def test_stale_quota_is_adopted_and_restored():
 def test_gang_cpu_job_is_restored_only_when_no_node_holds_it():
     book = ThroughputBook()
     elim = ContentionEliminator(book)
-    a, b = Node(0, "a", 4, 64, 0, BW), Node(1, "b", 4, 64, 0, BW)
+    a, b = Node(0, "a", 4, 64, 0, 0.0), Node(1, "b", 4, 64, 0, 0.0)  # no MBM: no gate
     cpu = Job(9, "gang", 0.0, 0, 8, 0, 2, 1e9)
     cpu.placement = [a, b]
     da, db = (Job(i, f"d{i}", 0.0, 1, 4, 0, 1, 1e9) for i in range(2))
@@ -499,10 +522,54 @@ def test_gang_cpu_job_is_restored_only_when_no_node_holds_it():
 
 
 # ------------------------------------------------------------------ bandwidth
+@pytest.mark.parametrize(("dnn_bw", "throttled"), [(40.0, True), (30.0, False)])
+def test_throttles_only_past_the_papers_bandwidth_gate(dnn_bw, throttled):
+    # CPU jobs 40 GB/s + training job 40 (share 0.80) or 30 (0.70); ratio 0.93 either way:
+    # below 75% of the node's bandwidth the drop comes from elsewhere (the paper's rule).
+    rig = Rig([20.0, 20.0], lambda share: 1.075, dnn_bw=dnn_bw, reports_bw=True)
+    rig.run(30)
+    assert bool(rig.changes) is throttled
+    if not throttled:
+        assert rig.elim.stats()["nodes_tracked"] == 0  # nothing kept for a node below the gate
+        assert rig.elim.stats()["ticks"] == 30
+
+
+def test_a_node_that_crosses_the_gate_is_judged_on_fresh_samples():
+    # Below the gate the node is not watched (a driver need not sample it); once it
+    # passes, the samples from before describe another state: a full window of new
+    # ones comes first.
+    rig = Rig([20.0, 20.0], lambda share: 1.075, dnn_bw=30.0, reports_bw=True)
+    rig.run(10)
+    assert not rig.elim.watching(rig.node) and rig.changes == []
+    rig.dnn_bw = 40.0  # share 0.80 from the next tick on
+    rig.run(10)
+    assert rig.elim.watching(rig.node)
+    assert first_change(rig) == 13  # tick 11 starts the state; 12 and 13 fill the window
+
+
+def test_severe_drop_below_the_gate_is_left_alone():
+    rig = Rig([20.0], lambda share: 1.5, dnn_bw=20.0, reports_bw=True)  # share 0.40
+    rig.run(20)
+    assert rig.changes == []
+
+
+def test_a_throttle_is_still_judged_and_restored_below_the_gate():
+    # Share 0.80 until the CPU jobs are cut, then below the gate: the chain stops there,
+    # the throttle that helped is kept, and quotas come back once the drop is gone.
+    rig = Rig([30.0], linear(0.5), dnn_bw=50.0, reports_bw=True)
+    rig.run(3)
+    assert rig.quotas() == [0.75]  # one step: 50 + 22.5 GB/s = 72.5% < 75%, no second step
+    rig.run(10)
+    assert rig.quotas() == [0.75]
+    rig.slowdown = lambda share: 1.0
+    rig.run(60)
+    assert rig.quotas() == [1.0]
+
+
 @pytest.mark.parametrize(("dnn_bw", "throttled"), [(45.0, True), (0.0, False)])
 def test_bandwidth_early_warning(dnn_bw, throttled):
     # CPU job 45 GB/s + training job: share 0.9 (hot) or 0.45; ratio 0.962 either way.
-    rig = Rig([45.0], lambda share: 1.04, dnn_bw=dnn_bw)
+    rig = Rig([45.0], lambda share: 1.04, dnn_bw=dnn_bw, reports_bw=True)
     rig.run(10)
     assert bool(rig.changes) is throttled
     if throttled:
@@ -511,7 +578,7 @@ def test_bandwidth_early_warning(dnn_bw, throttled):
 
 
 def test_no_restore_onto_a_saturated_bus():
-    rig = Rig([40.0], linear(1.0), dnn_bw=80.0)
+    rig = Rig([40.0], linear(1.0), dnn_bw=80.0, reports_bw=True)
     rig.step()
     assert rig.quotas() == [0.1]
     rig.slowdown = lambda share: 1.0  # healthy again, but 80 + 4 -> 8 GB/s would exceed 85%

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coda.policy import make_policy
+from coda.policy import PolicyOptions, make_policy
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
@@ -16,11 +16,10 @@ PROFILES = load_profile_set("coda")
 YEAR = 365 * 86400
 
 
-def run(rows, policy="coda", cluster="1x8g96c", mix=None, samples=1000):
+def run(rows, policy="coda", cluster="1x8g96c", mix=None, samples=1000, tune=None):
     wl = build_workload(table(rows), PROFILES, 0, mix or {"VGG16": 1.0})
-    sim = Simulator(
-        wl, parse_cluster_spec(cluster), make_policy(policy), samples=samples, noise=0.05
-    )
+    pol = make_policy(policy, PolicyOptions(tune=tune or {}))
+    sim = Simulator(wl, parse_cluster_spec(cluster), pol, samples=samples, noise=0.05)
     return sim, sim.run()
 
 
@@ -51,8 +50,9 @@ def test_co_located_jobs_running_for_years_cost_a_bounded_number_of_ticks(policy
 def test_a_resting_node_wakes_when_a_job_arrives():
     # After the node rests, a second CPU job arrives beside the DNN job: ticks
     # resume (the eliminator sees it), and the arrival is not missed.
+    # The bandwidth gate lowered so that the eliminator watches this (lightly used) node.
     rows = [(0, 10 * YEAR, 1, 4), (0, 10 * YEAR, 0, 4), (YEAR, 1000, 0, 40)]
-    sim, res = run(rows, "coda", mix={"AlexNet": 1.0})
+    sim, res = run(rows, "coda", mix={"AlexNet": 1.0}, tune={"eliminator.bw_gate": "0.01"})
     assert sim.rests >= 2  # rested before the arrival and again after it
     assert res.summary["jobs"]["finished"] == 3
     ticks = res.summary["policy_stats"]["eliminator"]["ticks"]

@@ -350,6 +350,30 @@ def test_idle_gpu_reserve_property(gpus, cores, busy_gpus, used, cores_pn, per_g
     assert f.filter(cpu_job(0, cores_pn), cnode, cores_pn) is True
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.integers(0, 8),
+    cores=st.integers(1, 64),
+    busy_gpus=st.integers(0, 8),
+    used=st.integers(0, 64),
+    per_gpu=st.integers(0, 8),
+)
+def test_idle_gpu_reserve_core_bound_is_the_largest_request_it_lets_in(
+    gpus, cores, busy_gpus, used, per_gpu
+):
+    node = gpu_node(gpus=gpus, cores=cores) if gpus else cpu_node(cores=cores)
+    node.free_gpus = max(0, gpus - busy_gpus)
+    node.free_cores = max(0, cores - used)
+    f = IdleGpuReserve(cores_per_idle_gpu=per_gpu)
+    let_in = [c for c in range(1, node.free_cores + 1) if f.filter(cpu_job(0, c), node, c)]
+    bound = f.most_cores("cpu", node)
+    if gpus:
+        assert bound == max(let_in) if let_in else bound < 1
+    else:
+        assert bound == node.cores  # no reserve on a CPU node
+    assert f.most_cores("dnn", node) == node.cores  # DNN jobs are never bounded
+
+
 def test_idle_gpu_reserve_in_policy_allows():
     policy = make_policy("coda")
     node = gpu_node(gpus=4, cores=32)  # reserve 4 x 2 = 8

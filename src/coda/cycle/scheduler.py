@@ -35,7 +35,7 @@ from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold, Reservation, Reservations
 from coda.cycle.tenants import TenantQueues
-from coda.policy.framework import Policy
+from coda.policy.framework import CoreBound, Policy
 from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
 
 _MAX_ROUNDS = 64  # rounds at one instant (each starts jobs or moves a reservation)
@@ -66,6 +66,7 @@ class Scheduler(Reservations):
         self._in_cycle = False
         self._generation = policy.core_count.generation
         self._static = [f for f in policy.filters if f.static]
+        self._bounds = [f for f in policy.filters if isinstance(f, CoreBound)]
         self.cycles = 0
         self.now = 0.0
         self._executor: Executor | None = None
@@ -579,8 +580,10 @@ class Scheduler(Reservations):
         return self._start(job, nodes, cores_pn)
 
     def _room(self, dirty: list[Node]) -> Room:
-        """(max free GPUs, cores, memory) over the dirty nodes each kind may use."""
+        """(max free GPUs, cores, memory) over the dirty nodes each kind may use; the
+        cores as far as the filters that declare ``CoreBound`` would let them in."""
         room = {}
+        bounds = self._bounds
         for kind, probe in self._probe.items():
             pools = self.policy.pools.pools(probe)
             g = c = -1
@@ -592,6 +595,8 @@ class Scheduler(Reservations):
                     if x > g:
                         g = x
                     x = node.free_cores + node.cpu_job_cores if reclaim else node.free_cores
+                    for b in bounds:
+                        x = min(x, b.most_cores(kind, node))
                     if x > c:
                         c = x
                     y = node.free_mem if node.mem_mib else math.inf

@@ -33,6 +33,7 @@ from coda.policy.framework import (
     Action,
     Arrays,
     ClusterAware,
+    CoreBound,
     Filter,
     Policy,
     Preempt,
@@ -40,7 +41,7 @@ from coda.policy.framework import (
     SetCores,
 )
 from coda.policy.options import PolicyOptions
-from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
+from coda.policy.state import CPU_POOL, DNN, GPU_POOL, Job, Node
 
 
 class PreemptedFirst:
@@ -83,7 +84,7 @@ class ArrayPools(ClusterAware):
 
 
 @dataclass
-class IdleGpuReserve:
+class IdleGpuReserve(CoreBound):
     """A CPU job may take a GPU node's cores only beyond a reserve for the
     node's idle GPUs, so a DNN job arriving there rarely has to reclaim."""
 
@@ -98,6 +99,14 @@ class IdleGpuReserve:
             # while the node's GPUs stand idle. It may go; DNN jobs reclaim later.
             return True
         return node.free_cores - cores_pn >= node.free_gpus * self.cores_per_idle_gpu
+
+    def most_cores(self, kind: str, node: Node) -> int:
+        if kind == DNN or node.gpus == 0:
+            return node.cores  # no reserve for these: no bound
+        free = node.free_cores
+        if free > node.cores - node.gpus * self.cores_per_idle_gpu:
+            return free  # a request this large may go beside no reserve (see filter)
+        return free - node.free_gpus * self.cores_per_idle_gpu
 
 
 class SpreadPcieHeavy:

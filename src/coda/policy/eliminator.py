@@ -45,6 +45,10 @@ class EliminatorConfig:
     healthy_tolerance: float = 0.025  # healthy: every ratio >= 1 - healthy_tolerance
     severe_drop: float = 0.20  # fast path: ratio < 1 - severe_drop -> CPU jobs to min_quota
     bw_high: float = 0.85  # bandwidth share that counts as saturated (early warning)
+    # The paper's trigger: throttle only once the node passes this share of its memory
+    # bandwidth (where the node reports it): below it, a training job's drop comes from
+    # elsewhere (its own co-located training jobs, PCIe) and throttling only slows CPU jobs.
+    bw_gate: float = 0.75
     step_down: float = 0.25  # quota decrease per step (absolute)
     min_quota: float = 0.1
     step_up: float = 0.1  # quota increase per restore step
@@ -62,7 +66,7 @@ class EliminatorConfig:
     history: int = 1000  # decisions kept for display
 
     def __post_init__(self) -> None:
-        fractions = ("drop_tolerance", "healthy_tolerance", "severe_drop", "bw_high",
+        fractions = ("drop_tolerance", "healthy_tolerance", "severe_drop", "bw_high", "bw_gate",
                      "step_down", "min_quota", "step_up", "improve_min", "heavy_share")  # fmt: skip
         for name in fractions:
             v = getattr(self, name)
@@ -137,6 +141,7 @@ class ContentionEliminator:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=self.config.history)
         self._nodes: dict[Node, _NodeState] = {}
         self._holders: dict[Job, set[Node]] = {}  # nodes holding each throttled job low
+        self._dormant: set[Node] = set()  # left unwatched below the gate (_below_gate)
         self._counts = dict.fromkeys(
             ("ticks", "throttle_steps", "fast_paths", "restores", "reverts", "relapses"), 0
         )
@@ -155,6 +160,8 @@ class ContentionEliminator:
             self.forget_node(node)  # nothing left to control: free its state now
             return False
         st = self._nodes.get(node)
+        if st is None and not throttled and self._below_gate(node):
+            return False  # nothing may start here (its DNN jobs need no samples for it)
         return has_dnn or throttled or (st is not None and st.pending is not None)
 
     def at_rest(self, node: Node) -> bool:
@@ -165,16 +172,18 @@ class ContentionEliminator:
 
         Also at rest: holding CPU jobs low after its restores backed off to the
         slowest pace (``max_restore_ticks``) and relapsed, nothing being judged. With
-        the node unchanged the next restore would only relapse again."""
+        the node unchanged the next restore would only relapse again. And: nothing
+        held after more than ``max_backoff_doublings`` reverts in a row."""
         st = self._nodes.get(node)
         if st is None:
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
-        return (
-            st.pending is None
-            and st.chain is None
-            and st.last_action == "relapse"
-            and st.restore_need >= self.config.max_restore_ticks
-        )
+        if st.pending is not None or st.chain is not None:
+            return False
+        if st.last_action == "revert" and st.reverts_in_row > self.config.max_backoff_doublings:
+            # Throttles here were reverted again and again, the back-off at its longest:
+            # with the node unchanged, the next try would only be reverted too.
+            return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
+        return st.last_action == "relapse" and st.restore_need >= self.config.max_restore_ticks
 
     def control(self, node: Node, now: float) -> list[Action]:
         self._counts["ticks"] += 1
@@ -196,7 +205,14 @@ class ContentionEliminator:
                 self._log(now, node, "release", acts, {})
             return acts
         if st is None:
+            if all(j.quota >= 1.0 - _EPS for j in cpu) and self._below_gate(node):
+                return []  # nothing held, nothing may start below the gate: no state to keep
             st = self._nodes[node] = _NodeState(self.config.restore_ticks)
+            if node in self._dormant:
+                # Not watched while below the gate: a driver may not have sampled its
+                # training jobs, and what it did sample describes the node as it was.
+                self._dormant.discard(node)
+                st.last_action_t = now
         for j in cpu:  # throttled by nobody we know (a forgotten state): adopt it
             if j.quota < 1.0 - _EPS and j not in self._holders:
                 self._hold(node, st, j)
@@ -208,6 +224,7 @@ class ContentionEliminator:
 
     def forget_node(self, node: Node) -> None:
         """Drop a node's state (the driver may call this when a node goes away)."""
+        self._dormant.discard(node)
         st = self._nodes.pop(node, None)
         if st is not None:
             for j in list(st.held):
@@ -300,7 +317,9 @@ class ContentionEliminator:
                 return []  # still judging
         if sig.severe:
             st.healthy_run = 0
-            if self._backing_off(st, now, sig.upper, cpu) or not self._above_min(cpu):
+            if self._ungated(sig) or self._backing_off(st, now, sig.upper, cpu):
+                return []
+            if not self._above_min(cpu):
                 return []
             if self._relapse(st, cpu):
                 self._slow_restores(node, st)
@@ -325,6 +344,8 @@ class ContentionEliminator:
                 if st.chain is not None and sig.since < st.chain.before + cfg.improve_min:
                     return self._revert(node, st, now, sig)
                 return []
+            if self._ungated(sig):
+                return []  # degraded, but the bus is not busy: the CPU jobs are not the cause
             return self._throttle(node, st, now, sig, cpu, fast=False)
         if r < healthy_at:
             st.healthy_run = 0  # inside the hysteresis band: hold
@@ -482,6 +503,18 @@ class ContentionEliminator:
             last = j.bw_pn
         return picked
 
+    def _below_gate(self, node: Node) -> bool:
+        """The node reports its bandwidth and is below the gate: no throttle may start.
+        Remembered, so that watching it again starts from fresh samples."""
+        if node.bw_gbps > 0 and node.bw_used < self.config.bw_gate * node.bw_gbps:
+            self._dormant.add(node)
+            return True
+        return False
+
+    def _ungated(self, sig: _Signal) -> bool:
+        """The node reports its bandwidth and is below the gate: no new throttle."""
+        return sig.share is not None and sig.share < self.config.bw_gate
+
     def _above_min(self, cpu: list[Job]) -> bool:
         return any(j.quota > self.config.min_quota + _EPS for j in cpu)
 
@@ -499,6 +532,9 @@ class ContentionEliminator:
             and st.chain is None
             and now >= st.backoff_until
             and now - st.last_action_t >= self.config.calm_s
+            # Reverts in a row are remembered until the node is healthy again: forgetting
+            # them would restart the back-off at its shortest, a useless throttle per calm_s.
+            and st.reverts_in_row == 0
         )
 
     def _only(self, job: Job, node: Node) -> bool:

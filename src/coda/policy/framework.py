@@ -14,7 +14,8 @@ simulator, the node agent, the Slurm controller). Capacity (GPUs, cores,
 memory) and backfill reservations are checked by the cycle itself: no plugin
 can over-commit a node. Each extension point is a Protocol below; a plugin
 implements every method of the points it is used for (no optional hooks found
-by probing), and one that needs the cluster's shape declares ``ClusterAware``.
+by probing), and one that needs the cluster's shape declares ``ClusterAware``
+(a filter that can bound the cores it lets in declares ``CoreBound``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ class Filter(Protocol):
     static: bool
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool: ...
+
+
+class CoreBound:
+    """Declared by a filter that can also say the most cores a job of ``kind`` could
+    take on a node past it (``node.cores`` where it sets no bound). The cycle's backfill then
+    holds back the jobs no changed node would let in, instead of trying each of them:
+    the same starts, with fewer attempts."""
+
+    def most_cores(self, kind: str, node: Node) -> int:
+        raise NotImplementedError
 
 
 class Score(Protocol):

@@ -140,14 +140,14 @@ def _noise(self: Simulator) -> float:
 
 def _sample_all(self: Simulator) -> None:
     """One throughput sample per DNN job on a watched node that needs one (its
-    allocator is searching, or a CPU job shares a node with it and there is
-    an eliminator): the work it did since its last sample, in its own units
+    allocator is searching, or a CPU job shares a node with it that the
+    eliminator watches): the work it did since its last sample, in its own units
     (an arbitrary per-job rate, so the policy cannot read the model's
     scale), with measurement noise. A converged job away from CPU jobs is
     not sampled in the simulator (its speed only changes with co-runners)."""
     control = self.policy.job_control
     assert control is not None  # samples are armed only where there is one
-    eliminator = self.policy.node_control is not None
+    nc = self.policy.node_control
     now = self.now
     noise = self.noise
     wants = control.wants_samples
@@ -161,10 +161,13 @@ def _sample_all(self: Simulator) -> None:
                 continue
             done = job.work - job.remaining + job.speed * (now - job.last_update)
             if not wants(job):
-                needed = False  # by the eliminator: a CPU job shares one of its nodes
-                if eliminator:
+                # Needed by the node control where a CPU job shares one of its nodes
+                # and the control watches that node (the eliminator does not below its
+                # bandwidth gate: nothing may start there).
+                needed = False
+                if nc is not None:
                     for n in job.placement:
-                        if n.cpu_job_cores:
+                        if n.cpu_job_cores and nc.watching(n):
                             needed = True
                             break
                 if not needed:
