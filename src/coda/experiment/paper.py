@@ -209,34 +209,42 @@ def default_workers() -> int:
     return min(2, os.cpu_count() or 1)
 
 
+def run_many(runs: Sequence[Run], workers: int, on_done: Callable[[int, RunRecord], None]) -> None:
+    """Run each of ``runs`` inline (workers 1) or in a spawn process pool; ``on_done(i,
+    record)`` is called in this process as run ``i`` finishes (in any order). A worker
+    that dies is recorded as that run's one-line error and the others go on."""
+    workers = min(workers, len(runs))
+    if workers <= 1:
+        for i, run in enumerate(runs):
+            on_done(i, run_one(run))
+        return
+    # spawn, not fork: the caller runs threads (the progress bar's refresher).
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(run_one, r): i for i, r in enumerate(runs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                rec = future.result()
+            except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
+                run = runs[i]
+                rec = RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
+            on_done(i, rec)
+
+
 def run_all(
     cfg: PaperConfig, on_done: Callable[[RunRecord, int, int], None] | None = None
 ) -> list[RunRecord]:
-    """Run the plan inline (workers 1) or in a spawn process pool; ``on_done(record,
-    done, total)`` is called in this process as each run finishes."""
+    """Run the plan (``run_many``); ``on_done(record, done, total)`` is called in this
+    process as each run finishes."""
     runs = plan(cfg)
     records: list[RunRecord] = []
 
-    def done(rec: RunRecord) -> None:
+    def done(_: int, rec: RunRecord) -> None:
         records.append(rec)
         if on_done:
             on_done(rec, len(records), len(runs))
 
-    workers = min(cfg.workers, len(runs))
-    if workers <= 1:
-        for run in runs:
-            done(run_one(run))
-    else:
-        # spawn, not fork: the caller runs threads (the progress bar's refresher).
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(run_one, r): r for r in runs}
-            for future in as_completed(futures):
-                run = futures[future]
-                try:
-                    rec = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
-                    rec = RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
-                done(rec)
+    run_many(runs, cfg.workers, done)
     order = {p: i for i, p in enumerate(cfg.policies)}
     records.sort(key=lambda r: (r.seed, order[r.policy]))
     return records

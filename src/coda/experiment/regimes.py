@@ -16,16 +16,14 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import cache
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from coda.experiment.paper import ESTIMATES, MAX_SEEDS, Run, RunRecord, run_one
+from coda.experiment.paper import ESTIMATES, MAX_SEEDS, Run, RunRecord, run_many
 from coda.sim.run import MAX_LOAD, PAPER_CLUSTER, RunConfig
 from coda.workload.cluster import load_node_list, parse_cluster_spec
 from coda.workload.generate import PaperParams, generate, write_csv
@@ -431,31 +429,18 @@ def run_all(
     on_done: Callable[[CellRecord, int, int], None] | None = None,
 ) -> list[CellRecord]:
     """Run the plan inline (workers 1) or in a spawn process pool, each run through the
-    paper experiment's run_one; ``on_done(record, done, total)`` as each run finishes.
+    paper experiment's ``run_many``; ``on_done(record, done, total)`` as each run finishes.
     Returned in the grid's order."""
     runs = plan(cfg, workloads)
     records: list[CellRecord] = []
 
-    def done(run: CellRun, rec: RunRecord) -> None:
+    def done(i: int, rec: RunRecord) -> None:
+        run = runs[i]
         records.append(CellRecord(run.cell, run.cluster, run.policy, run.seed, rec))
         if on_done:
             on_done(records[-1], len(records), len(runs))
 
-    workers = min(cfg.workers, len(runs))
-    if workers <= 1:
-        for run in runs:
-            done(run, run_one(run.run))
-    else:
-        # spawn, not fork: the caller runs threads (the progress bar's refresher).
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(run_one, r.run): r for r in runs}
-            for future in as_completed(futures):
-                run = futures[future]
-                try:
-                    rec = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
-                    rec = RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
-                done(run, rec)
+    run_many([r.run for r in runs], cfg.workers, done)
     cells = {c: i for i, c in enumerate(cfg.cells())}
     clusters = list(CLUSTERS)
     records.sort(
