@@ -14,7 +14,8 @@ from coda.experiment.paper_results import METRICS, TARGET_POLICY
 MAIN_POLICIES = ("fifo", "drf", "coda")
 
 
-def _num(v: float | None, unit: str) -> str:
+def format_value(v: float | None, unit: str) -> str:
+    """A metric's value for a table: a share as a percentage, seconds, or 3 digits."""
     if v is None:
         return "-"
     if unit == "share":
@@ -32,8 +33,8 @@ def ours(block: dict[str, Any], key: str, unit: str) -> str:
     if mean is None:
         return "-"
     if lo is None or hi is None:
-        return _num(mean, unit)
-    return f"{_num(mean, unit)} [{_num(lo, unit)}, {_num(hi, unit)}]"
+        return format_value(mean, unit)
+    return f"{format_value(mean, unit)} [{format_value(lo, unit)}, {format_value(hi, unit)}]"
 
 
 def _paper_text(paper: dict[str, Any], key: str, policy: str) -> str:

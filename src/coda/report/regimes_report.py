@@ -31,6 +31,7 @@ from coda.experiment.regimes import (
     cluster_spec,
 )
 from coda.experiment.stats import mean_ci
+from coda.report.paper_report import format_value
 from coda.report.tables import finite
 
 SCHEMA = "coda.experiment.regimes/1"
@@ -172,16 +173,6 @@ def _ratio(v: float) -> str:
     return f"{v:.2f}"
 
 
-def _value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    if unit == "share":
-        return f"{100 * v:.1f}%"
-    if unit == "s":
-        return f"{v:,.0f} s"
-    return f"{v:.3g}"
-
-
 def _grid(
     cells: Sequence[dict[str, Any]], load: float, text: Callable[[dict[str, Any]], str]
 ) -> list[str]:
@@ -218,7 +209,7 @@ def _jct_text(c: dict[str, Any]) -> str:
 
 
 def _core_load_text(c: dict[str, Any]) -> str:
-    return " / ".join(_value(c["clusters"][cl]["offered_core_load"], "n") for cl in CLUSTERS)
+    return " / ".join(format_value(c["clusters"][cl]["offered_core_load"], "n") for cl in CLUSTERS)
 
 
 def _detail(cells: Sequence[dict[str, Any]]) -> list[str]:
@@ -227,7 +218,7 @@ def _detail(cells: Sequence[dict[str, Any]]) -> list[str]:
     for c in cells:
         for cluster, block in c["clusters"].items():
             for p, m in block["policies"].items():
-                vals = [_value(m.get(k), UNITS[k]) for k in DETAIL]
+                vals = [format_value(m.get(k), UNITS[k]) for k in DETAIL]
                 if not m["seeds_ok"]:
                     vals = ["failed"] * len(DETAIL)
                 lines.append(
