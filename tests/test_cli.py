@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -248,3 +250,11 @@ def test_noise_and_perturbation_reach_the_run(runner, trace, tmp_path):
     assert "perturbed" in s["profile_set"]
     bad = simulate(runner, trace, tmp_path / "bad", "--perturb", "1.5")
     assert bad.exit_code != 0 and "--perturb" in bad.output
+
+
+def test_python_dash_m_coda_is_the_same_command_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "coda", "policies"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "static-separate" in out.stdout and "coda" in out.stdout
