@@ -356,8 +356,8 @@ def test_throttle_that_does_not_help_is_reverted_and_not_retried():
 
 def test_useless_throttles_grow_rarer_and_the_node_comes_to_rest():
     # An innocent slowdown for a day: the back-off doubles to its cap and stays there
-    # (it is not forgotten after calm_s), and once it is at its longest the node is at
-    # rest (a driver whose node does not change may stop ticking it).
+    # (it is not forgotten after calm_s), and from the first revert, with nothing held,
+    # the node is at rest (a driver whose node does not change may stop ticking it).
     rig = Rig([20.0])
     rig.slowdown = lambda share: 1.0
     rig.extra = 1.12
@@ -368,10 +368,29 @@ def test_useless_throttles_grow_rarer_and_the_node_comes_to_rest():
         reverts = rig.elim.stats()["reverts"]
         if at_rest_after is None and reverts and rig.elim.at_rest(rig.node):
             at_rest_after = reverts
-    assert at_rest_after == cfg.max_backoff_doublings + 1
+    assert at_rest_after == 1
     longest = cfg.backoff_s * 2**cfg.max_backoff_doublings
     shortest = cfg.backoff_s * (1 + 2 + 4)  # the first three back-offs
     assert rig.elim.stats()["reverts"] <= 3 + (86400 - shortest) / longest + 1
+
+
+def test_a_whole_chain_revert_goes_back_to_before_the_episode():
+    # Step 1 helps (kept); step 2 does not and goes back alone (the chain helped). Later
+    # the episode as a whole is judged useless: its revert returns to full quota, not to
+    # the 0.75 that step 1 set (no ratchet across partial reverts).
+    rig = Rig([20.0])
+    rig.slowdown = lambda share: 1.0 + 0.6 * share  # ratio 0.893 at quota 1, 0.917 at 0.75
+    rig.run(3)
+    assert rig.quotas() == [0.75]
+    rig.slowdown = lambda share: 1.0 / 0.917  # throttling no longer helps
+    rig.run(10)
+    assert rig.quotas() == [0.75]
+    assert rig.elim.decisions[-1]["reason"]["whole_chain"] is False
+    rig.slowdown = lambda share: 1.0 / 0.89  # worse than before the episode began
+    rig.run(60)
+    last = rig.elim.decisions[-1]
+    assert last["action"] == "revert" and last["reason"]["whole_chain"] is True
+    assert rig.quotas() == [1.0]
 
 
 def test_fast_path_that_does_not_help_is_reverted():
@@ -545,6 +564,18 @@ def test_a_node_that_crosses_the_gate_is_judged_on_fresh_samples():
     rig.run(10)
     assert rig.elim.watching(rig.node)
     assert first_change(rig) == 13  # tick 11 starts the state; 12 and 13 fill the window
+
+
+def test_no_fast_path_below_the_gate_while_a_step_is_judged():
+    # Past the gate a step is taken; it brings the node below the gate; a severe drop
+    # while that step is judged does not send the CPU jobs to the floor.
+    rig = Rig([30.0], linear(0.5), dnn_bw=50.0, reports_bw=True)
+    rig.run(2)
+    assert rig.quotas() == [0.75]  # node now 72.5% of its bandwidth
+    rig.slowdown = lambda share: 1.5
+    rig.run(2)
+    assert min(rig.quotas()) >= 0.75
+    assert "fast_path" not in [d["action"] for d in rig.elim.decisions]
 
 
 def test_severe_drop_below_the_gate_is_left_alone():

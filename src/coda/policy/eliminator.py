@@ -173,15 +173,15 @@ class ContentionEliminator:
         Also at rest: holding CPU jobs low after its restores backed off to the
         slowest pace (``max_restore_ticks``) and relapsed, nothing being judged. With
         the node unchanged the next restore would only relapse again. And: nothing
-        held after more than ``max_backoff_doublings`` reverts in a row."""
+        held after a revert, nothing being judged."""
         st = self._nodes.get(node)
         if st is None:
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
         if st.pending is not None or st.chain is not None:
             return False
-        if st.last_action == "revert" and st.reverts_in_row > self.config.max_backoff_doublings:
-            # Throttles here were reverted again and again, the back-off at its longest:
-            # with the node unchanged, the next try would only be reverted too.
+        if st.last_action == "revert":
+            # Its throttles were reverted and nothing is held: with the node unchanged,
+            # the next try (after the back-off) would only be reverted too.
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
         return st.last_action == "relapse" and st.restore_need >= self.config.max_restore_ticks
 
@@ -218,7 +218,7 @@ class ContentionEliminator:
                 self._hold(node, st, j)
         sig = self._signal(node, st)
         acts = self._decide(node, st, now, sig, cpu) if sig is not None else []
-        if self._idle(st, now):
+        if self._idle(node, st, now):
             self.forget_node(node)
         return acts
 
@@ -311,18 +311,28 @@ class ContentionEliminator:
                 st.pending = None  # it helped
             elif p.ticks >= cfg.revert_ticks:
                 return self._revert(node, st, now, sig)
-            elif sig.severe and sig.partial < p.before - cfg.improve_min and self._above_min(cpu):
+            elif (
+                sig.severe
+                and sig.partial < p.before - cfg.improve_min
+                and self._above_min(cpu)
+                and not self._ungated(sig)
+            ):
                 return self._throttle(node, st, now, sig, cpu, fast=True)  # worse meanwhile
             else:
                 return []  # still judging
         if sig.severe:
             st.healthy_run = 0
-            if self._ungated(sig) or self._backing_off(st, now, sig.upper, cpu):
+            if self._backing_off(st, now, sig.upper, cpu):
                 return []
+            relapse = self._relapse(st, cpu)
+            if relapse:
+                self._slow_restores(node, st)
+            if self._ungated(sig):
+                # No new throttle below the gate; a restore that relapsed still goes back
+                # to the quotas that were fine (as in the milder case below).
+                return self._undo_restore(node, st, now, sig) if relapse else []
             if not self._above_min(cpu):
                 return []
-            if self._relapse(st, cpu):
-                self._slow_restores(node, st)
             return self._throttle(node, st, now, sig, cpu, fast=True)
         r, upper = sig.mean, sig.upper
         if r is None:
@@ -454,6 +464,10 @@ class ContentionEliminator:
                 acts.append(SetQuota(j, q))
             if q >= 1.0 - _EPS:
                 self._unhold(node, st, j)
+        if not whole and chain is not None and st.held:
+            # Only the last step went back: the episode goes on, and a later revert of it
+            # returns to the quotas from before it began (not to a level it lowered).
+            st.chain = chain
         doublings = min(st.reverts_in_row, cfg.max_backoff_doublings)
         st.backoff_until = now + cfg.backoff_s * 2**doublings
         st.backoff_level = min(judged.before, sig.since)
@@ -525,16 +539,17 @@ class ContentionEliminator:
         if cpu is not None:
             st.cpu_at_action = frozenset(j.idx for j in cpu)
 
-    def _idle(self, st: _NodeState, now: float) -> bool:
+    def _idle(self, node: Node, st: _NodeState, now: float) -> bool:
         return (
             not st.held
             and st.pending is None
             and st.chain is None
             and now >= st.backoff_until
             and now - st.last_action_t >= self.config.calm_s
-            # Reverts in a row are remembered until the node is healthy again: forgetting
-            # them would restart the back-off at its shortest, a useless throttle per calm_s.
-            and st.reverts_in_row == 0
+            # Reverts in a row are remembered until the node is healthy again (forgetting
+            # them would restart the back-off at its shortest, a useless throttle per
+            # calm_s), or until it falls below the gate, where nothing may start.
+            and (st.reverts_in_row == 0 or self._below_gate(node))
         )
 
     def _only(self, job: Job, node: Node) -> bool:
