@@ -578,6 +578,22 @@ def test_no_fast_path_below_the_gate_while_a_step_is_judged():
     assert "fast_path" not in [d["action"] for d in rig.elim.decisions]
 
 
+def test_a_severe_relapse_below_the_gate_undoes_the_restore():
+    # Throttled at 75% of the bus, restored to 0.85 (70.5%, below the gate); a severe
+    # drop then goes back to the quota that was fine, as a mild one would.
+    rig = Rig([30.0], linear(0.5), dnn_bw=45.0, reports_bw=True)
+    rig.run(3)
+    assert rig.quotas() == [0.75]
+    rig.slowdown = lambda share: 1.0
+    while rig.quotas() == [0.75] and rig.tick < 60:
+        rig.step()
+    assert rig.quotas() == [0.85]
+    rig.slowdown = lambda share: 1.5
+    rig.run(3)
+    assert rig.quotas() == [0.75]
+    assert [d["action"] for d in rig.elim.decisions][-1] == "relapse"
+
+
 def test_severe_drop_below_the_gate_is_left_alone():
     rig = Rig([20.0], lambda share: 1.5, dnn_bw=20.0, reports_bw=True)  # share 0.40
     rig.run(20)
