@@ -217,6 +217,7 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(runner, tmp_path, monkeyp
         (["--cpu-shares", "1"], "--cpu-shares", "(0, 1)"),
         (["--cpu-shares", "1.5"], "--cpu-shares", "(0, 1)"),
         (["--cpu-shares", "0.5,0.5"], "--cpu-shares", "given twice"),
+        (["--cpu-shares", "0.5000001,0.5000004"], "--cpu-shares", "indistinguishable"),
         (["--loads", "0"], "--loads", "must be in"),
         (["--loads", f"{2 * MAX_LOAD:g}"], "--loads", "must be in"),
         (["--loads", "inf"], "--loads", "not a finite number"),

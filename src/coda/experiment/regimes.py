@@ -132,6 +132,9 @@ def parse_values(text: str, option: str) -> tuple[float, ...]:
             raise OptionError(option, f"{item!r} is not a finite number")
         if v in out:
             raise OptionError(option, f"{item!r} is given twice")
+        # File names and labels print values with :g (6 significant digits).
+        if any(f"{v:g}" == f"{w:g}" for w in out):
+            raise OptionError(option, f"{item!r} is indistinguishable from another value")
         out.append(v)
     if not out:
         raise OptionError(option, "no value given")

@@ -258,8 +258,9 @@ def report_markdown(res: dict[str, Any], plots: dict[float, list[str]]) -> str:
         "so where the baseline runs every GPU job as it arrives (its GPU active rate while "
         "DNN jobs queue is low or undefined) every policy does the same work in the long run, "
         "and a gain there is the measurement window's edge effect (docs/regimes.md, "
-        '"Window"). A real gain appears where the baseline cannot keep up: high load, few '
-        "cores per GPU, many CPU jobs. The CPU-job JCT ratio "
+        '"Window"). A real gain is expected where the baseline cannot keep up (its GPU '
+        "active rate while DNN jobs queue is in the table of every policy below); read the "
+        "tables for where it does. The CPU-job JCT ratio "
         "is coda's mean CPU-job completion time / the baseline's: CODA must not buy GPU "
         "utilisation with CPU jobs' time (above 1 it does).",
     ]
