@@ -712,6 +712,19 @@ def headline(
 headline.params = [p for p in headline.params if p.name not in ("load", "native_time", "seed")]
 
 
+def _runs_bar(label: str) -> Progress:
+    """An experiment's progress bar over its runs (stderr, shown on a terminal only)."""
+    return Progress(
+        TextColumn(f"[bold]{label}[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=not err_console.is_terminal,
+    )
+
+
 @experiment.command("paper")
 @click.option(
     "--trace",
@@ -842,15 +855,7 @@ def paper(
         where = f"{c.label}: {len(c.nodes)} servers, {c.gpus} GPUs, {c.cores} cores"
         info = setting(cfg, where, "; ".join(prepared.notes), command)
         total = len(names) * seeds
-        with Progress(
-            TextColumn("[bold]paper[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("runs"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        ) as bar:
+        with _runs_bar("paper") as bar:
             task = bar.add_task("runs", total=total)
 
             def on_done(rec: Any, done: int, n: int) -> None:
@@ -969,15 +974,7 @@ def regimes(
     with _user_errors():
         info = setting(cfg, workloads, command)
         total = len(cfg.cells()) * seeds * 4
-        with Progress(
-            TextColumn("[bold]regimes[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("runs"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        ) as bar:
+        with _runs_bar("regimes") as bar:
             task = bar.add_task("runs", total=total)
 
             def on_done(rec: Any, done: int, n: int) -> None:
