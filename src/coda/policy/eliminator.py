@@ -141,7 +141,7 @@ class ContentionEliminator:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=self.config.history)
         self._nodes: dict[Node, _NodeState] = {}
         self._holders: dict[Job, set[Node]] = {}  # nodes holding each throttled job low
-        self._dormant: set[Node] = set()  # left unwatched below the gate (_below_gate)
+        self._dormant: set[Node] = set()  # left unwatched below the gate: fresh samples next
         self._counts = dict.fromkeys(
             ("ticks", "throttle_steps", "fast_paths", "restores", "reverts", "relapses"), 0
         )
@@ -161,6 +161,7 @@ class ContentionEliminator:
             return False
         st = self._nodes.get(node)
         if st is None and not throttled and self._below_gate(node):
+            self._dormant.add(node)  # watched again later: from fresh samples
             return False  # nothing may start here (its DNN jobs need no samples for it)
         return has_dnn or throttled or (st is not None and st.pending is not None)
 
@@ -206,6 +207,7 @@ class ContentionEliminator:
             return acts
         if st is None:
             if all(j.quota >= 1.0 - _EPS for j in cpu) and self._below_gate(node):
+                self._dormant.add(node)  # its samples may stop (watching says no)
                 return []  # nothing held, nothing may start below the gate: no state to keep
             st = self._nodes[node] = _NodeState(self.config.restore_ticks)
             if node in self._dormant:
@@ -315,7 +317,7 @@ class ContentionEliminator:
                 sig.severe
                 and sig.partial < p.before - cfg.improve_min
                 and self._above_min(cpu)
-                and not self._ungated(sig)
+                and not self._below_gate(node)
             ):
                 return self._throttle(node, st, now, sig, cpu, fast=True)  # worse meanwhile
             else:
@@ -327,7 +329,7 @@ class ContentionEliminator:
             relapse = self._relapse(st, cpu)
             if relapse:
                 self._slow_restores(node, st)
-            if self._ungated(sig):
+            if self._below_gate(node):
                 # No new throttle below the gate; a restore that relapsed still goes back
                 # to the quotas that were fine (as in the milder case below).
                 return self._undo_restore(node, st, now, sig) if relapse else []
@@ -354,7 +356,7 @@ class ContentionEliminator:
                 if st.chain is not None and sig.since < st.chain.before + cfg.improve_min:
                     return self._revert(node, st, now, sig)
                 return []
-            if self._ungated(sig):
+            if self._below_gate(node):
                 return []  # degraded, but the bus is not busy: the CPU jobs are not the cause
             return self._throttle(node, st, now, sig, cpu, fast=False)
         if r < healthy_at:
@@ -518,16 +520,8 @@ class ContentionEliminator:
         return picked
 
     def _below_gate(self, node: Node) -> bool:
-        """The node reports its bandwidth and is below the gate: no throttle may start.
-        Remembered, so that watching it again starts from fresh samples."""
-        if node.bw_gbps > 0 and node.bw_used < self.config.bw_gate * node.bw_gbps:
-            self._dormant.add(node)
-            return True
-        return False
-
-    def _ungated(self, sig: _Signal) -> bool:
-        """The node reports its bandwidth and is below the gate: no new throttle."""
-        return sig.share is not None and sig.share < self.config.bw_gate
+        """The node reports its bandwidth and is below the gate: no throttle may start."""
+        return node.bw_gbps > 0 and node.bw_used < self.config.bw_gate * node.bw_gbps
 
     def _above_min(self, cpu: list[Job]) -> bool:
         return any(j.quota > self.config.min_quota + _EPS for j in cpu)
