@@ -35,6 +35,9 @@ class NodeBook:
         self._fit_cache: dict[tuple[Any, ...], bool] = {}
         # Schedulable nodes by shape (pool, GPUs, cores, memory): what can ever fit.
         self.shapes: dict[tuple[str, int, int, int], int] = {}
+        # Bumped whenever any node's free capacity or jobs change: a failed attempt's
+        # verdict stands while it has not moved (Scheduler's backfill merge).
+        self.book_version = 0
 
     def _forget_node(self, node: Node) -> None:
         """A node left: drop what the scheduler keeps about it (its reservations)."""
@@ -63,6 +66,7 @@ class NodeBook:
             for n in new:
                 self._index_add(n)
         self._fit_cache.clear()
+        self.book_version += 1
         for n in new:
             shape = (n.pool, n.gpus, n.cores, n.mem_mib)
             self.shapes[shape] = self.shapes.get(shape, 0) + 1
@@ -78,6 +82,7 @@ class NodeBook:
         self.dirty.pop(node, None)
         self._deferred.pop(node, None)
         self._fit_cache.clear()
+        self.book_version += 1
         shape = (node.pool, node.gpus, node.cores, node.mem_mib)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
@@ -137,6 +142,7 @@ class NodeBook:
                 node.pcie_heavy.append(job)
             node.version += 1
             self.reindex(node)
+        self.book_version += 1
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._booked(job)
@@ -157,6 +163,7 @@ class NodeBook:
             node.version += 1
             self.reindex(node)
             self.mark_dirty(node)
+        self.book_version += 1
         for r in self.policy.reserve:
             r.unreserve(job, now)
         self._booked(job)
@@ -181,12 +188,14 @@ class NodeBook:
                 self.mark_dirty(node)
         for node in job.placement:
             node.version += 1  # its jobs' projected ends moved: reservations are redone
+        self.book_version += 1
         job.cores_pn = cores_pn
         return True
 
     def node_capacity_changed(self, node: Node, grew: bool) -> None:
         """A driver changed a node's free capacity itself (the Slurm view)."""
         node.version += 1
+        self.book_version += 1
         self.reindex(node)
         if grew:
             self.mark_dirty(node)

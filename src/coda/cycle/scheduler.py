@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -73,6 +74,9 @@ class Scheduler(Reservations):
         self._decisions: list[Decision] = []
         self._reasons: dict[tuple[str, str, str | None], Reason] = {}
         self._maybe_full = True  # some bucket may be owed a full search (Bucket.full)
+        # The last failed attempt was refused by what its bucket's jobs share (GPUs,
+        # cores, filters declaring ``by_shape``), not by its memory or a reservation.
+        self._alike = False
         # Stand-in jobs, to ask the policy which pools each kind of job may use.
         self._probe = {
             DNN: Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0),
@@ -128,7 +132,10 @@ class Scheduler(Reservations):
 
     def _enqueue(self, job: Job) -> None:
         arr = self.policy.arrays.array_of(job)
-        shape = (job.kind, job.gpus_pn, job.nodes, self.policy.core_count.group_key(job))
+        # Its pools too: alike jobs must be able to go to the same nodes (the merge
+        # passes over a bucket whose job failed alike).
+        pools = self.policy.pools.pools(job)
+        shape = (job.kind, job.gpus_pn, job.nodes, self.policy.core_count.group_key(job), pools)
         buckets = self.buckets[arr]
         bucket = buckets.get(shape)
         if bucket is None:
@@ -449,7 +456,15 @@ class Scheduler(Reservations):
         cores_of: dict[tuple[Any, ...], int] = {}
         gen = core_count.generation
         last: Entry | None = None  # the entry the merge took last
+        # Buckets whose job failed alike (``_alike``): the rest of each fails alike until
+        # a node changes, nodes join or core counts move (the stamp); then they go on.
+        stopped: list[tuple[str, tuple[Any, ...]]] = []
+        stamp = (-1, -1, -1)
         while True:
+            if stopped and stamp != (self.book_version, len(dirty), core_count.generation):
+                assert last is not None
+                self._go_on(stopped, heap, last[0])
+                stopped = []
             if parking and len(dirty) != seen:
                 # Nodes joined: the merge reads the room afresh at its next room check.
                 # Where a parked bucket comes before the merge's next entry, that check is
@@ -505,9 +520,26 @@ class Scheduler(Reservations):
                             room = self._room(dirty)
                         if parking:
                             gen = self._after_try(parking, heap, room, last, gen, started)
+                        if not started and self._alike:
+                            stopped.append((arr, shape))
+                            stamp = (self.book_version, len(dirty), core_count.generation)
+                            continue
             nxt_job = bucket.next_after(at)
             if nxt_job is not None:
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
+
+    def _go_on(
+        self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
+    ) -> None:
+        """Stopped buckets rejoin the merge at their first job queued after ``after``
+        (the ones before it were passed over while they would have failed alike)."""
+        for arr, shape in stopped:
+            bucket = self.buckets[arr].get(shape)
+            if bucket is None:
+                continue
+            nxt = bucket.next_after(bisect_right(bucket.keys, after) - 1)
+            if nxt is not None:
+                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
 
     def _judged(
         self, arr: str, shape: tuple[Any, ...], bucket: Bucket, head: Job | None, fresh: set[Job]
@@ -568,6 +600,7 @@ class Scheduler(Reservations):
         if cores_pn is None:
             cores_pn = self.cores(job)
         job.estimate = self.policy.estimates.runtime(job, cores_pn)
+        self._alike = False
         nodes = self._find_nodes(job, cores_pn, active, None if full else dirty)
         if nodes is None:
             bucket = self._bucket_of.get(job)
@@ -652,6 +685,7 @@ class Scheduler(Reservations):
             ]
             if not cands:  # nothing on them has the room
                 self._note(job, self._short_of(job, cores_pn, pools))
+                self._alike = True
                 return None
             if len(cands) > 1:
                 cands.sort(
@@ -684,6 +718,7 @@ class Scheduler(Reservations):
         by_mem = 0
         by_resv: Job | None = None
         by_filter: str | None = None
+        by_job = False  # refused by something its bucket's jobs need not share
         for stream in streams:
             for node in stream:
                 seen += 1
@@ -706,6 +741,7 @@ class Scheduler(Reservations):
                             break
                     if refused is not None:
                         by_filter = by_filter or type(refused).__name__
+                        by_job = by_job or not refused.by_shape
                         continue
                 found.append(node)
                 if len(found) >= want:
@@ -724,6 +760,7 @@ class Scheduler(Reservations):
             else:
                 reason = self._why(R.CORES, str(cores_pn))  # a gang short of nodes
             self._note(job, reason)
+            self._alike = not (by_job or by_mem or by_resv is not None)
             return None
         return policy.pick(job, found, cores_pn, need)
 

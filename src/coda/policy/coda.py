@@ -90,6 +90,7 @@ class IdleGpuReserve(CoreBound):
 
     cores_per_idle_gpu: int = 2  # the median 1-GPU optimum in CODA's table
     static = False  # depends on the node's idle GPUs and free cores
+    by_shape = True  # and on the job's kind and core count only
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
         if job.is_dnn or node.gpus == 0:

@@ -90,9 +90,14 @@ class Filter(Protocol):
 
     ``static``: the answer depends on the job and the node only, never on what is
     free (a partition list): the cycle then also uses it to tell a job that can
-    never run from one that waits."""
+    never run from one that waits.
+
+    ``by_shape``: the answer depends on the job only through its kind, GPUs per node
+    and core count (never its memory, length, owner or id), so alike queued jobs are
+    refused alike: once one is, backfill does not try the others on the same nodes."""
 
     static: bool
+    by_shape: bool
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool: ...
 

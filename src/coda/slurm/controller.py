@@ -134,6 +134,7 @@ class SlurmLimits:
     it excluded (Slurm would refuse the update). Refreshed from Slurm every cycle."""
 
     static: bool = True  # depends on the job and node only, not on what is free
+    by_shape: bool = False  # each job has its own partitions and excluded nodes
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
