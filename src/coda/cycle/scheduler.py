@@ -77,6 +77,9 @@ class Scheduler(Reservations):
         # The last failed attempt was refused by what its bucket's jobs share (GPUs,
         # cores, filters declaring ``by_shape``), not by its memory or a reservation.
         self._alike = False
+        # Or by its memory, length or rank too, as (finish by, memory, rank) it failed
+        # with (a lower bound where that did not matter), None if not even so.
+        self._failed_with: tuple[float, int, tuple[Any, ...] | None] | None = None
         # Stand-in jobs, to ask the policy which pools each kind of job may use.
         self._probe = {
             DNN: Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0),
@@ -460,6 +463,9 @@ class Scheduler(Reservations):
         # a node changes, nodes join or core counts move (the stamp); then they go on.
         stopped: list[tuple[str, tuple[Any, ...]]] = []
         stamp = (-1, -1, -1)
+        # Buckets whose job failed by its memory, length or rank as well: a job of theirs
+        # needing no less of each fails too while the stamp stands (``_dominated``).
+        failed_with: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
         while True:
             if stopped and stamp != (self.book_version, len(dirty), core_count.generation):
                 assert last is not None
@@ -515,18 +521,46 @@ class Scheduler(Reservations):
                             self._note(job, self._why(R.DEPTH))
                             continue
                         examined[arr] += 1  # depth counts real placement attempts
-                        started = self._try(job, False, dirty, active, cores_pn)
-                        if started:
-                            room = self._room(dirty)
-                        if parking:
-                            gen = self._after_try(parking, heap, room, last, gen, started)
-                        if not started and self._alike:
-                            stopped.append((arr, shape))
-                            stamp = (self.book_version, len(dirty), core_count.generation)
-                            continue
+                        memo = failed_with.get((arr, shape)) if failed_with else None
+                        if memo is not None and self._dominated(job, cores_pn, memo, len(dirty)):
+                            pass  # it would fail as the bucket's job before it did
+                        else:
+                            started = self._try(job, False, dirty, active, cores_pn)
+                            if started:
+                                room = self._room(dirty)
+                            if parking:
+                                gen = self._after_try(parking, heap, room, last, gen, started)
+                            if not started and self._alike:
+                                stopped.append((arr, shape))
+                                stamp = (self.book_version, len(dirty), core_count.generation)
+                                continue
+                            if not started and self._failed_with is not None:
+                                failed_with[(arr, shape)] = (
+                                    self.book_version,
+                                    len(dirty),
+                                    core_count.generation,
+                                    *self._failed_with,
+                                )
             nxt_job = bucket.next_after(at)
             if nxt_job is not None:
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
+
+    def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
+        """Whether job would fail as its bucket's job that left ``memo`` did: nothing
+        changed since, and it needs no less time, memory and rank (a reservation that
+        bound that job binds it too). Sets its estimate as an attempt would."""
+        version, seen, generation, finish_by, mem, rank = memo
+        if (
+            version != self.book_version
+            or seen != dirty
+            or generation != self.policy.core_count.generation
+            or job.mem_pn < mem
+        ):
+            return False
+        job.estimate = self.policy.estimates.runtime(job, cores_pn)
+        if self.now + job.estimate < finish_by:
+            return False
+        return rank is None or self._rank(job) >= rank
 
     def _go_on(
         self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
@@ -601,6 +635,7 @@ class Scheduler(Reservations):
             cores_pn = self.cores(job)
         job.estimate = self.policy.estimates.runtime(job, cores_pn)
         self._alike = False
+        self._failed_with = None
         nodes = self._find_nodes(job, cores_pn, active, None if full else dirty)
         if nodes is None:
             bucket = self._bucket_of.get(job)
@@ -761,6 +796,12 @@ class Scheduler(Reservations):
                 reason = self._why(R.CORES, str(cores_pn))  # a gang short of nodes
             self._note(job, reason)
             self._alike = not (by_job or by_mem or by_resv is not None)
+            if not by_job:
+                self._failed_with = (
+                    finish_by if by_resv is not None else -math.inf,
+                    mem if by_mem else 0,
+                    key if by_resv is not None else None,
+                )
             return None
         return policy.pick(job, found, cores_pn, need)
 
