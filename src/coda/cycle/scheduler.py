@@ -7,8 +7,8 @@ reservation and which nodes gained room since the last cycle. A cycle
 1. starts each array's first jobs while they fit; the first that does not is the
    array's head and holds a reservation (when and where it can start, from the
    policy's runtime estimates); heads settle in queue order across arrays;
-2. backfills: jobs behind the heads, in queue order, start where they do not
-   delay a reservation (without runtime estimates: none, strict FIFO);
+2. backfills (``backfill.py``): jobs behind the heads, in queue order, start where
+   they do not delay a reservation (without runtime estimates: none, strict FIFO);
 3. for a DNN job where the policy reclaims, counts cores CPU jobs hold on a GPU
    node as free, and takes them back through the reclaim plugin when it starts.
 
@@ -21,20 +21,19 @@ times the cluster's size.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from coda.cycle import reasons as R
+from coda.cycle.backfill import Backfill
 from coda.cycle.checks import check_no_waiting_fit
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
 from coda.cycle.nodes import InvariantError
-from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
+from coda.cycle.queue import Bucket
 from coda.cycle.reasons import Reason
-from coda.cycle.reservations import Hold, Reservation, Reservations
+from coda.cycle.reservations import Hold, Reservation
 from coda.cycle.tenants import TenantQueues
 from coda.policy.framework import CoreBound, Policy
 from coda.policy.state import CPU, DNN, GPU_POOL, Job, Node
@@ -44,7 +43,7 @@ _SORT_DIRTY_UP_TO = 64  # more dirty nodes than this: search the index instead
 _REASONS_KEPT = 4096  # distinct reasons shared (Scheduler._why) before starting afresh
 
 
-class Scheduler(Reservations):
+class Scheduler(Backfill):
     """The queue, the node index and the cycle over them, for one policy."""
 
     def __init__(self, policy: Policy, nodes: Iterable[Node] = ()) -> None:
@@ -370,258 +369,6 @@ class Scheduler(Reservations):
                 self._hold(arr, job, active, cores_pn)
         return heads
 
-    def _backfill(
-        self,
-        dirty: list[Node],
-        fresh: set[Job],
-        active: dict[int, list[Hold]],
-        heads: dict[str, Job | None],
-        blocked: set[str],
-    ) -> None:
-        """Try the jobs behind the heads, in queue order, where they do not delay
-        a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
-        merged queue order; a bucket stops at its first job that does not fit
-        what those nodes offer at that point (the room: the most free GPUs, cores
-        and memory over the dirty nodes, as of the last start). A bucket whose
-        core count may have changed gets a full search for its front instead. New
-        jobs get a full search.
-
-        Most buckets cannot fit the room at all (a departure frees one node), so a
-        bucket whose next job does not fit it is parked (``Parking``) instead of
-        taking part in the merge: it is looked at again only when the room changes,
-        and joins the merge then if it fits. That walks the same jobs in the same
-        order, with the same room, as merging every bucket would."""
-        # With no dirty node only buckets owed a full search take part; none may be.
-        walk = bool(dirty) or self._maybe_full
-        if walk:
-            self._merge(dirty, fresh, active, heads, blocked)
-        # New arrivals come last in a FIFO queue; each gets a full search.
-        for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
-            arr = self.policy.arrays.array_of(job)
-            if job.start < 0 and job in self._bucket_of and job is not heads[arr]:
-                if arr not in blocked:
-                    self._try(job, True, dirty, active)
-
-    def _merge(
-        self,
-        dirty: list[Node],
-        fresh: set[Job],
-        active: dict[int, list[Hold]],
-        heads: dict[str, Job | None],
-        blocked: set[str],
-    ) -> None:
-        """Backfill's merge of the old jobs, bucket by bucket in queue order."""
-        depth = self.policy.backfill_depth
-        core_count = self.policy.core_count
-        room = self._room(dirty)
-        seen = len(dirty)
-        heap: list[Entry] = []
-        parking = Parking(lambda a, shape, b: self._judged(a, shape, b, heads[a], fresh))
-        # No bucket owed a full search: a group lacking the room's GPUs parks unseen.
-        by_group = bool(dirty) and not self._maybe_full
-        any_full = False
-        for arr in self.policy.arrays.names:
-            if arr in blocked:
-                continue
-            buckets = self.buckets[arr]
-            groups = self._groups[arr]
-            if by_group:
-                for (kind, gpus_pn), group in groups.items():
-                    if gpus_pn > room[kind][0]:
-                        if group:
-                            parking.groups.append((kind, gpus_pn, arr, group))
-                        continue
-                    for shape, bucket in list(group.items()):
-                        parked = parking.judge(arr, shape, bucket)
-                        if parked is not None:
-                            self._take_part(parked, room, heap, parking)
-                        elif bucket.front() is None:
-                            del buckets[shape], group[shape]  # every job of it started or left
-                continue
-            for shape in list(buckets):
-                bucket = buckets[shape]
-                full = bucket.full
-                any_full = any_full or full
-                if not dirty and not full:
-                    continue
-                front = bucket.front() if full else None
-                parked = None if full else parking.judge(arr, shape, bucket)
-                if front is not None:
-                    heap.append((front[0], arr, shape, bucket.pos))
-                elif parked is not None:
-                    self._take_part(parked, room, heap, parking)
-                elif bucket.front() is None:
-                    del buckets[shape], groups[shape[:2]][shape]  # every job started or left
-        if not by_group and not any_full and not blocked:
-            self._maybe_full = False  # Bucket.full is set only with a new generation
-        heapq.heapify(heap)
-        examined = dict.fromkeys(self.policy.arrays.names, 0)
-        cores_of: dict[tuple[Any, ...], int] = {}
-        gen = core_count.generation
-        last: Entry | None = None  # the entry the merge took last
-        # Buckets whose job failed alike (``_alike``): the rest of each fails alike until
-        # a node changes, nodes join or core counts move (the stamp); then they go on.
-        stopped: list[tuple[str, tuple[Any, ...]]] = []
-        stamp = (-1, -1, -1)
-        # Buckets whose job failed by its memory, length or rank as well: a job of theirs
-        # needing no less of each fails too while the stamp stands (``_dominated``).
-        failed_with: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
-        while True:
-            if stopped and stamp != (self.book_version, len(dirty), core_count.generation):
-                assert last is not None
-                self._go_on(stopped, heap, last[0])
-                stopped = []
-            if parking and len(dirty) != seen:
-                # Nodes joined: the merge reads the room afresh at its next room check.
-                # Where a parked bucket comes before the merge's next entry, that check is
-                # its own (nothing changed since the last step): read the room now.
-                nxt = parking.first_after(last, room)
-                if nxt is not None and (not heap or nxt < heap[0]):
-                    room, seen = self._room(dirty), len(dirty)
-                    parking.unpark(heap, room, last)
-                    continue
-            if not heap:
-                break
-            last = heapq.heappop(heap)
-            key, arr, shape, at = last
-            bucket = self.buckets[arr][shape]
-            job = bucket.jobs[at]
-            if job.start < 0 and job is not heads[arr] and job not in fresh:
-                if bucket.full:
-                    if examined[arr] >= depth:
-                        self._note(job, self._why(R.DEPTH))
-                        continue  # still full: its search comes next cycle
-                    examined[arr] += 1
-                    started = self._try(job, True, dirty, active)
-                    if started:
-                        room = self._room(dirty)
-                    if parking:
-                        gen = self._after_try(parking, heap, room, last, gen, started)
-                    if not started and not bucket.full:
-                        continue  # the rest of the bucket fails alike
-                else:
-                    if len(dirty) != seen:  # nodes joined mid-round
-                        room, seen = self._room(dirty), len(dirty)
-                        if parking:
-                            parking.unpark(heap, room, last)
-                    max_g, max_c, max_m = room[job.kind]
-                    # Jobs of a bucket get equal core counts (CoreCount's contract): ask
-                    # the plugin once per bucket and round.
-                    cores_pn = cores_of.get(shape, -1)
-                    if cores_pn < 0:
-                        now_gen = core_count.generation
-                        cores_pn = cores_of[shape] = bucket.cores_of(job, now_gen, self.cores)
-                    if job.gpus_pn > max_g or cores_pn > max_c:
-                        continue  # no older job behind it in this bucket fits the dirty nodes
-                    # A job too big for their memory is passed over without an attempt
-                    # (jobs behind it may need less), so it does not use up the depth.
-                    if job.mem_pn <= max_m or job.nodes > 1:
-                        if examined[arr] >= depth:
-                            self._deferred.update(dict.fromkeys(dirty))
-                            self._note(job, self._why(R.DEPTH))
-                            continue
-                        examined[arr] += 1  # depth counts real placement attempts
-                        memo = failed_with.get((arr, shape)) if failed_with else None
-                        if memo is not None and self._dominated(job, cores_pn, memo, len(dirty)):
-                            pass  # it would fail as the bucket's job before it did
-                        else:
-                            started = self._try(job, False, dirty, active, cores_pn)
-                            if started:
-                                room = self._room(dirty)
-                            if parking:
-                                gen = self._after_try(parking, heap, room, last, gen, started)
-                            if not started and self._alike:
-                                stopped.append((arr, shape))
-                                stamp = (self.book_version, len(dirty), core_count.generation)
-                                continue
-                            if not started and self._failed_with is not None:
-                                failed_with[(arr, shape)] = (
-                                    self.book_version,
-                                    len(dirty),
-                                    core_count.generation,
-                                    *self._failed_with,
-                                )
-            nxt_job = bucket.next_after(at)
-            if nxt_job is not None:
-                heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
-
-    def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
-        """Whether job would fail as its bucket's job that left ``memo`` did: nothing
-        changed since, and it needs no less time, memory and rank (a reservation that
-        bound that job binds it too). Sets its estimate as an attempt would."""
-        version, seen, generation, finish_by, mem, rank = memo
-        if (
-            version != self.book_version
-            or seen != dirty
-            or generation != self.policy.core_count.generation
-            or job.mem_pn < mem
-        ):
-            return False
-        job.estimate = self.policy.estimates.runtime(job, cores_pn)
-        if self.now + job.estimate < finish_by:
-            return False
-        return rank is None or self._rank(job) >= rank
-
-    def _go_on(
-        self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
-    ) -> None:
-        """Stopped buckets rejoin the merge at their first job queued after ``after``
-        (the ones before it were passed over while they would have failed alike)."""
-        for arr, shape in stopped:
-            bucket = self.buckets[arr].get(shape)
-            if bucket is None:
-                continue
-            nxt = bucket.next_after(bisect_right(bucket.keys, after) - 1)
-            if nxt is not None:
-                heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
-
-    def _judged(
-        self, arr: str, shape: tuple[Any, ...], bucket: Bucket, head: Job | None, fresh: set[Job]
-    ) -> Parked | None:
-        """The bucket's first job the merge judges by the room (the array's head and new
-        arrivals are passed over), as a parked entry; None if it has none."""
-        front = bucket.front()
-        if front is None:
-            return None
-        key, job = front
-        at = bucket.pos
-        while job is head or job in fresh:
-            nxt = bucket.next_after(at)
-            if nxt is None:
-                return None
-            key, at = nxt
-            job = bucket.jobs[at]
-        cores_pn = bucket.cores_of(job, self.policy.core_count.generation, self.cores)
-        return (key, arr, shape, at), job.kind, job.gpus_pn, cores_pn
-
-    @staticmethod
-    def _take_part(parked: Parked, room: Room, heap: list[Entry], parking: Parking) -> None:
-        """A bucket's next job joins the merge if the room fits it, else it parks."""
-        entry, kind, gpus_pn, cores_pn = parked
-        max_g, max_c, _ = room[kind]
-        if gpus_pn > max_g or cores_pn > max_c:
-            parking.entries.append(parked)
-        else:
-            heap.append(entry)
-
-    def _after_try(
-        self,
-        parking: Parking,
-        heap: list[Entry],
-        room: Room,
-        last: Entry,
-        gen: int,
-        started: bool,
-    ) -> int:
-        """After an attempt: a new room may fit parked buckets; new core counts (the
-        generation moved) void what they were parked for, so all of them rejoin."""
-        now = self.policy.core_count.generation
-        if now != gen:
-            parking.unpark(heap, room, last, everyone=True)
-        elif started:
-            parking.unpark(heap, room, last)
-        return now
-
     def _try(
         self,
         job: Job,
@@ -646,33 +393,6 @@ class Scheduler(Reservations):
                     bucket.full = False
             return False
         return self._start(job, nodes, cores_pn)
-
-    def _room(self, dirty: list[Node]) -> Room:
-        """(max free GPUs, cores, memory) over the dirty nodes each kind may use; the
-        cores as far as the filters that declare ``CoreBound`` would let them in."""
-        room = {}
-        bounds = self._bounds
-        for kind, probe in self._probe.items():
-            pools = self.policy.pools.pools(probe)
-            g = c = -1
-            m = -1.0
-            reclaim = kind == DNN and self.dnn_index is not None
-            for node in dirty:  # max() of each, without the calls
-                if node.pool in pools:
-                    x = node.free_gpus
-                    if x > g:
-                        g = x
-                    x = node.free_cores + node.cpu_job_cores if reclaim else node.free_cores
-                    for b in bounds:
-                        x = min(x, b.most_cores(kind, node))
-                    if x > c:
-                        c = x
-                    y = node.free_mem if node.mem_mib else math.inf
-                    if y > m:
-                        m = y
-            needs_gpu = kind == DNN
-            room[kind] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
-        return room
 
     def _hold(self, arr: str, job: Job, active: dict[int, list[Hold]], cores_pn: int) -> None:
         """Give a blocked head its reservation and make it bind later-queued jobs."""
