@@ -11,31 +11,69 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coda.runtime.joblogs import MAX_LOG_TAIL, read_log
+from coda.runtime.jobrow import (
+    ACTIVE,
+    FINAL,
+    KINDS,
+    MAX_WAIT_REASON,
+    JobRow,
+    Owner,
+    clean_reason,
+)
+from coda.runtime.jobspec import (
+    ENV_KEY_RE,
+    MAX_ARGS,
+    MAX_CORES,
+    MAX_ENV,
+    MAX_GPUS,
+    MAX_SPEC_BYTES,
+    MAX_TIME_LIMIT,
+    NAME_RE,
+    JobSpec,
+    SpecError,
+)
 from coda.runtime.statedir import StateDirError, secure_file
-from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS, MAX_TIME_LIMIT_S
+
+# The job record, its spec and its logs have modules of their own; their names stay
+# importable from here, as they always were.
+__all__ = [
+    "ACTIVE",
+    "ENV_KEY_RE",
+    "FINAL",
+    "KINDS",
+    "MAX_ARGS",
+    "MAX_CORES",
+    "MAX_ENV",
+    "MAX_GPUS",
+    "MAX_JOB_ID",
+    "MAX_LOG_TAIL",
+    "MAX_SPEC_BYTES",
+    "MAX_TIME_LIMIT",
+    "MAX_WAIT_REASON",
+    "NAME_RE",
+    "SCHEMA_VERSION",
+    "JobRow",
+    "JobSpec",
+    "Owner",
+    "SpecError",
+    "Store",
+    "StoreError",
+    "clean_reason",
+    "read_log",
+]
 
 # 2: jobs.uid/gid/groups (who submitted, as the kernel said);
 # 3: jobs.time_limit_s (the user's limit) and jobs.wait_reason (why a queued job waits)
 SCHEMA_VERSION = 3
-# Used with fullmatch: `$` alone would let a trailing newline through.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_LOG_TAIL = 1 << 20  # bytes of a job's log one request may read
-KINDS = ("dnn", "cpu")
-# queued -> starting -> running -> done | failed | cancelled | lost;
-# a preempted job goes back to queued
-ACTIVE = ("starting", "running")
-FINAL = ("done", "failed", "cancelled", "lost")
+MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -83,18 +121,6 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 """
 
-
-# What one job spec may hold: enough for any real job, small enough that a hostile spec
-# cannot make the agent or the database carry megabytes per job.
-MAX_ARGS = 4096
-MAX_ENV = 1024
-MAX_SPEC_BYTES = 1 << 20  # argv, env and cwd together, UTF-8
-MAX_CORES = MAX_NODE_CORES  # a job runs on this one node: the simulator's node caps
-MAX_GPUS = MAX_NODE_GPUS
-MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
-MAX_TIME_LIMIT = MAX_TIME_LIMIT_S
-MAX_WAIT_REASON = 200  # characters of one wait reason (longer ones are cut)
-
 # Columns added after version 1, with their definitions (ALTER TABLE on upgrade; an old
 # database goes through every later version's columns).
 _ADDED = {
@@ -103,312 +129,8 @@ _ADDED = {
 }
 
 
-class SpecError(ValueError):
-    """A job spec that cannot run; the message says what to change."""
-
-
 class StoreError(RuntimeError):
     """A state database that cannot be used (corrupt, newer, not ours); names the file."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who a job runs as: the submitter as the kernel vouched for it (peer credentials,
-    or the user of the process that opened the database), never what a spec says."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...] = ()
-
-    @classmethod
-    def me(cls) -> Owner:
-        return cls(os.geteuid(), os.getegid(), tuple(os.getgroups()))
-
-    @classmethod
-    def of_user(cls, uid: int, gid: int) -> Owner:
-        """``uid``/``gid`` with the supplementary groups the user database gives uid
-        (only the primary group if uid has no entry)."""
-        try:
-            name = pwd.getpwuid(uid).pw_name
-            groups = tuple(sorted(set(os.getgrouplist(name, gid))))
-        except (KeyError, OSError):
-            groups = (gid,)
-        return cls(uid, gid, groups)
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogates: the database, the shim's
-    exec and every terminal need real text)."""
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-def _whole(value: Any, what: str, lo: int, hi: int) -> int:
-    # bool is an int to Python but never a core count to a user.
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise SpecError(f"{what} must be a whole number in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _time_limit(value: Any, what: str) -> float | None:
-    """A time limit in seconds, or None for none."""
-    if value is None:
-        return None
-    # Range first: it is False for nan and needs no float() of a huge int.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not (0 < value <= MAX_TIME_LIMIT)
-    ):
-        raise SpecError(
-            f"{what} must be seconds in (0, {MAX_TIME_LIMIT}] (366 days), or null for no "
-            f"limit, got {value!r}"
-        )
-    return float(value)
-
-
-def clean_reason(text: str) -> str:
-    """A wait reason as the database keeps it: one line of printable text (anything else
-    becomes '?'), at most MAX_WAIT_REASON characters."""
-    if not isinstance(text, str):
-        raise TypeError(f"a wait reason is text, not {type(text).__name__}")
-    return "".join(c if c.isprintable() else "?" for c in text[:MAX_WAIT_REASON])
-
-
-@dataclass
-class JobSpec:
-    """What a user submits. ``argv`` runs without a shell."""
-
-    argv: list[str]
-    name: str = ""
-    cores: int = 1
-    gpus: int = 0
-    model: str = ""
-    cwd: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    time_limit_s: float | None = None  # None: no limit
-
-    @property
-    def kind(self) -> str:
-        return "dnn" if self.gpus > 0 else "cpu"
-
-    def validate(self, node_cores: int | None = None, node_gpus: int | None = None) -> None:
-        """Raise SpecError for anything that could not run or could escape its sandbox."""
-        if not isinstance(self.argv, list) or not self.argv:
-            raise SpecError("the command is empty: give the program and its arguments")
-        if not all(isinstance(a, str) for a in self.argv):
-            raise SpecError("every command argument must be a string")
-        if len(self.argv) > MAX_ARGS:
-            raise SpecError(f"the command has {len(self.argv)} arguments; at most {MAX_ARGS}")
-        if any("\0" in a for a in self.argv):
-            raise SpecError("command arguments must not contain NUL bytes")
-        if not self.argv[0]:
-            raise SpecError("the program name is empty")
-        for what, v in (("name", self.name), ("model", self.model), ("cwd", self.cwd)):
-            if not isinstance(v, str):
-                raise SpecError(f"{what} must be a string, got {type(v).__name__}")
-        if not isinstance(self.env, dict):
-            raise SpecError("env must be an object of strings")
-        if len(self.env) > MAX_ENV:
-            raise SpecError(f"env has {len(self.env)} variables; at most {MAX_ENV}")
-        if not self.name:
-            self.name = Path(self.argv[0]).name or "job"
-        if not NAME_RE.fullmatch(self.name):
-            raise SpecError(
-                f"job name {self.name!r} is not allowed: use 1-64 letters, digits, '_', '.' "
-                "or '-', starting with a letter or digit"
-            )
-        _whole(self.cores, "cores", 1, MAX_CORES)
-        _whole(self.gpus, "gpus", 0, MAX_GPUS)
-        self.time_limit_s = _time_limit(self.time_limit_s, "the time limit")
-        if node_cores is not None and self.cores > node_cores:
-            raise SpecError(f"asks for {self.cores} cores but this node has {node_cores}")
-        if node_gpus is not None and self.gpus > node_gpus:
-            raise SpecError(f"asks for {self.gpus} GPUs but this node has {node_gpus}")
-        if self.model and not NAME_RE.fullmatch(self.model):
-            raise SpecError(f"model name {self.model!r} is not allowed (same rule as job names)")
-        if not self.cwd:
-            self.cwd = os.getcwd()
-        if "\0" in self.cwd or not os.path.isabs(self.cwd) or not os.path.isdir(self.cwd):
-            raise SpecError(f"working directory {self.cwd!r} is not an existing absolute path")
-        for k, v in self.env.items():
-            if not isinstance(k, str) or not ENV_KEY_RE.fullmatch(k):
-                raise SpecError(f"environment variable name {k!r} is not allowed")
-            if not isinstance(v, str) or "\0" in v:
-                raise SpecError(f"environment variable {k} must be a string without NUL bytes")
-            if k.startswith("CODA_"):
-                raise SpecError(f"environment variable {k}: CODA_* variables are set by the agent")
-        for what, texts in (
-            ("command", self.argv),
-            ("working directory", [self.cwd]),
-            ("environment", [*self.env, *self.env.values()]),
-        ):
-            if not all(_utf8(t) for t in texts):
-                raise SpecError(f"the {what} is not valid UTF-8 text")
-        size = sum(len(a.encode("utf-8", "surrogatepass")) for a in self.argv) + len(
-            self.cwd.encode("utf-8", "surrogatepass")
-        )
-        size += sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in self.env.items())
-        if size > MAX_SPEC_BYTES:
-            raise SpecError(
-                f"the spec holds {size} bytes of command and environment; at most {MAX_SPEC_BYTES}"
-            )
-
-    @classmethod
-    def from_dict(cls, d: Any) -> JobSpec:
-        """A spec from a JSON object, with clear errors for unknown or mistyped keys."""
-        if not isinstance(d, dict):
-            raise SpecError("a job spec must be a JSON object")
-        known = {"argv", "name", "cores", "gpus", "model", "cwd", "env", "time_limit_s"}
-        extra = sorted(repr(k) for k in set(d) - known)
-        if extra:
-            raise SpecError(f"unknown key(s) in job spec: {', '.join(extra)}")
-        if "argv" not in d:
-            raise SpecError("job spec needs 'argv': the program and its arguments, as a list")
-        env = d.get("env", {})
-        if not isinstance(env, dict):
-            raise SpecError("'env' must be an object of strings")
-        argv = d["argv"]
-        if not isinstance(argv, list):
-            raise SpecError("'argv' must be a list of strings")
-        spec = cls(
-            argv=list(argv),
-            name=d.get("name", ""),
-            cores=d.get("cores", 1),
-            gpus=d.get("gpus", 0),
-            model=d.get("model", ""),
-            cwd=d.get("cwd", ""),
-            env=dict(env),
-            time_limit_s=_time_limit(d.get("time_limit_s"), "'time_limit_s'"),
-        )
-        # Types now, so that a wrong one is this error and never a crash further on.
-        for what in ("name", "model", "cwd"):
-            if not isinstance(getattr(spec, what), str):
-                raise SpecError(
-                    f"'{what}' must be a string, got {type(getattr(spec, what)).__name__}"
-                )
-        _whole(spec.cores, "'cores'", 1, MAX_CORES)
-        _whole(spec.gpus, "'gpus'", 0, MAX_GPUS)
-        if not all(isinstance(a, str) for a in spec.argv):
-            raise SpecError("'argv' must be a list of strings")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.env.items()):
-            raise SpecError("'env' must be an object of strings")
-        return spec
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "argv": list(self.argv),
-            "name": self.name,
-            "cores": self.cores,
-            "gpus": self.gpus,
-            "model": self.model,
-            "cwd": self.cwd,
-            "env": dict(self.env),
-            "time_limit_s": self.time_limit_s,
-        }
-
-
-@dataclass
-class JobRow:
-    id: int
-    name: str
-    kind: str
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    cores: int
-    gpus: int
-    model: str
-    state: str
-    submit_t: float
-    start_t: float | None
-    end_t: float | None
-    shim_pid: int | None
-    shim_start: int | None
-    cpus: str
-    gpu_ids: str
-    quota: float
-    exit_code: int | None
-    cancel: int
-    launches: int
-    preemptions: int
-    throughput: float | None
-    reference: float | None
-    phase: str
-    message: str
-    uid: int | None = None  # None: the agent's own user (databases from before version 2)
-    gid: int | None = None
-    groups: list[int] = field(default_factory=list)
-    time_limit_s: float | None = None  # None: no limit (and databases before version 3)
-    wait_reason: str = ""  # why a queued job waits, as the last cycle said; '' otherwise
-
-    @classmethod
-    def from_sql(cls, r: sqlite3.Row) -> JobRow:
-        """A row as the agent wrote it; ValueError naming the field if it is not (a
-        damaged or hand-edited database must not crash the agent or the CLI)."""
-        d = dict(r)
-        try:
-            d["argv"] = json.loads(d["argv"])
-            d["env"] = json.loads(d["env"])
-            d["groups"] = json.loads(d.get("groups") or "[]")
-            row = cls(**d)
-        except (ValueError, TypeError, RecursionError) as e:
-            raise ValueError(
-                f"job {d.get('id')}: unreadable command or environment ({e})"
-            ) from None
-        row.check()
-        return row
-
-    def check(self) -> None:
-        def bad(what: str) -> ValueError:
-            return ValueError(f"job {self.id}: {what} is not what the agent writes")
-
-        for name, kind in (("id", int), ("cores", int), ("gpus", int), ("launches", int),
-                           ("preemptions", int), ("cancel", int)):  # fmt: skip
-            v = getattr(self, name)
-            if not isinstance(v, kind) or isinstance(v, bool):
-                raise bad(name)
-        for name in ("name", "kind", "cwd", "model", "state", "cpus", "gpu_ids", "phase",
-                     "message", "wait_reason"):  # fmt: skip
-            if not isinstance(getattr(self, name), str):
-                raise bad(name)
-        if not (isinstance(self.argv, list) and all(isinstance(a, str) for a in self.argv)):
-            raise bad("argv")
-        if not (
-            isinstance(self.env, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items())
-        ):
-            raise bad("env")
-        if not (isinstance(self.groups, list) and all(type(g) is int for g in self.groups)):
-            raise bad("groups")
-        for name in ("uid", "gid", "shim_pid", "shim_start", "exit_code"):
-            v = getattr(self, name)
-            if v is not None and type(v) is not int:
-                raise bad(name)
-        for name in ("submit_t", "start_t", "end_t", "throughput", "reference", "quota"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-                raise bad(name)
-        if self.uid is not None and not 0 <= self.uid < 2**32:
-            raise bad("uid")
-        try:
-            _time_limit(self.time_limit_s, "time_limit_s")
-        except SpecError:
-            raise bad("time_limit_s") from None
-        if clean_reason(self.wait_reason) != self.wait_reason:  # too long, or not one line
-            raise bad("wait_reason")
-
-    @property
-    def owner(self) -> Owner | None:
-        if self.uid is None or self.gid is None:
-            return None
-        return Owner(self.uid, self.gid, tuple(self.groups))
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class Store:
@@ -681,21 +403,3 @@ class Store:
             "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND uid IS ?", (uid,)
         ).fetchone()
         return int(r[0])
-
-
-def read_log(state_dir: str | os.PathLike[str], job_id: int, stream: str, tail: int) -> str:
-    """The last ``tail`` bytes (at most MAX_LOG_TAIL) of a job's stdout or stderr."""
-    if stream not in ("stdout", "stderr"):
-        raise ValueError(f"no log {stream!r}: stdout or stderr")
-    tail = max(0, min(int(tail), MAX_LOG_TAIL))
-    path = Path(state_dir) / "jobs" / str(int(job_id)) / stream
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return ""
-    try:
-        size = os.fstat(fd).st_size
-        os.lseek(fd, max(0, size - tail), os.SEEK_SET)
-        return os.read(fd, tail).decode("utf-8", "replace")
-    finally:
-        os.close(fd)

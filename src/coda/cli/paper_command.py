@@ -1,0 +1,174 @@
+"""``coda experiment paper``: CODA in the paper's own setting against FIFO and DRF, with
+its ablations and the oracle, reported beside the paper's table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.text import Text
+
+from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
+from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
+from coda.params import FiniteFloat, OutDir
+from coda.policy import POLICIES
+from coda.sim.run import MAX_LOAD, prepare
+from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
+from coda.workload.limits import MAX_TRACE_JOBS
+from coda.workload.traces import FORMATS
+
+
+@click.command("paper")
+@click.option(
+    "--trace",
+    default=None,
+    help="A real trace instead of the generated paper workload: a file, or 'openb' for the "
+    "bundled Alibaba openb 2023 trace.",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Trace format.")
+@click.option(
+    "--cluster",
+    default="paper",
+    show_default=True,
+    help="'paper' (80 servers, 400 GPUs, 28 cores each), 'openb[:F]', a node list or a spec.",
+)
+@click.option(
+    "--load",
+    type=FiniteFloat(0.0, MAX_LOAD, min_open=True),
+    default=None,
+    help="With --trace: rescale arrivals to this offered GPU load (default 1.0).",
+)
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True)
+@click.option(
+    "--jobs",
+    "n_jobs",
+    type=click.IntRange(1, MAX_TRACE_JOBS),
+    default=None,
+    help="Generated workload: this many jobs at the paper's rate (default 100,000).",
+)
+@click.option(
+    "--policies",
+    default="fifo,drf,coda,coda-no-slimming,coda-no-colocation,coda-no-eliminator,oracle",
+    show_default=True,
+    help="Comma-separated policies to run.",
+)
+@click.option(
+    "--arrival-scale",
+    type=FiniteFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
+    default=None,
+    help="Generated workload: arrival-rate multiplier (default 2.6, calibrated on FIFO).",
+)
+@click.option("--out", type=OutDir(), default="out/paper", show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, MAX_WORKERS),
+    default=None,
+    help="Parallel processes (default min(2, CPUs)); 1 runs inline.",
+)
+def paper(
+    trace: str | None,
+    fmt: str | None,
+    cluster: str,
+    load: float | None,
+    seeds: int,
+    n_jobs: int | None,
+    policies: str,
+    arrival_scale: float | None,
+    out: str,
+    workers: int | None,
+) -> None:
+    """CODA in the paper's own setting against FIFO and DRF, with its ablations and the
+    oracle: the paper's table beside ours, targets, plots (report.md, results.json)."""
+    import time
+
+    from coda.experiment.paper import (
+        PAPER_ARRIVAL_SCALE,
+        PaperConfig,
+        check_policies,
+        default_workers,
+        run_all,
+        setting,
+        write_workloads,
+    )
+    from coda.experiment.paper_results import results
+    from coda.report.paper_report import write_outputs
+    from coda.workload.traces import bundled_trace_path
+
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if trace == "openb":
+        trace = str(bundled_trace_path())
+    elif trace is not None and not (Path(trace).is_file() and os.access(trace, os.R_OK)):
+        raise click.BadParameter(f"{trace!r} is not a readable file", param_hint="--trace")
+    with _user_errors():
+        check_policies(names, list(POLICIES))
+        if trace is not None and (n_jobs is not None or arrival_scale is not None):
+            raise ValueError(
+                "--jobs and --arrival-scale shape the generated workload; with --trace use --load"
+            )
+        cfg = PaperConfig(
+            out=Path(out),
+            trace=trace,
+            format=fmt,
+            cluster=cluster,
+            load=load,
+            seeds=seeds,
+            jobs=n_jobs,
+            policies=names,
+            arrival_scale=PAPER_ARRIVAL_SCALE if arrival_scale is None else arrival_scale,
+            workers=workers or default_workers(),
+        )
+        cfg.validate()
+        start = time.perf_counter()
+        marg = None
+        with err_console.status("generating and checking the workload"):
+            if cfg.generated:
+                marg = write_workloads(cfg)
+            # Seed 0 here, so that a bad trace or cluster fails once, not once per run.
+            prepared = prepare(cfg.run_config(0))
+        if not cfg.generated:
+            from coda.workload.generate import marginals
+
+            marg = marginals(prepared.workload.jobs)
+        parts = [f"--trace {trace}"] if trace else []
+        parts += [f"--format {fmt}"] if fmt else []
+        parts += [f"--load {load:g}"] if load is not None else []
+        parts += [f"--jobs {n_jobs}"] if n_jobs is not None else []
+        parts += [f"--arrival-scale {arrival_scale:g}"] if arrival_scale is not None else []
+        command = " ".join(
+            [
+                "coda experiment paper",
+                *parts,
+                f"--cluster {cluster}",
+                f"--seeds {seeds}",
+                f"--policies {','.join(names)}",
+                f"--out {out}",
+            ]
+        )
+        c = prepared.cluster
+        where = f"{c.label}: {len(c.nodes)} servers, {c.gpus} GPUs, {c.cores} cores"
+        info = setting(cfg, where, "; ".join(prepared.notes), command)
+        total = len(names) * seeds
+        with _runs_bar("paper") as bar:
+            task = bar.add_task("runs", total=total)
+
+            def on_done(rec: Any, done: int, n: int) -> None:
+                what = "done" if rec.ok else f"FAILED ({rec.error})"
+                bar.console.print(
+                    Text(f"{rec.policy} seed {rec.seed}: {what} in {rec.wall_s:.1f} s"),
+                    highlight=False,
+                )
+                bar.update(task, completed=done, total=n)
+
+            records = run_all(cfg, on_done)
+        res = results(info, records, names, marg, time.perf_counter() - start)
+        paths = write_outputs(cfg.out, res, records, names)
+    console.print(Text((cfg.out / "report.md").read_text().split("## Targets")[0]))
+    for t in res["targets"]:
+        console.print(Text(f"{'met' if t['met'] else 'MISSED'}: {t['label']}"))
+    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
+    if res["errors"]:
+        raise click.ClickException(
+            f"{len(res['errors'])} of {len(records)} runs failed; see {cfg.out / 'results.json'}"
+        )

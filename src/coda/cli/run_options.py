@@ -1,0 +1,207 @@
+"""The options shared by the commands that simulate (the trace, cluster and workload
+options; the model and backfill options) and the RunConfig they make."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from coda.params import FiniteFloat
+from coda.policy.allocator import START_POINTS
+from coda.policy.estimates import ESTIMATES
+from coda.policy.options import ORDERS
+from coda.sim.run import (
+    CENSORED,
+    DEFAULT_CLUSTER,
+    DEFAULT_LOAD,
+    DEFAULT_TIME_LIMIT_S,
+    FRACTIONAL,
+    MAX_HORIZON_S,
+    MAX_LOAD,
+    MAX_SEED,
+    RunConfig,
+)
+from coda.workload.traces import FORMATS
+
+# Stated ranges of the numeric options (shown in --help; click checks them); the
+# run's own ranges come from RunConfig, which checks them again.
+MAX_SEEDS = 1000
+MAX_WORKERS = 1024
+
+F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
+
+
+def _trace_options(f: F) -> F:
+    options = [
+        click.option(
+            "--trace",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="Trace file. Default: the bundled Alibaba openb 2023 pod list.",
+        ),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default=None,
+            help="Trace format. Default: detected from the file's header.",
+        ),
+        click.option(
+            "--cluster",
+            default=DEFAULT_CLUSTER,
+            show_default=True,
+            help="'openb' (bundled node list), 'openb:F' (fraction F of it), "
+            "a node-list CSV, or a spec like '48x8g96c,16x0g96c'.",
+        ),
+        click.option(
+            "--load",
+            type=FiniteFloat(0.0, MAX_LOAD, min_open=True),
+            default=DEFAULT_LOAD,
+            show_default=True,
+            help="Rescale arrivals to this offered GPU load (x GPU capacity).",
+        ),
+        click.option(
+            "--native-time",
+            is_flag=True,
+            help="Keep the trace's own arrival times (ignores --load).",
+        ),
+        click.option(
+            "--seed",
+            type=click.IntRange(0, MAX_SEED),
+            default=0,
+            show_default=True,
+            help="Seeds the model draw, profile perturbation and sample noise.",
+        ),
+        click.option(
+            "--profiles",
+            default="coda",
+            show_default=True,
+            help="Performance profile set: coda, synergy, or a JSON file.",
+        ),
+        click.option(
+            "--mix",
+            default=None,
+            help="DNN model mix, e.g. 'AlexNet=2,ResNet50=1'. Default: the profile set's.",
+        ),
+        click.option(
+            "--skip-bad-rows",
+            is_flag=True,
+            help="Skip malformed trace rows (counted in the report) instead of failing.",
+        ),
+        click.option(
+            "--fractional",
+            type=click.Choice(FRACTIONAL),
+            default="whole",
+            show_default=True,
+            help="Fractional-GPU jobs: give a whole GPU, or drop.",
+        ),
+        click.option(
+            "--censored",
+            type=click.Choice(CENSORED),
+            default="keep",
+            show_default=True,
+            help="Jobs still running at the trace end: keep or drop.",
+        ),
+        click.option(
+            "--horizon",
+            type=FiniteFloat(0.0, MAX_HORIZON_S, min_open=True),
+            default=None,
+            help="Stop at this simulated time (s, from the trace's first arrival); "
+            "later jobs count as unfinished. Default: run until every job finished.",
+        ),
+        click.option(
+            "--warmup",
+            type=FiniteFloat(0.0, 1.0, max_open=True),
+            default=0.01,
+            show_default=True,
+            help="Share of the first arrivals that only warm the cluster up: "
+            "the measurement window starts after them.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _config(kw: dict[str, Any]) -> RunConfig:
+    return RunConfig(
+        trace=kw["trace"],
+        format=kw["fmt"],
+        cluster=kw["cluster"],
+        load=None if kw["native_time"] else kw["load"],
+        seed=kw["seed"],
+        profiles=kw["profiles"],
+        mix=kw["mix"],
+        skip_bad_rows=kw["skip_bad_rows"],
+        fractional=kw["fractional"],
+        censored=kw["censored"],
+        horizon=kw["horizon"],
+        warmup=kw["warmup"],
+        noise=kw.get("noise", 0.05),
+        perturb=kw.get("perturb", 0.0),
+        estimates=kw.get("estimates", "exact"),
+        default_time_limit_s=kw.get("default_time_limit", DEFAULT_TIME_LIMIT_S),
+        order=kw.get("order", "drf"),
+        gpu_subarrays=kw.get("gpu_subarrays", False),
+        allocator_start=kw.get("allocator_start", "learned"),
+    )
+
+
+def _model_options(f: F) -> F:
+    """Measurement noise, profile perturbation and backfill's runtime estimates
+    (simulate, compare)."""
+    f = click.option(
+        "--allocator-start",
+        type=click.Choice(START_POINTS),
+        default="learned",
+        show_default=True,
+        help="Where CODA's core search starts: learned (its shape's learned count, at most "
+        "the request) or paper (the owner's largest earlier count for the model's category, "
+        "else 3 CV / 5 NLP / 5 speech).",
+    )(f)
+    f = click.option(
+        "--gpu-subarrays/--no-gpu-subarrays",
+        default=False,
+        show_default=True,
+        help="Split CODA's GPU array into jobs of 4+ GPUs and of fewer.",
+    )(f)
+    f = click.option(
+        "--order",
+        type=click.Choice(ORDERS),
+        default="drf",
+        show_default=True,
+        help="CODA's order inside each array: drf (tenants by dominant share, as the paper) "
+        "or fifo.",
+    )(f)
+    f = click.option(
+        "--default-time-limit",
+        type=FiniteFloat(1.0, MAX_HORIZON_S),
+        default=DEFAULT_TIME_LIMIT_S,
+        show_default=True,
+        help="With --estimates time-limits: the limit (seconds) of a job whose trace gives none.",
+    )(f)
+    f = click.option(
+        "--estimates",
+        type=click.Choice(ESTIMATES),
+        default="exact",
+        show_default=True,
+        help="What backfill plans with: exact (the simulator's projection), time-limits "
+        "(what Slurm knows: requested times, else --default-time-limit) or none (no "
+        "backfill: strict FIFO per array).",
+    )(f)
+    f = click.option(
+        "--perturb",
+        type=FiniteFloat(0.0, 1.0, max_open=True),
+        default=0.0,
+        show_default=True,
+        help="Scale every profile value by its own U(1-P, 1+P) draw (seeded).",
+    )(f)
+    return click.option(
+        "--noise",
+        type=FiniteFloat(0.0, 1.0),
+        default=0.05,
+        show_default=True,
+        help="Relative noise of each throughput sample the allocator sees.",
+    )(f)

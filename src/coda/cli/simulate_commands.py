@@ -1,0 +1,82 @@
+"""``coda simulate``, ``coda compare`` and ``coda policies``: one trace replayed through
+one policy or several, and the policies they accept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from coda.cli.run_options import _config, _model_options, _trace_options
+from coda.cli.terminal import _prepare, _run, _user_errors, console
+from coda.params import OutDir
+from coda.policy import POLICIES
+
+
+def _check_policies(names: list[str]) -> None:
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown policy {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}",
+            param_hint="--policy/--policies",
+        )
+
+
+@click.command()
+@_trace_options
+@_model_options
+@click.option("--policy", default="coda", show_default=True, help="Scheduling policy.")
+@click.option(
+    "--out",
+    type=OutDir(),
+    default="out/simulate",
+    show_default=True,
+    help="Where to write summary.json, time series, per-job CSV and plots.",
+)
+def simulate(policy: str, out: str, **kw: Any) -> None:
+    """Replay a trace through one policy; print and write the results."""
+    from coda.report import summary_table, write_run
+
+    _check_policies([policy])
+    with _user_errors():
+        prepared = _prepare(_config(kw))
+        result = _run(prepared, policy)
+        paths = write_run(result, Path(out))
+    console.print(summary_table(result.summary))
+    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
+
+
+@click.command()
+@_trace_options
+@_model_options
+@click.option(
+    "--policies",
+    default="static-separate,static-shared,coda",
+    show_default=True,
+    help="Comma-separated policies, run on the same workload (the first is the baseline).",
+)
+@click.option("--out", type=OutDir(), default="out/compare", show_default=True)
+def compare(policies: str, out: str, **kw: Any) -> None:
+    """Run several policies on the same trace and workload; side-by-side table."""
+    from coda.report import comparison_table, write_comparison
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    _check_policies(names)
+    if len(set(names)) != len(names):
+        raise click.BadParameter("a policy is named twice", param_hint="--policies")
+    with _user_errors():
+        prepared = _prepare(_config(kw))
+        results = [_run(prepared, name) for name in names]
+        paths = write_comparison(results, Path(out))
+    console.print(comparison_table([r.summary for r in results]))
+    console.print(f"[dim]wrote {len(paths)} files under {out}[/dim]")
+
+
+@click.command("policies")
+def list_policies() -> None:
+    """List the policies that simulate/compare accept."""
+    from coda.policy import make_policy
+
+    for name in sorted(POLICIES):
+        console.print(f"[bold]{name}[/bold]: {make_policy(name).description}")

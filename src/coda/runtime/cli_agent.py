@@ -1,0 +1,248 @@
+"""The ``coda agent`` command: start the node agent (its lock, cgroups, database,
+control socket and metrics), run it until a signal, and release it all; and
+``spawn_agent``, which starts that command as a child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
+from coda.runtime.cli_daemon import checked_loop, control_loop_options, timestamped
+from coda.runtime.cli_state_dir import locked_state_dir, state_dir_option
+from coda.runtime.control import SOCKET_NAME, ControlServer
+from coda.runtime.jobspec import MAX_GPUS
+from coda.runtime.statedir import StateDirError
+from coda.runtime.store import Store, StoreError
+
+
+def spawn_agent(
+    state_dir: str | os.PathLike[str],
+    args: Sequence[str],
+    log: str | os.PathLike[str],
+    timeout: float = 30.0,
+) -> subprocess.Popen[bytes]:
+    """Start ``coda agent --state-dir STATE_DIR ARGS`` in a session of its own (output
+    appended to ``log``) and return once it is up: its agent.pid names this process (a
+    stale file from a killed agent does not count). For tests, benchmarks and scripts;
+    operators run `coda agent` under their service manager."""
+    argv = [sys.executable, "-m", "coda.cli", "agent", "--state-dir", str(state_dir), *args]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    pid_file = Path(state_dir) / "agent.pid"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"coda agent exited with status {proc.returncode}; see {log}")
+        try:
+            if pid_file.read_text().strip() == str(proc.pid):
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"coda agent did not start within {timeout:g} s; see {log}")
+
+
+def _parse_cpu_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        cpus = parse_cpus(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a CPU list like 0-3,6 (ids 0-{MAX_CPU_ID})", param_hint="--cpus"
+        ) from None
+    if not cpus:
+        raise click.BadParameter("the CPU list is empty", param_hint="--cpus")
+    return cpus
+
+
+@click.command()
+@state_dir_option
+@control_loop_options
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=0, max=MAX_GPUS),
+    default=None,
+    help=f"GPUs on this node, 0-{MAX_GPUS} [default: /dev/nvidia0.. devices found].",
+)
+@click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
+@click.option(
+    "--cgroup",
+    "cg_version",
+    type=click.Choice(["auto", "v1", "v2"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--cgroup-parent",
+    default="coda",
+    show_default=True,
+    help="Parent group the agent creates its job groups under.",
+)
+@click.option(
+    "--cgroup-mounts",
+    default="/proc/self/mounts",
+    show_default=True,
+    help="Mount table to find cgroup mounts in (a fake tree's, for tests and benchmarks).",
+)
+@click.option("--cgroup-prefix", default="", help="Prefix every mount path with this directory.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free port).",
+)
+@click.option(
+    "--stop-jobs-on-exit",
+    is_flag=True,
+    help="Kill running jobs when the agent stops [default: leave them to the next agent].",
+)
+def agent(
+    state_dir: str,
+    policy: str,
+    period: float,
+    window: float,
+    stall: float,
+    gpus: int | None,
+    cpu_list: str | None,
+    cg_version: str,
+    cgroup_parent: str,
+    cgroup_mounts: str,
+    cgroup_prefix: str,
+    metrics_port: int | None,
+    stop_jobs_on_exit: bool,
+    tunes: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Run the node agent: start queued jobs in their own cgroups, slim DNN jobs'
+    cpusets (allocator) and throttle co-located CPU jobs (eliminator)."""
+    from coda.runtime.agent import AgentConfig, NodeAgent
+    from coda.runtime.cgroups import CgroupError, detect
+    from coda.runtime.metrics import MetricsServer, agent_registry, textfile_exporter
+    from coda.runtime.resctrl import Resctrl
+    from coda.runtime.service import AgentService
+
+    tune = checked_loop(policy, tunes, period, window)
+    sd, lock = locked_state_dir(state_dir)
+    if gpus is None:
+        gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
+    try:
+        cg = detect(
+            cgroup_mounts,
+            parent=cgroup_parent,
+            prefix=cgroup_prefix,
+            prefer=None if cg_version == "auto" else cg_version,
+        )
+    except (CgroupError, ValueError) as e:  # ValueError: a bad --cgroup-parent name
+        lock.release()
+        raise click.ClickException(f"cgroups: {e}") from None
+    if cgroup_prefix:  # a fake tree: emulate the kernel's process lists (see faketree.py)
+        from coda.runtime.faketree import LiveProcs
+
+        cg = LiveProcs(cg)
+    try:
+        store = Store(sd / "coda.db")
+    except StoreError as e:
+        lock.release()
+        raise click.ClickException(str(e)) from None
+    say = timestamped(quiet)
+    cfg = AgentConfig(
+        period_s=period,
+        window_s=window,
+        stall_s=stall,
+        policy=policy,
+        gpus=gpus,
+        cpus=_parse_cpu_list(cpu_list),
+        tune=tune,
+    )
+    try:
+        node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+    except ValueError as e:
+        store.close()
+        lock.release()
+        raise click.BadParameter(str(e), param_hint="--tune") from None
+    stop = {"flag": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["flag"] = True
+
+    try:
+        registry = agent_registry(node_agent)
+        server = (
+            MetricsServer("127.0.0.1", metrics_port, registry) if metrics_port is not None else None
+        )
+    except OSError as e:
+        store.close()
+        lock.release()
+        raise click.ClickException(f"metrics port {metrics_port}: {e.strerror or e}") from None
+    sock = node_agent.run_dir / SOCKET_NAME
+    try:
+        node_agent.start()
+        try:
+            service = AgentService(sd / "coda.db")
+            control = ControlServer(sock, service, on_exit=service.close)
+        except OSError as e:
+            raise StateDirError(f"control socket {sock}: {e.strerror or e}") from None
+    except (StateDirError, StoreError, CgroupError, OSError) as e:
+        # OSError: e.g. mkdir of the parent group without root. Release everything.
+        if server is not None:
+            server.close()
+        node_agent.release_parent()
+        store.close()
+        lock.release()
+        if isinstance(e, StateDirError | StoreError):
+            raise click.ClickException(str(e)) from None
+        hint = "" if os.geteuid() == 0 else " (the agent needs root to manage cgroups)"
+        raise click.ClickException(f"cgroups: {e}{hint}") from None
+    # Handlers only once the agent is up: a failed start leaves the caller's as they were.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    node = node_agent.node
+    assert node is not None
+    say(
+        f"agent on {node.name}: {node.cores} cores, {node.gpus} GPUs, cgroup v{cg.version}, "
+        f"policy {policy}, period {period:g} s, state {sd}"
+        + (f", metrics on :{server.port}" if server else "")
+    )
+    (sd / "agent.pid").write_text(f"{os.getpid()}\n")
+    export = textfile_exporter(registry, sd / "metrics.prom", say)
+
+    real_tick = node_agent.tick
+
+    def tick_and_export() -> None:
+        real_tick()
+        export()
+
+    node_agent.tick = tick_and_export  # type: ignore[method-assign]
+    failure = ""
+    try:
+        if server is not None:
+            server.serve_in_background()
+        node_agent.run(lambda: stop["flag"])
+    except StoreError as e:  # the database was damaged under the running agent
+        failure = str(e)
+    finally:
+        control.close()  # no new submissions while the agent leaves
+        try:
+            node_agent.shutdown(stop_jobs=stop_jobs_on_exit)
+        except StoreError as e:
+            failure = failure or str(e)
+        if server is not None:
+            server.close()
+        (sd / "agent.pid").unlink(missing_ok=True)
+        store.close()
+        lock.release()
+        left = len(node_agent.running)
+        say("agent stopped" + (f"; {left} job(s) left running for the next agent" if left else ""))
+    if failure:
+        raise click.ClickException(failure)
