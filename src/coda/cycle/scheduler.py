@@ -65,6 +65,7 @@ class Scheduler(Backfill):
         self._requeue: list[Job] = []  # preempted during a cycle, queued after its round
         self._in_cycle = False
         self._generation = policy.core_count.generation
+        self._pools_generation = policy.pools.generation
         self._static = [f for f in policy.filters if f.static]
         self._bounds = [f for f in policy.filters if isinstance(f, CoreBound)]
         self.cycles = 0
@@ -134,6 +135,14 @@ class Scheduler(Backfill):
 
     def _enqueue(self, job: Job) -> None:
         arr = self.policy.arrays.array_of(job)
+        # The preemption count keeps a requeued job's new entry apart from its old one.
+        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
+        self._file(arr, job)
+        self._queues.push(arr, job)
+        self.queued[job.kind] += 1
+
+    def _file(self, arr: str, job: Job) -> None:
+        """Put a queued job into its array's bucket for its shape."""
         # Its pools too: alike jobs must be able to go to the same nodes (the merge
         # passes over a bucket whose job failed alike).
         pools = self.policy.pools.pools(job)
@@ -143,12 +152,21 @@ class Scheduler(Backfill):
         if bucket is None:
             bucket = buckets[shape] = Bucket()
             self._groups[arr].setdefault(shape[:2], {})[shape] = bucket
-        # The preemption count keeps a requeued job's new entry apart from its old one.
-        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
         bucket.add(job.queue_key, job)
         self._bucket_of[job] = bucket
-        self._queues.push(arr, job)
-        self.queued[job.kind] += 1
+
+    def _refile(self) -> None:
+        """The pools plugin's answers may have changed (its nodes did): file every
+        queued job again, each bucket owed a full search."""
+        for arr, buckets in self.buckets.items():
+            jobs = [job for bucket in buckets.values() for job in bucket.live()]
+            buckets.clear()
+            self._groups[arr].clear()
+            for job in jobs:
+                self._file(arr, job)
+            for bucket in buckets.values():
+                bucket.full = True
+        self._maybe_full = True
 
     def _live_entry(self, key: tuple[Any, ...], job: Job) -> bool:
         return job.start < 0 and job.queue_key == key and job in self._bucket_of
@@ -242,6 +260,7 @@ class Scheduler(Backfill):
             or self._new
             or self._carry
             or self.policy.core_count.generation != self._generation
+            or self.policy.pools.generation != self._pools_generation
         )
 
     def cycle(self, now: float, executor: Executor) -> list[Decision]:
@@ -256,6 +275,9 @@ class Scheduler(Backfill):
         self._executor = executor
         self._decisions = []
         self._in_cycle = True
+        if self.policy.pools.generation != self._pools_generation:
+            self._pools_generation = self.policy.pools.generation
+            self._refile()
         generation = self.policy.core_count.generation
         if generation != self._generation:
             # Core counts changed (the allocator learned a shape): each bucket's
@@ -386,11 +408,10 @@ class Scheduler(Backfill):
         nodes = self._find_nodes(job, cores_pn, active, None if full else dirty)
         if nodes is None:
             bucket = self._bucket_of.get(job)
-            if full and bucket is not None and bucket.full:
-                wait = job.wait
-                # Memory and reservations depend on the job, not only its shape.
-                if not (isinstance(wait, Reason) and wait.code in (R.MEMORY, R.RESERVATION)):
-                    bucket.full = False
+            if full and bucket is not None and bucket.full and self._alike:
+                # Refused by what its bucket's jobs share: they need no full search each
+                # (memory, reservations and per-job filters depend on the job).
+                bucket.full = False
             return False
         return self._start(job, nodes, cores_pn)
 

@@ -63,12 +63,16 @@ class FifoOrder:
 class SeparatePools:
     """DNN jobs on GPU nodes, CPU jobs on CPU nodes."""
 
+    generation = 0  # never changes its answers
+
     def pools(self, job: Job) -> tuple[str, ...]:
         return (GPU_POOL,) if job.is_dnn else (CPU_POOL,)
 
 
 class SharedPools:
     """DNN jobs on GPU nodes; CPU jobs on CPU nodes first, then on GPU nodes."""
+
+    generation = 0  # never changes its answers
 
     def pools(self, job: Job) -> tuple[str, ...]:
         return (GPU_POOL,) if job.is_dnn else (CPU_POOL, GPU_POOL)

@@ -61,9 +61,13 @@ class ArrayPools(ClusterAware):
     max_preemptions: int = 2
     # (cores, memory MiB; 0 = unconstrained) of each CPU node; None = not told.
     cpu_nodes: list[tuple[int, int]] | None = None
+    generation: int = 0  # bumped when the CPU nodes change (answers may change)
 
     def observe_cluster(self, nodes: Sequence[Node]) -> None:
-        self.cpu_nodes = [(n.cores, n.mem_mib) for n in nodes if n.pool == CPU_POOL]
+        cpu_nodes = [(n.cores, n.mem_mib) for n in nodes if n.pool == CPU_POOL]
+        if cpu_nodes != self.cpu_nodes:
+            self.cpu_nodes = cpu_nodes
+            self.generation += 1
 
     def _fits_cpu_nodes(self, job: Job) -> bool:
         if self.cpu_nodes is None:

@@ -63,7 +63,12 @@ class FairShare(Protocol):
 
 
 class PoolSelect(Protocol):
-    """Pre-filter: which node pools a job may use, in the order to try them."""
+    """Pre-filter: which node pools a job may use, in the order to try them.
+
+    ``generation`` is bumped whenever a queued job's answer may have changed (the
+    cycle keeps jobs with equal pools together, and files them again then)."""
+
+    generation: int
 
     def pools(self, job: Job) -> tuple[str, ...]: ...
 
@@ -268,6 +273,14 @@ class Policy:
     # 1 = take the first feasible node in best-fit order.
     candidates_to_score: int = 1
     description: str = ""
+
+    def __post_init__(self) -> None:
+        for f in self.filters:
+            for flag in ("static", "by_shape"):
+                if not isinstance(getattr(f, flag, None), bool):
+                    # The Filter protocol's declarations: checked once here, so a filter
+                    # written without them fails at build time, not at its first refusal.
+                    raise TypeError(f"filter {type(f).__name__} does not declare {flag}: bool")
 
     @property
     def backfill(self) -> bool:

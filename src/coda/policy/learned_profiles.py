@@ -1,0 +1,95 @@
+"""The learned-profile book: per job shape (model, GPUs per node, nodes), the core
+counts converged jobs settled on, their upper median, and its JSON form."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SCHEMA = "coda-learned-profiles/1"
+Shape = tuple[str, int, int]  # (model, GPUs per node, nodes)
+
+
+class LearnedProfiles:
+    """(model, gpus_per_node, nodes) -> core counts converged jobs settled on."""
+
+    def __init__(self, confident_after: int = 3) -> None:
+        self.confident_after = confident_after
+        self._seen: dict[Shape, dict[int, int]] = {}  # shape -> {cores: jobs}
+        self._median: dict[Shape, int] = {}  # cache: asked for at every placement attempt
+
+    def record(self, key: Shape, cores: int) -> None:
+        if int(cores) < 1:
+            raise ValueError(f"cores must be >= 1, got {cores}")
+        key = shape_key(key)
+        seen = self._seen.setdefault(key, {})
+        seen[int(cores)] = seen.get(int(cores), 0) + 1
+        self._median.pop(key, None)
+
+    def count(self, key: Shape) -> int:
+        return sum(self._seen.get(shape_key(key), {}).values())
+
+    def cores(self, key: Shape) -> int | None:
+        """The upper median of the recorded values; None if the shape is unknown."""
+        key = shape_key(key)
+        hit = self._median.get(key)
+        if hit is not None:
+            return hit
+        seen = self._seen.get(key)
+        if not seen:
+            return None
+        i = sum(seen.values()) // 2
+        for c in sorted(seen):
+            if i < seen[c]:
+                self._median[key] = c
+                return c
+            i -= seen[c]
+        raise AssertionError("unreachable")
+
+    def confident(self, key: Shape) -> bool:
+        return self.count(key) >= self.confident_after
+
+    def shapes(self) -> dict[Shape, tuple[int, int]]:
+        """shape -> (cores, converged jobs)."""
+        return {k: (self.cores(k), self.count(k)) for k in self._seen}  # type: ignore[misc]
+
+    def to_dict(self) -> dict[str, Any]:
+        profiles = [
+            {"model": m, "gpus_per_node": g, "nodes": n, "cores": sorted(seen.items())}
+            for (m, g, n), seen in sorted(self._seen.items())
+        ]
+        return {"schema": SCHEMA, "confident_after": self.confident_after, "profiles": profiles}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LearnedProfiles:
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"learned profiles: expected schema {SCHEMA!r}, got {got!r}")
+        after = d.get("confident_after", 3)
+        profiles = d.get("profiles")
+        if not is_int(after) or after < 1 or not isinstance(profiles, list):
+            raise ValueError("learned profiles: need an int confident_after >= 1 and a list")
+        out = cls(after)
+        for i, p in enumerate(profiles):
+            try:
+                model, g, n, cores = p["model"], p["gpus_per_node"], p["nodes"], p["cores"]
+                ok = isinstance(model, str) and is_int(g) and is_int(n) and g >= 0 and n >= 1
+                pairs = [(c, k) for c, k in cores]
+                ok = ok and all(is_int(c) and is_int(k) and c >= 1 and k >= 1 for c, k in pairs)
+            except (KeyError, TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"learned profiles: malformed entry {i}: {p!r}")
+            out._seen[(model, g, n)] = dict(pairs)
+        return out
+
+
+def is_int(x: Any) -> bool:
+    """A whole number (a bool is not one)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def shape_key(key: Sequence[Any]) -> Shape:
+    """A shape key as a tuple (a JSON round trip makes lists of them)."""
+    model, gpus, nodes = key
+    return (str(model), int(gpus), int(nodes))
