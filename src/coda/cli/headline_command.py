@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS, _config, _trace_options
-from coda.cli.terminal import _user_errors, console, err_console
+from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
 from coda.params import FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD
@@ -173,15 +172,7 @@ def headline(
         with err_console.status("checking the trace and loads"):
             check_workloads(cfg)
         total = sum(len(g.policies) for g in plan(cfg))
-        with Progress(
-            TextColumn("[bold]experiment[/bold]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("runs"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        ) as bar:
+        with _runs_bar("experiment") as bar:
             task = bar.add_task("runs", total=total)
             result = run_experiment(
                 cfg, progress=lambda done, n: bar.update(task, completed=done, total=n)
