@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 import coda.sim.engine as engine
 from coda.cycle import reasons as R
+from coda.cycle.backfill import Backfill
 from coda.cycle.index import PoolIndex
 from coda.cycle.queue import Bucket, Parking
 from coda.cycle.reasons import Reason
@@ -521,13 +522,13 @@ def _cpu_heavy_case(seed: int) -> Any:
     return build_workload(table, PROFILES, 0, {"AlexNet": 1.0, "ResNet50": 1.0})
 
 
-def test_buckets_that_failed_alike_go_on_after_a_change() -> None:
+def test_buckets_that_failed_alike_go_on_after_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bucket whose job was refused by what its jobs share is passed over until a node
     changes, then goes on from the job after the merge's last one, as the straightforward
     merge (which pops every job and skips those) does; a job needing no less time, memory
     and rank than one that failed is not tried."""
     rejoined = 0
-    go_on = Scheduler._go_on
+    go_on = Backfill._go_on
 
     def counted(self: Scheduler, stopped: Any, heap: list[Any], after: Any) -> None:
         nonlocal rejoined
@@ -545,11 +546,11 @@ def test_buckets_that_failed_alike_go_on_after_a_change() -> None:
     for seed, policy, cluster in cases:
         wl = _cpu_heavy_case(seed)
         opts = PolicyOptions(estimates="time-limits", default_time_limit_s=300.0)
-        Scheduler._go_on = counted  # type: ignore[method-assign]
-        try:
+        # Patched where it is defined and undone by monkeypatch: setting it on Scheduler
+        # and back would leave a copy there that hides later patches of Backfill's.
+        with monkeypatch.context() as patch:
+            patch.setattr(Backfill, "_go_on", counted)
             fast = _simulate(wl, cluster, policy, opts)
-        finally:
-            Scheduler._go_on = go_on  # type: ignore[method-assign]
         with reference():
             slow = _simulate(wl, cluster, policy, opts)
         assert fast == slow, seed
