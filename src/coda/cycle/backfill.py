@@ -214,32 +214,26 @@ class Backfill(Reservations):
                                 room = self._room(dirty)
                             if parking:
                                 gen = self._after_try(parking, heap, room, last, gen, started)
-                            if not started and self._alike:
-                                stopped.append((arr, shape))
-                                stamp = (self.book_version, len(dirty), core_count.generation)
-                                continue
-                            if not started and self._failed_with is not None:
-                                failed_with[(arr, shape)] = (
-                                    self.book_version,
-                                    len(dirty),
-                                    core_count.generation,
-                                    *self._failed_with,
-                                )
+                            if not started and (self._alike or self._failed_with):
+                                state = (self.book_version, len(dirty), core_count.generation)
+                                if self._alike:
+                                    stopped.append((arr, shape))
+                                    stamp = state
+                                    continue
+                                failed_with[(arr, shape)] = (state, self._failed_with)
             nxt_job = bucket.next_after(at)
             if nxt_job is not None:
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
 
     def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
-        """Whether job would fail as its bucket's job that left ``memo`` did: nothing
-        changed since, and it needs no less time, memory and rank (a reservation that
-        bound that job binds it too). Sets its estimate as an attempt would."""
-        version, seen, generation, finish_by, mem, rank = memo
-        if (
-            version != self.book_version
-            or seen != dirty
-            or generation != self.policy.core_count.generation
-            or job.mem_pn < mem
-        ):
+        """Whether job would fail as its bucket's job that left ``memo`` (the merge's
+        stamp then, and ``_failed_with``) did: nothing changed since, and it needs no
+        less time, memory and rank (a reservation that bound that job binds it too).
+        Sets its estimate as an attempt would."""
+        state, (finish_by, mem, rank) = memo
+        if state != (self.book_version, dirty, self.policy.core_count.generation):
+            return False
+        if job.mem_pn < mem:
             return False
         job.estimate = self.policy.estimates.runtime(job, cores_pn)
         if self.now + job.estimate < finish_by:
