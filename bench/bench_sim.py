@@ -39,6 +39,10 @@ and each ladder row's µs per job over that of the smallest ladder case of the s
 ("vs 100k": flat from 100k to 1M means about 1.0). Ratios are reported, never asserted:
 machines are shared and noisy, so compare within one run.
 Exit status 1 if any case failed (a timeout is a result, not a failure).
+Build: run with a compiled build's interpreter (bench/build-compiled makes .venv-compiled;
+`.venv-compiled/bin/python bench/bench_sim.py --scaling`) for mypyc's speed, with the same
+decisions (tests/test_compiled_build.py); the first stdout line and each JSON row say which
+build ran ("compiled" or "pure").
 Targets (issue 12): 1M jobs / 10k nodes under `coda` in under 5 minutes and 4 GiB on a
 2-core machine, with time per job flat from 100k to 1M.
 """
@@ -157,6 +161,17 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {_num(r.get('max_rss_mib'), ',.0f')} | {_num(r.get('vs_smallest'), '.2f')} |"
         )
     return "\n".join(lines)
+
+
+def build_kind() -> str:
+    """The build this interpreter runs: "compiled" where the simulator runs as mypyc
+    extension modules (setup.py, bench/build-compiled), else "pure" (plain Python, such
+    as the editable .venv)."""
+    import coda.cycle.scheduler
+    import coda.sim.engine
+
+    mods = (coda.cycle.scheduler, coda.sim.engine)
+    return "compiled" if all((m.__file__ or "").endswith(".so") for m in mods) else "pure"
 
 
 def log(msg: str) -> None:
@@ -484,6 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         policies = args.policies or sorted(POLICIES)
         rows += run_cases(large, policies, args.load, args.seed, args.case_timeout)
     add_ratios(rows)
+    build = build_kind()
+    for r in rows:
+        r["build"] = build
+    print(f"{build} build ({sys.executable}), {os.cpu_count()} CPUs\n", flush=True)
     print(markdown_table(rows), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -138,8 +138,11 @@ def test_ladder_runs_in_children_and_writes_json(
         assert r["offered_gpu_load"] == pytest.approx(1.0, rel=1e-3)
     assert rows[0]["vs_smallest"] == 1.0
     assert rows[1]["vs_smallest"] == pytest.approx(rows[1]["us_per_job"] / rows[0]["us_per_job"])
+    assert {r["build"] for r in rows} == {"pure"}  # the tests run the editable install
     captured = capsys.readouterr()
-    assert captured.out.splitlines()[0].startswith("| case | policy | jobs | nodes | wall s |")
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("pure build (") and lines[1] == ""
+    assert lines[2].startswith("| case | policy | jobs | nodes | wall s |")
     assert "[2/2] 400/4 static-separate" in captured.err
 
 

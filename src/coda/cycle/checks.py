@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coda.cycle.nodes import InvariantError
+from coda.cycle.invariant import InvariantError
 from coda.cycle.reservations import Hold
 
 if TYPE_CHECKING:

@@ -17,10 +17,6 @@ from coda.policy.framework import Policy
 from coda.policy.state import GPU_POOL, Job, Node
 
 
-class InvariantError(AssertionError):
-    """The cycle broke one of its own invariants (checked where asked)."""
-
-
 class NodeBook:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy

@@ -30,7 +30,7 @@ from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
 from coda.cycle.checks import check_no_waiting_fit
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
-from coda.cycle.nodes import InvariantError
+from coda.cycle.invariant import InvariantError
 from coda.cycle.queue import Bucket
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold, Reservation

@@ -237,7 +237,11 @@ class AdaptiveAllocator(CoreSearch):
         levels judged short; lost_windows: throughput lost while searching, in windows
         of full throughput; refused: growth the driver refused; shifts_ignored:
         shifted windows blamed on co-located CPU jobs; learned: shape -> [cores, jobs]."""
-        out: dict[str, Any] = {k: round(v, 3) for k, v in self._n.items()}
+        # Counts as ints (held as floats: a compiled build stores them so), the
+        # lost windows rounded.
+        out: dict[str, Any] = {
+            k: round(v, 3) if k == "lost_windows" else int(v) for k, v in self._n.items()
+        }
         done = self._n["converged"]
         out["mean_probes_per_search"] = round(self._n["probes"] / done, 3) if done else 0.0
         out["mean_windows_per_search"] = round(self._n["windows"] / done, 3) if done else 0.0

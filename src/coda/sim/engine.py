@@ -391,34 +391,82 @@ class Simulator:
             self._check_nodes(job.placement)
         return delta < 0
 
-    # The parts of the driver that live in modules of their own (one idea each).
+    # The parts of the driver that live in modules of their own (one idea each), as
+    # methods: compiled (setup.py), a module's function does not bind as one.
     # controls.py
-    _rewatch = controls._rewatch
-    _rewatch_one = controls._rewatch_one
-    _signature = controls._signature
-    _resting = controls._resting
-    _arm = controls._arm
-    _tick = controls._tick
-    _noise = controls._noise
-    _sample_all = controls._sample_all
+    def _rewatch(self, node: Node) -> None:
+        controls._rewatch(self, node)
+
+    def _rewatch_one(self, node: Node) -> None:
+        controls._rewatch_one(self, node)
+
+    def _signature(self, node: Node) -> tuple[int, ...]:
+        return controls._signature(self, node)
+
+    def _resting(self, node: Node) -> bool:
+        return controls._resting(self, node)
+
+    def _arm(self) -> None:
+        controls._arm(self)
+
+    def _tick(self) -> None:
+        controls._tick(self)
+
+    def _noise(self) -> float:
+        return controls._noise(self)
+
+    def _sample_all(self) -> None:
+        controls._sample_all(self)
 
     # physics.py
-    _rebandwidth = physics._rebandwidth
-    _detected = physics._detected
-    _close_episode = physics._close_episode
-    _bw_demand = physics._bw_demand
-    _useful_cores = physics._useful_cores
-    _local_speed = physics._local_speed
-    _refresh = physics._refresh
-    _track_episode = physics._track_episode
-    _settle = physics._settle
-    _checkpoint = physics._checkpoint
-    _set_speed = physics._set_speed
-    _check_nodes = physics._check_nodes
+    def _rebandwidth(self, job: Job) -> None:
+        physics._rebandwidth(self, job)
+
+    def _detected(self, cpu_job: Job) -> None:
+        physics._detected(self, cpu_job)
+
+    def _close_episode(self, job: Job, finished: bool = False) -> None:
+        physics._close_episode(self, job, finished)
+
+    def _bw_demand(self, job: Job) -> float:
+        return physics._bw_demand(self, job)
+
+    def _useful_cores(self, job: Job) -> float:
+        return physics._useful_cores(self, job)
+
+    def _local_speed(self, job: Job, node: Node) -> tuple[float, float]:
+        return physics._local_speed(self, job, node)
+
+    def _refresh(self, nodes: list[Node]) -> None:
+        physics._refresh(self, nodes)
+
+    def _track_episode(self, job: Job, base: float, speed: float) -> None:
+        physics._track_episode(self, job, base, speed)
+
+    def _settle(self, job: Job) -> None:
+        physics._settle(self, job)
+
+    def _checkpoint(self, job: Job, now: float) -> None:
+        physics._checkpoint(self, job, now)
+
+    def _set_speed(self, job: Job, speed: float) -> None:
+        physics._set_speed(self, job, speed)
+
+    def _check_nodes(self, nodes: list[Node]) -> None:
+        physics._check_nodes(self, nodes)
 
     # meters.py
-    _advance = meters._advance
-    _sample = meters._sample
-    _episode_summary = meters._episode_summary
-    _policy_stats = meters._policy_stats
-    _result = meters._result
+    def _advance(self, t: float) -> None:
+        meters._advance(self, t)
+
+    def _sample(self, i: int) -> None:
+        meters._sample(self, i)
+
+    def _episode_summary(self) -> dict[str, Any]:
+        return meters._episode_summary(self)
+
+    def _policy_stats(self) -> dict[str, Any]:
+        return meters._policy_stats(self)
+
+    def _result(self, wall: float) -> SimResult:
+        return meters._result(self, wall)
