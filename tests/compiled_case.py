@@ -1,6 +1,6 @@
 """Run the differential cases of tests/test_compiled_build.py in this interpreter and
-print one JSON line per (case, policy): a digest of every job's outcome and the
-summary's figures. Run by that test under the pure and the compiled build alike.
+print one JSON line per (case, policy): a digest of every per-job column and the time
+series, and the summary. Run by that test under the pure and the compiled build alike.
 
     python tests/compiled_case.py OUT_DIR
 """
@@ -16,31 +16,47 @@ from typing import Any
 
 import numpy as np
 
-# Per-job columns that carry every decision: when each job started and ended, its
-# cores, the times it lost cores, and why it waited.
-JOB_COLUMNS = ("start", "end", "cores_granted", "preemptions", "shrinks", "wait_reason")
 # Summary fields that depend on the host, not the decisions.
 HOST_FIELDS = {"wall_seconds", "events_per_s", "config", "trace"}
+# The modules setup.py compiles, looked at to tell the builds apart.
+HOT_MODULES = ("coda.cycle.scheduler", "coda.cycle.backfill", "coda.policy.allocator",
+               "coda.policy.eliminator", "coda.sim.engine", "coda.sim.physics")  # fmt: skip
 
 
-def which_build() -> dict[str, str]:
-    """Where the hot modules were loaded from (a .so when compiled)."""
-    import coda.cycle.scheduler
-    import coda.policy.allocator
-    import coda.sim.engine
+def which_build() -> dict[str, Any]:
+    """Where the hot modules were loaded from (.so when compiled), and a digest of the
+    Python sources of the compiled packages as installed (a compiled build installs
+    them beside its modules), so that a build older than the source tree shows."""
+    import importlib
 
-    mods = (coda.cycle.scheduler, coda.policy.allocator, coda.sim.engine)
-    return {m.__name__: Path(m.__file__ or "").suffix for m in mods}
+    import coda
+
+    suffix = {
+        name: Path(importlib.import_module(name).__file__ or "").suffix for name in HOT_MODULES
+    }
+    return {"suffix": suffix, "sources": source_digest(Path(coda.__file__).parent)}
+
+
+def source_digest(package: Path) -> str:
+    """A digest of the Python files setup.py compiles, under a ``coda`` package dir."""
+    h = hashlib.sha256()
+    files = [f for d in ("cycle", "policy", "sim") for f in (package / d).glob("*.py")]
+    for f in sorted([*files, package / "workload" / "job_perf.py"]):
+        h.update(f.relative_to(package).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def digest(result: Any) -> dict[str, Any]:
+    """Every per-job column and the time series as digests; the summary in full, less
+    what depends on the host."""
     h = hashlib.sha256()
-    for col in JOB_COLUMNS:
-        h.update(col.encode())
-        h.update(repr(np.asarray(result.jobs[col]).tolist()).encode())
+    for table in (result.jobs, result.timeseries):
+        for col in sorted(table):
+            h.update(col.encode())
+            h.update(repr(np.asarray(table[col]).tolist()).encode())
     summary = {k: v for k, v in result.summary.items() if k not in HOST_FIELDS}
-    text = json.dumps(summary, sort_keys=True, default=str)
-    return {"jobs": h.hexdigest(), "summary": hashlib.sha256(text.encode()).hexdigest()}
+    return {"jobs": h.hexdigest(), "summary": json.loads(json.dumps(summary, default=str))}
 
 
 def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
@@ -54,10 +70,28 @@ def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
     # deep CPU queues, reservations and reclaim.
     paper = PaperConfig(out=out, jobs=1500, seeds=1)
     write_workloads(paper)
+    base = RunConfig()
     return [
-        ("bundled", RunConfig(), every),
+        ("bundled", base, every),
         ("paper-1500", paper.run_config(0), ("fifo", "coda", "coda-no-eliminator")),
-        ("bundled-limits", dataclasses.replace(RunConfig(), estimates="time-limits"), ("coda",)),
+        ("bundled-limits", dataclasses.replace(base, estimates="time-limits"), ("coda",)),
+        # CODA's other knobs, and the run options that reach the policies' inputs.
+        (
+            "bundled-variants",
+            dataclasses.replace(
+                base,
+                order="fifo",
+                gpu_subarrays=True,
+                allocator_start="paper",
+                perturb=0.2,
+                mix="AlexNet=2,ResNet50=1,Transformer=1",
+                seed=3,
+            ),
+            ("coda",),
+        ),
+        ("bundled-no-estimates", dataclasses.replace(base, estimates="none", noise=0.0), ("coda",)),
+        # The cycle's own invariants checked after every event (InvariantError on a break).
+        ("small-checked", dataclasses.replace(base, cluster="openb:0.05", horizon=3e5), ("coda",)),
     ]
 
 
@@ -68,8 +102,10 @@ def main(argv: list[str]) -> int:
     print(json.dumps({"build": which_build()}), flush=True)
     for name, config, policies in cases(out):
         prepared = prepare(config)
+        checked = name.endswith("-checked")
         for policy in policies:
-            row = {"case": name, "policy": policy, **digest(run_policy(prepared, policy))}
+            result = run_policy(prepared, policy, check_invariants=checked)
+            row = {"case": name, "policy": policy, **digest(result)}
             print(json.dumps(row), flush=True)
     return 0
 

@@ -1,6 +1,7 @@
 """The compiled build (setup.py, bench/build-compiled) makes the same decisions as the
-pure-Python one: the same simulations, run in each, give every job the same start,
-end, cores, preemptions, shrinks and wait reason, and the same summary.
+pure-Python one: the same simulations, run in each, give the same per-job table (every
+job's start, end, cores at start and settled, preemptions, shrinks, queued time and
+wait reason), the same time series and the same summary.
 
 Needs the compiled build's interpreter in CODA_COMPILED_PYTHON (CI builds one and sets
 it, with CODA_REQUIRE_COMPILED=1 so that a missing build fails instead of skipping).
@@ -13,10 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from compiled_case import source_digest
 
 CASE = Path(__file__).with_name("compiled_case.py")
+SRC = Path(__file__).resolve().parent.parent / "src" / "coda"
 
 
 def _compiled_python() -> str:
@@ -30,27 +34,31 @@ def _compiled_python() -> str:
     return path
 
 
-def _rows(python: str, out: Path) -> list[dict[str, object]]:
+def _run(python: str, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     # The same out directory for both: the generated workload's path is in the summary.
     p = subprocess.run(
         [python, str(CASE), str(out)], capture_output=True, text=True, timeout=900, check=False
     )
     assert p.returncode == 0, f"{python} {CASE.name} failed:\n{p.stderr[-4000:]}"
-    return [json.loads(line) for line in p.stdout.splitlines()]
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    return rows[0]["build"], rows[1:]
 
 
 def test_compiled_build_decides_as_the_pure_one(tmp_path: Path) -> None:
     compiled = _compiled_python()
-    pure_rows = _rows(sys.executable, tmp_path)
-    compiled_rows = _rows(compiled, tmp_path)
-    pure_build, compiled_build = pure_rows.pop(0)["build"], compiled_rows.pop(0)["build"]
-    assert isinstance(pure_build, dict) and isinstance(compiled_build, dict)
-    # Each interpreter really runs its own build (an editable install of the source here,
-    # extension modules there), so the comparison cannot pass by comparing one with itself.
-    assert set(pure_build.values()) == {".py"}, pure_build
-    assert set(compiled_build.values()) == {".so"}, compiled_build
+    # Each interpreter really runs its own build (the source tree here, extension
+    # modules there), so the comparison cannot pass by comparing one with itself; and
+    # the compiled one was built from this source (a stale build would compare old code).
+    compiled_build, compiled_rows = _run(compiled, tmp_path)
+    assert set(compiled_build["suffix"].values()) == {".so"}, compiled_build
+    assert compiled_build["sources"] == source_digest(SRC), (
+        f"{compiled} was built from other sources than {SRC}: rebuild it (bench/build-compiled)"
+    )
+    pure_build, pure_rows = _run(sys.executable, tmp_path)
+    assert set(pure_build["suffix"].values()) == {".py"}, pure_build
     assert len(pure_rows) == len(compiled_rows) >= 10
     for a, b in zip(pure_rows, compiled_rows, strict=True):
+        where = f"{a['case']} {a['policy']}"
         assert (a["case"], a["policy"]) == (b["case"], b["policy"])
-        assert a["jobs"] == b["jobs"], f"{a['case']} {a['policy']}: jobs' outcomes differ"
-        assert a["summary"] == b["summary"], f"{a['case']} {a['policy']}: summaries differ"
+        assert a["jobs"] == b["jobs"], f"{where}: per-job tables or time series differ"
+        assert a["summary"] == b["summary"], f"{where}: summaries differ"

@@ -26,9 +26,9 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from coda.cycle import checks
 from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
-from coda.cycle.checks import check_no_waiting_fit
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
 from coda.cycle.invariant import InvariantError
 from coda.cycle.queue import Bucket
@@ -644,4 +644,7 @@ class Scheduler(Backfill):
                 reason = Reason(R.FIFO, behind=head.job_id)
         return reason
 
-    check_no_waiting_fit = check_no_waiting_fit
+    def check_no_waiting_fit(self) -> None:
+        """See ``checks.check_no_waiting_fit`` (a method: compiled, a module's function
+        does not bind as one)."""
+        checks.check_no_waiting_fit(self)
