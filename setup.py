@@ -13,33 +13,17 @@ simulations in each and compares every job's start, end and cores (CI builds bot
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from pathlib import Path
 
 from setuptools import setup
 
-# Compiled together: the scheduling cycle, the policies, the simulator and the job
-# speed model they call. Left out: invariant.py (mypyc cannot compile a subclass of
-# AssertionError; compiled modules raise it as it is).
-COMPILED = ("coda/cycle", "coda/policy", "coda/sim", "coda/workload/job_perf.py")
-# run.py and result.py build and hold a run's configuration and results (not hot): left
-# as Python, so that they take what their validation accepts (numpy integers, paths)
-# where mypyc would enforce the annotations.
-NOT_COMPILED = {"coda/cycle/invariant.py", "coda/sim/run.py", "coda/sim/result.py"}
+ROOT = Path(__file__).resolve().parent
+# Which modules are compiled is said once, in the package (it imports nothing of CODA's).
+BUILD = runpy.run_path(str(ROOT / "src" / "coda" / "build_kind.py"))
 # No fused multiply-add: the compiled arithmetic rounds as CPython's does on every host.
 CFLAGS = ["-ffp-contract=off"]
-
-
-def compiled_sources(src: Path) -> list[str]:
-    paths: list[str] = []
-    for item in COMPILED:
-        p = src / item
-        files = sorted(p.glob("*.py")) if p.is_dir() else [p]
-        for f in files:
-            rel = f.relative_to(src).as_posix()
-            if rel not in NOT_COMPILED:
-                paths.append(str(f))
-    return paths
 
 
 ext_modules = []
@@ -58,8 +42,8 @@ if flag == "1":
             "CODA_COMPILE=1: mypyc not found; install mypy into this environment and "
             "build with pip install --no-build-isolation"
         )
-    src = Path(__file__).resolve().parent / "src"
-    ext_modules = mypycify(compiled_sources(src), opt_level="3")
+    sources = [str(f) for f in BUILD["compiled_files"](ROOT / "src" / "coda")]
+    ext_modules = mypycify(sources, opt_level="3")
     for ext in ext_modules:
         ext.extra_compile_args = [*ext.extra_compile_args, *CFLAGS]
 

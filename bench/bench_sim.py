@@ -163,17 +163,6 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def build_kind() -> str:
-    """The build this interpreter runs: "compiled" where the simulator runs as mypyc
-    extension modules (setup.py, bench/build-compiled), else "pure" (plain Python, such
-    as the editable .venv)."""
-    import coda.cycle.scheduler
-    import coda.sim.engine
-
-    mods = (coda.cycle.scheduler, coda.sim.engine)
-    return "compiled" if all((m.__file__ or "").endswith(".so") for m in mods) else "pure"
-
-
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -499,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         policies = args.policies or sorted(POLICIES)
         rows += run_cases(large, policies, args.load, args.seed, args.case_timeout)
     add_ratios(rows)
+    from coda.build_kind import build_kind
+
     build = build_kind()
     for r in rows:
         r["build"] = build

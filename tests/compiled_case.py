@@ -18,30 +18,24 @@ import numpy as np
 
 # Summary fields that depend on the host, not the decisions.
 HOST_FIELDS = {"wall_seconds", "events_per_s", "config", "trace"}
-# The modules setup.py compiles, looked at to tell the builds apart.
-HOT_MODULES = ("coda.cycle.scheduler", "coda.cycle.backfill", "coda.policy.allocator",
-               "coda.policy.eliminator", "coda.sim.engine", "coda.sim.physics")  # fmt: skip
 
 
 def which_build() -> dict[str, Any]:
-    """Where the hot modules were loaded from (.so when compiled), and a digest of the
-    Python sources of the compiled packages as installed (a compiled build installs
-    them beside its modules), so that a build older than the source tree shows."""
-    import importlib
-
+    """The build that runs (coda.build_kind), and a digest of the compiled modules'
+    sources as installed (a compiled build installs them beside its extension modules),
+    so that a build older than the source tree shows."""
     import coda
+    from coda.build_kind import build_kind
 
-    suffix = {
-        name: Path(importlib.import_module(name).__file__ or "").suffix for name in HOT_MODULES
-    }
-    return {"suffix": suffix, "sources": source_digest(Path(coda.__file__).parent)}
+    return {"kind": build_kind(), "sources": source_digest(Path(coda.__file__).parent)}
 
 
 def source_digest(package: Path) -> str:
-    """A digest of the Python files setup.py compiles, under a ``coda`` package dir."""
+    """A digest of the files the compiled build compiles, under a ``coda`` package dir."""
+    from coda.build_kind import compiled_files
+
     h = hashlib.sha256()
-    files = [f for d in ("cycle", "policy", "sim") for f in (package / d).glob("*.py")]
-    for f in sorted([*files, package / "workload" / "job_perf.py"]):
+    for f in compiled_files(package):
         h.update(f.relative_to(package).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()
