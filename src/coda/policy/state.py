@@ -32,7 +32,8 @@ class Job:
         "idx", "job_id", "kind", "submit", "gpus", "cores", "mem_mib", "nodes",
         "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
-        "start", "end", "version", "finish_t", "finish_seq", "heap_t", "heap_seq", "bw_pn", "estimate", "queue_key",
+        "start", "end", "version", "finish_t", "finish_seq", "heap_t", "heap_seq",
+        "bw_pn", "estimate", "queue_key",
         "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
         "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks",
     )  # fmt: skip

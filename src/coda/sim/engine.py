@@ -18,9 +18,8 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np

@@ -229,9 +229,9 @@ class SlurmNodeAgent(NodeAgent):
             # Not placed by CODA (a --hold job Slurm placed itself). Its AdminComment is
             # the admin's: report into it only if it is empty.
             mark = {"state": "seen"} if not comment else {"state": ""}
-        cpus = self.sg.cpus(name)
-        grant = sorted(set(saved_grant or cpus) | set(cpus))
         nodes = max(1, sj.node_count)
+        cpus = self.sg.granted(name, -(-sj.cpus // nodes))
+        grant = sorted(set(saved_grant or cpus) | set(cpus))
         req = sj.requested_cores_pn if mark.get("req", "").isdigit() else len(grant)
         gpus_pn = sj.gpus_per_node
         model = model_key(sj)

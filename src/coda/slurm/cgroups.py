@@ -142,6 +142,11 @@ class SlurmJobCgroups:
         return sorted(os.sched_getaffinity(0))
 
     # ------------------------------------------------------------ CPU sets
+    def granted(self, name: str, slurm_cpus: int) -> list[int]:
+        """The CPUs the job has when the agent first sees it: its cpuset here
+        (``BoardCgroups``: Slurm's count, on an emulated node)."""
+        return self.cpus(name)
+
     def cpus(self, name: str) -> list[int]:
         return parse_cpus(read_file(self._dir(name) / "cpuset.cpus"))
 

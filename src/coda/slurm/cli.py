@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -29,6 +30,7 @@ from coda.runtime.cli import (
 )
 
 if TYPE_CHECKING:
+    from coda.slurm.cgroups import SlurmJobCgroups
     from coda.slurm.client import SlurmJob
 
 
@@ -138,6 +140,26 @@ def controller(
         lock.release()
 
 
+def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgroups:
+    """The emulated node's groups: its board (root's, made if missing) and the cores
+    Slurm declares for it."""
+    from coda.runtime.board import Board
+    from coda.slurm.board_cgroups import BoardCgroups
+    from coda.slurm.client import SlurmClient
+
+    cores = next((n.cpus for n in SlurmClient().nodes() if n.name == node), None)
+    if cores is None:
+        raise ValueError(f"--board: Slurm has no node named {node!r}")
+    path = root / node
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not path.is_dir() or path.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ValueError(
+            f"--board: {path} must be a directory of this user's, not group/world-writable"
+        )
+    return BoardCgroups(real, Board(path, agent_uid=os.geteuid()), cores)
+
+
 @slurm.command()
 @click.option("--node", required=True, help="This node's Slurm name (slurmd -N).")
 @_state_dir("slurm-agent")
@@ -155,6 +177,14 @@ def controller(
               help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2).")  # fmt: skip
 @click.option("--restore-on-exit", is_flag=True,
               help="Widen every job back to its Slurm grant when the agent stops.")  # fmt: skip
+@click.option(
+    "--board",
+    "board_root",
+    type=click.Path(file_okay=False),
+    help="Emulated node: keep jobs' CPUs and quotas on the board under this directory "
+    "(<dir>/<node>) instead of their cgroups, for emulated jobs on declared-big test "
+    "nodes (deploy/slurm-test-cluster --cores; see coda.runtime.board).",
+)
 def agent(
     node: str,
     state_dir: str,
@@ -166,6 +196,7 @@ def agent(
     cgroup_root: str,
     cgroup_version: str,
     restore_on_exit: bool,
+    board_root: str | None,
     tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -176,18 +207,20 @@ def agent(
     from coda.runtime.store import Store, StoreError
     from coda.slurm.agent import SlurmNodeAgent
     from coda.slurm.cgroups import SlurmJobCgroups
-    from coda.slurm.client import SlurmClient
+    from coda.slurm.client import SlurmClient, SlurmError
 
     tune = checked_loop(policy, tunes, period, window)
     sd, lock = locked_state_dir(state_dir)
     say = timestamped(quiet)
     try:
         cg = SlurmJobCgroups(node, cgroup_root, version=int(cgroup_version))
+        if board_root is not None:
+            cg = _board_cgroups(cg, Path(board_root), node)
         cfg = AgentConfig(period_s=period, window_s=window, stall_s=stall, policy=policy,
                           tune=tune)  # fmt: skip
         store = Store(sd / "coda.db")
         a = SlurmNodeAgent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say)
-    except (ValueError, StoreError) as e:
+    except (ValueError, StoreError, SlurmError, OSError) as e:
         lock.release()
         raise click.ClickException(str(e)) from None
     try:
