@@ -59,11 +59,13 @@ experiment.add_command(regimes)
 
 
 def _register_runtime() -> None:
+    from coda.replay.cli import replay
     from coda.runtime.cli import register
     from coda.slurm.cli import register as register_slurm
 
     register(main)
     register_slurm(main)
+    main.add_command(replay)
 
 
 _register_runtime()

@@ -26,7 +26,8 @@ requeued by CODA loses only the work since, as in the simulator). A gang job is
 emulated from its first node's board.
 
 Output: a JSON line at start (``"event": "start"``: the job id, Slurm's restart count,
-wall time, work done already) and one at the end (``"event": "end"``: work done,
+wall time, work done already), with ``--log-every S`` one every S seconds
+(``"event": "progress"``: wall time, work done), and one at the end (``"event": "end"``: work done,
 seconds, mean speed, and the signal if stopped). Exit status 0 when its work is done
 or on SIGTERM/SIGINT; 2 for bad options or environment.
 """
@@ -228,11 +229,15 @@ def run(
     stop: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    log_every_s: float = 0.0,
+    log: Callable[[float], None] = lambda done: None,
 ) -> float:
     """Run the job until its work is done or ``stop()``; the seconds it ran. The speed
-    read at a tick holds until the next (or, the last one, until the work is done)."""
+    read at a tick holds until the next (or, the last one, until the work is done).
+    With ``log_every_s``, ``log(done)`` about that often (and at the end)."""
     t0 = last = clock()
     next_ckpt = t0 + checkpoint_s
+    next_log = t0 + log_every_s
     reported = 0
     while job.done < job.work_s and not stop():
         speed = job.update()
@@ -250,6 +255,11 @@ def run(
         if checkpoint is not None and clock() >= next_ckpt:
             write_checkpoint(checkpoint, job.done)
             next_ckpt += checkpoint_s
+        if log_every_s and now >= next_log:
+            log(job.done)
+            next_log = now + log_every_s
+    if log_every_s:
+        log(job.done)
     return clock() - t0
 
 
@@ -274,6 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--tick", type=number_above(0.01, strict=False), default=0.25)
         s.add_argument("--checkpoint", metavar="PATH", help="record work done here")
         s.add_argument("--checkpoint-s", type=number_above(0, strict=True), default=600.0)
+        s.add_argument(
+            "--log-every", type=number_above(0, strict=False), default=0.0,
+            help="print a progress line (wall time, work done) this often, seconds",
+        )  # fmt: skip
         if kind == "dnn":
             s.add_argument("--model", required=True, help="a model of the profile set")
             s.add_argument("--gpus", type=int_at_least(1), required=True, help="GPUs per node")
@@ -353,7 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         seconds = run(
             job, args.tick, reporter, rate, args.checkpoint, args.checkpoint_s,
-            stop=lambda: signals.signum is not None,
+            stop=lambda: signals.signum is not None, log_every_s=args.log_every,
+            log=lambda done: print(json.dumps(
+                {"event": "progress", "job": job.job_id, "wall": time.time(), "done": done}
+            ), flush=True),
         )  # fmt: skip
     except EnvError as e:
         print(f"emulated: {e}", file=sys.stderr)

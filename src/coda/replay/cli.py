@@ -1,0 +1,59 @@
+"""``coda replay``: a trace through plain Slurm, CODA on Slurm and the simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from coda.params import FiniteFloat
+
+
+@click.command()
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    help="A trace (default: the generated paper workload).",
+)
+@click.option("--format", "fmt", help="The trace's format (default: detected).")
+@click.option("--jobs", type=click.IntRange(1, 2000), default=36, show_default=True,
+              help="The first N jobs of the trace, by arrival.")  # fmt: skip
+@click.option("--speed", type=FiniteFloat(min=1, max=1e6), default=300.0, show_default=True,
+              help="Time compression: trace seconds per real second.")  # fmt: skip
+@click.option("--load", type=FiniteFloat(min=0.05, max=10), default=0.9, show_default=True,
+              help="Offered GPU load on the test cluster (arrival gaps scaled).")  # fmt: skip
+@click.option("--nodes", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--gpus", type=click.IntRange(1, 8), default=5, show_default=True,
+              help="Fake GPUs per node.")  # fmt: skip
+@click.option("--cores", type=click.IntRange(1, 256), default=28, show_default=True,
+              help="Declared cores per node (the paper's: 28 cores, about 5 GPUs).")  # fmt: skip
+@click.option("--users", type=click.IntRange(1, 16), default=3, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--faults/--no-faults", default=True, show_default=True,
+              help="SIGKILL the controller and agents, restart a slurmd (CODA run).")  # fmt: skip
+@click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True)
+@click.option("--cluster-dir", type=click.Path(file_okay=False), default="/var/tmp/coda-replay",
+              show_default=True, help="Where the test cluster lives.")  # fmt: skip
+def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: float, nodes: int,
+           gpus: int, cores: int, users: int, seed: int, faults: bool, out: str,
+           cluster_dir: str) -> None:  # fmt: skip
+    """Replay a trace on a real Slurm test cluster twice, plain Slurm and CODA, and in
+    the simulator with the matching policies; write report.md and replay.json. Needs
+    root and Slurm's packages (deploy/slurm-test-cluster install)."""
+    from coda.replay.plan import ClusterShape
+    from coda.replay.run import ReplayConfig
+    from coda.replay.run import replay as run_replay
+    from coda.replay.stack import StackError
+    from coda.slurm.client import SlurmError
+
+    try:
+        cfg = ReplayConfig(trace=trace, format=fmt, jobs=jobs, speed=speed, load=load, seed=seed,
+                           shape=ClusterShape(nodes, nodes, gpus, cores), users=users,
+                           out=Path(out), cluster_dir=Path(cluster_dir), faults=faults)  # fmt: skip
+        result = run_replay(cfg, log=lambda m: click.echo(m, err=True))
+    except (ValueError, OSError, StackError, SlurmError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo((Path(out) / "report.md").read_text())
+    lost = sum(result["jobs_lost"].values()) + sum(result["jobs_started_twice"].values())
+    if lost:
+        raise click.ClickException(f"{lost} jobs lost or started twice (see {out}/report.md)")

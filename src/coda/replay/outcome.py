@@ -1,0 +1,191 @@
+"""What happened to each job of a replay: from Slurm's records and the job's own output
+(its start, progress and end lines, coda.runtime.workloads.emulated), or from the
+simulator's per-job table; and the metrics the report compares.
+
+Times are seconds from the replay's start (the first arrival), real or simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coda.replay.plan import ReplayJob
+
+MAX_OUTPUT = 4 << 20  # bytes read from one job's output file
+
+
+@dataclass
+class Outcome:
+    """One job's run as its own lines tell it (and Slurm's record of it)."""
+
+    idx: int
+    starts: list[float] = field(default_factory=list)  # each start's time
+    end: float | None = None  # when its work was done
+    done: float = 0.0  # work done, seconds at full speed
+    progress: list[tuple[float, float]] = field(default_factory=list)  # (t, work done)
+    slurm_state: str = ""
+    slurm_restarts: int = 0
+
+    @property
+    def first_start(self) -> float | None:
+        return self.starts[0] if self.starts else None
+
+
+def read_output(path: Path, t0_wall: float, out: Outcome, owner: int | None = None) -> None:
+    """Add the lines of one output file (a job's, appended across its starts): only a
+    regular file (no symlink, no FIFO) of ``owner``'s, at most MAX_OUTPUT bytes. Lines
+    that are not the emulated job's JSON (Slurm's own messages) are skipped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
+            return
+        raw = os.read(fd, MAX_OUTPUT)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+            event, wall = d.get("event"), float(d.get("wall"))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if not math.isfinite(wall):
+            continue
+        t = wall - t0_wall
+        if event == "start":
+            out.starts.append(t)
+            out.progress.append((t, _num(d.get("done"))))
+        elif event == "progress":
+            out.progress.append((t, _num(d.get("done"))))
+        elif event == "end":
+            out.progress.append((t, _num(d.get("done"))))
+            out.done = max(out.done, _num(d.get("done")))
+
+
+def _num(v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) and x >= 0 else 0.0
+
+
+def finish(out: Outcome, job: ReplayJob, tol: float = 1e-6) -> None:
+    """Set its end: the first time its progress reached its work."""
+    out.progress.sort()
+    for t, done in out.progress:
+        if done >= job.work_s * (1 - tol):
+            out.end = t
+            return
+
+
+def work_in(progress: list[tuple[float, float]], w0: float, w1: float) -> float:
+    """Work done between w0 and w1, from (time, work done) points: linear between
+    them; a drop (a restart from a checkpoint) starts a new stretch."""
+    total = 0.0
+    for (ta, da), (tb, db) in zip(progress, progress[1:], strict=False):
+        if db < da or tb <= ta:
+            continue  # restarted: the work since its checkpoint is done again
+        lo, hi = max(ta, w0), min(tb, w1)
+        if hi > lo:
+            total += (db - da) * (hi - lo) / (tb - ta)
+    return total
+
+
+@dataclass
+class RunMetrics:
+    """One run's figures (real or simulated)."""
+
+    gpu_util_effective: float
+    cpu_queue_delay_mean_s: float | None
+    jobs_finished: int
+    jobs_lost: int
+    jobs_started_twice: int
+    jct_s: dict[int, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_util_effective": self.gpu_util_effective,
+            "cpu_queue_delay_mean_s": self.cpu_queue_delay_mean_s,
+            "jobs_finished": self.jobs_finished,
+            "jobs_lost": self.jobs_lost,
+            "jobs_started_twice": self.jobs_started_twice,
+        }
+
+
+def window(jobs: list[ReplayJob]) -> tuple[float, float]:
+    """The measurement window: first to last arrival (the simulator's, warmup 0)."""
+    return (jobs[0].submit_s, jobs[-1].submit_s) if jobs else (0.0, 0.0)
+
+
+def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int) -> RunMetrics:
+    w0, w1 = window(jobs)
+    span = max(w1 - w0, 1e-9)
+    gpu_work = 0.0
+    delays: list[float] = []
+    jct: dict[int, float] = {}
+    lost = twice = 0
+    for job in jobs:
+        o = outcomes.get(job.idx) or Outcome(job.idx)
+        if job.kind == "dnn":
+            gpu_work += job.gpus_pn * job.nodes * work_in(o.progress, w0, w1)
+        if job.kind == "cpu" and o.first_start is not None:
+            delays.append(o.first_start - job.submit_s)
+        if o.end is None or o.slurm_state not in ("COMPLETED", ""):
+            lost += 1
+        else:
+            jct[job.idx] = o.end - job.submit_s
+        # A start Slurm's requeues do not explain: the job ran again on its own.
+        if len(o.starts) > 1 + o.slurm_restarts:
+            twice += 1
+    return RunMetrics(
+        gpu_util_effective=gpu_work / (gpus * span),
+        cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
+        jobs_finished=len(jct), jobs_lost=lost, jobs_started_twice=twice, jct_s=jct,
+    )  # fmt: skip
+
+
+def sim_metrics(
+    jobs: list[ReplayJob], table: dict[str, np.ndarray], summary: dict[str, Any]
+) -> RunMetrics:
+    """The same figures from the simulator's per-job table and summary (its effective
+    GPU utilisation is over the same window: first to last arrival)."""
+    start, end, submit = table["start"], table["end"], table["submit"]
+    delays = [
+        float(start[j.idx] - submit[j.idx])
+        for j in jobs
+        if j.kind == "cpu" and np.isfinite(start[j.idx])
+    ]
+    jct = {j.idx: float(end[j.idx] - submit[j.idx]) for j in jobs if np.isfinite(end[j.idx])}
+    return RunMetrics(
+        gpu_util_effective=float(summary["gpu_util_effective"]),
+        cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
+        jobs_finished=len(jct), jobs_lost=len(jobs) - len(jct), jobs_started_twice=0, jct_s=jct,
+    )  # fmt: skip
+
+
+def jct_rel_error_median(real: RunMetrics, sim: RunMetrics) -> float | None:
+    """Median over jobs both finished of |real - sim| / real JCT."""
+    errs = [abs(r - sim.jct_s[i]) / r for i, r in real.jct_s.items() if i in sim.jct_s and r > 0]
+    return statistics.median(errs) if errs else None
+
+
+def gain(base: RunMetrics, coda: RunMetrics) -> float | None:
+    b = base.gpu_util_effective
+    return coda.gpu_util_effective / b - 1.0 if b > 0 else None

@@ -1,0 +1,270 @@
+"""One replay: the same jobs through plain Slurm, through CODA on Slurm (controller and
+agents, faults injected), and through the simulator with the matching policies.
+
+Plain Slurm is the test cluster with CODA off (no job_submit.lua: Slurm's own FIFO
+priority and backfill on the jobs' time limits); its simulated twin is ``fifo`` (one
+queue in arrival order, requested cores, CPU jobs on any node) with time-limit
+estimates. CODA's run is the plugin, the controller and one agent per node, the agents
+keeping the jobs' cores on each node's board (the nodes are declared-big); its twin is
+``coda`` with the same estimates.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coda.replay import outcome as O
+from coda.replay.plan import ClusterShape, ReplayJob, compress, load_table, plan, prepare_replay
+from coda.replay.stack import (
+    Daemon,
+    StackError,
+    TestCluster,
+    coda_daemons,
+    fresh_dir,
+    job_script,
+    submit_all,
+)
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE"}  # fmt: skip
+SIM_POLICY = {"plain": "fifo", "coda": "coda"}
+
+
+@dataclass
+class ReplayConfig:
+    trace: str | None = None
+    format: str | None = None
+    jobs: int = 36
+    speed: float = 300.0
+    load: float = 0.9
+    seed: int = 0
+    shape: ClusterShape = field(default_factory=lambda: ClusterShape(2, 2, 5, 28))
+    users: int = 3
+    out: Path = Path("out/replay")
+    cluster_dir: Path = Path("/var/tmp/coda-replay")
+    faults: bool = True
+    controller_kills: int = 3
+    agent_kills: int = 3
+    slurmd_restarts: int = 1
+    period_s: float = 1.0
+    window_s: float = 2.0
+    drain_timeout_s: float = 300.0
+    runs: tuple[str, ...] = ("plain", "coda")
+
+
+@dataclass
+class Fault:
+    t: float
+    what: str  # "controller", "agent", "slurmd"
+    target: str = ""
+    done: bool = False
+
+
+def fault_plan(cfg: ReplayConfig, span_s: float, rng: random.Random) -> list[Fault]:
+    """Random moments inside the arrival span (seeded): the controller and random agents
+    SIGKILLed (and started again a moment later), one slurmd restarted."""
+    if not cfg.faults:
+        return []
+    out = [Fault(rng.uniform(0.1, 0.9) * span_s, "controller") for _ in range(cfg.controller_kills)]
+    out += [
+        Fault(rng.uniform(0.1, 0.9) * span_s, "agent", f"n{rng.randint(1, cfg.shape.nodes)}")
+        for _ in range(cfg.agent_kills)
+    ]
+    out += [
+        Fault(rng.uniform(0.2, 0.8) * span_s, "slurmd", f"n{rng.randint(1, cfg.shape.nodes)}")
+        for _ in range(cfg.slurmd_restarts)
+    ]
+    return sorted(out, key=lambda f: f.t)
+
+
+class Faults:
+    """Carries out a fault plan as time passes (called between submissions and polls)."""
+
+    def __init__(self, plan: list[Fault], daemons: dict[str, Daemon], cluster: TestCluster,
+                 log: Callable[[str], None]) -> None:  # fmt: skip
+        self.plan = plan
+        self.daemons = daemons
+        self.cluster = cluster
+        self.log = log
+        self.restart_at: list[tuple[float, Daemon]] = []
+        self.happened: list[dict[str, Any]] = []
+
+    def __call__(self, t: float) -> None:
+        for when, d in list(self.restart_at):
+            if t >= when:
+                d.start()
+                self.restart_at.remove((when, d))
+        for f in self.plan:
+            if f.done or t < f.t:
+                continue
+            f.done = True
+            name = "controller" if f.what == "controller" else f"agent-{f.target}"
+            if f.what == "slurmd":
+                self.cluster.restart_slurmd(f.target)
+            else:
+                d = self.daemons[name]
+                d.kill()
+                self.restart_at.append((t + 1.0, d))
+            self.happened.append({"t": round(t, 3), "what": f.what, "target": f.target})
+            self.log(f"fault at {t:.1f} s: {f.what} {f.target}".rstrip())
+
+    def settle(self) -> None:
+        for _, d in self.restart_at:
+            d.start()
+        self.restart_at = []
+
+
+def _node_bw(shape: ClusterShape, profiles: Any) -> float:
+    return float(profiles.node_bw_gbps_per_core) * shape.cores
+
+
+def run_real(
+    mode: str,
+    cfg: ReplayConfig,
+    jobs: list[ReplayJob],
+    node_bw: float,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """One run on the real stack; its outcomes and what it did."""
+    from coda.slurm.client import SlurmClient, SlurmError
+
+    cluster = TestCluster(cfg.cluster_dir, cfg.shape, cfg.users)
+    state = "off" if mode == "plain" else "on"
+    log(f"{mode}: bringing the test cluster up ({cfg.shape.spec}, CODA {state})")
+    env = cluster.up(coda_off=mode == "plain")
+    users = cluster.local_users
+    if len(users) < cfg.users:
+        raise StackError(f"the test cluster made {len(users)} of {cfg.users} users")
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]  # SlurmClient's commands
+    run_dir = cfg.out / mode
+    run_dir.mkdir(parents=True, exist_ok=True)
+    daemons: dict[str, Daemon] = {}
+    faults = Faults([], daemons, cluster, log)
+    try:
+        if mode == "coda":
+            for d in coda_daemons(env, cfg.shape, run_dir / "state", cfg.period_s, cfg.window_s):
+                daemons[d.name] = d
+                d.start()
+            span = jobs[-1].submit_s if jobs else 0.0
+            faults.plan = fault_plan(cfg, span, random.Random(cfg.seed))
+        script = job_script(cfg.out)
+        workdir = Path(env["CODA_SLURM_DIR"]) / "users"
+        for u in users:  # each run's output apart (Slurm may number jobs alike again)
+            fresh_dir(workdir / u / mode, u)
+        span = jobs[-1].submit_s if jobs else 0.0
+        log(f"{mode}: submitting {len(jobs)} jobs over {span:.0f} s as {', '.join(users)}")
+        t0_wall, ids = submit_all(
+            jobs, env, script, lambda u: workdir / u / mode, node_bw, 1.0, faults
+        )
+        t_sub = time.time() - t0_wall
+        client = SlurmClient()
+        deadline = time.monotonic() + cfg.drain_timeout_s
+        states: dict[int, Any] = {}
+        while True:
+            faults(time.time() - t0_wall)
+            try:
+                seen = {j.job_id: j for j in client.jobs()}
+            except SlurmError as e:
+                log(f"{mode}: squeue: {e}")
+                seen = {}
+            states.update({i: seen[jid] for i, jid in ids.items() if jid in seen})
+            left = [
+                i for i, jid in ids.items() if jid not in seen or seen[jid].state not in TERMINAL
+            ]
+            if not left and not faults.restart_at and all(f.done for f in faults.plan):
+                break
+            if time.monotonic() > deadline:
+                log(f"{mode}: {len(left)} jobs not done after {cfg.drain_timeout_s:.0f} s")
+                break
+            time.sleep(1.0)
+        faults.settle()
+        elapsed = time.time() - t0_wall
+        outcomes: dict[int, O.Outcome] = {}
+        for job in jobs:
+            o = O.Outcome(job.idx)
+            jid = ids.get(job.idx)
+            if jid is not None:
+                path = workdir / job.user / mode / f"{job.name}-{jid}.out"
+                O.read_output(path, t0_wall, o, owner=pwd.getpwnam(job.user).pw_uid)
+                sj = states.get(job.idx)
+                if sj is not None:
+                    o.slurm_state, o.slurm_restarts = sj.state, sj.restarts
+                else:
+                    o.slurm_state = "UNKNOWN"
+            else:
+                o.slurm_state = "NOT_SUBMITTED"
+            O.finish(o, job)
+            outcomes[job.idx] = o
+        starts = {d.name: d.starts for d in daemons.values()}
+        return {"outcomes": outcomes, "faults": faults.happened, "submit_s": t_sub,
+                "elapsed_s": elapsed, "daemon_starts": starts}  # fmt: skip
+    finally:
+        for d in daemons.values():
+            d.stop()
+        cluster.down()
+
+
+def run_sim(prepared: Any, mode: str) -> Any:
+    from coda.sim.run import run_policy
+
+    return run_policy(prepared, SIM_POLICY[mode])
+
+
+def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole replay; the content of replay.json (report.md beside it)."""
+    from coda.replay.report import write_report
+
+    if cfg.users < 1:
+        raise ValueError("--users: at least one local user")
+    users = [f"coda-u{i + 1}" for i in range(cfg.users)]
+    table = compress(load_table(cfg.trace, cfg.format, cfg.seed, cfg.jobs), cfg.jobs,
+                     cfg.speed, users)  # fmt: skip
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    prepared = prepare_replay(table, cfg.shape, cfg.out, cfg.seed, cfg.load)
+    jobs = plan(prepared)
+    node_bw = _node_bw(cfg.shape, prepared.workload.profiles)
+    gpus = cfg.shape.gpu_nodes * cfg.shape.gpus
+    result: dict[str, Any] = {
+        "setting": {
+            "trace": cfg.trace or "generated paper workload (coda.workload.generate, preset paper)",
+            "jobs": len(jobs), "speed": cfg.speed, "load": cfg.load, "seed": cfg.seed,
+            "cluster": cfg.shape.spec, "users": users, "faults": cfg.faults,
+            "controller_period_s": cfg.period_s, "agent_window_s": cfg.window_s,
+            "arrival_span_s": jobs[-1].submit_s if jobs else 0.0,
+            "notes": list(prepared.notes),
+        },
+        "jobs_submitted": len(jobs),
+        "sim": {},
+    }  # fmt: skip
+    sims: dict[str, O.RunMetrics] = {}
+    for mode in cfg.runs:
+        log(f"simulating {SIM_POLICY[mode]} on the same jobs")
+        r = run_sim(prepared, mode)
+        sims[mode] = O.sim_metrics(jobs, r.jobs, r.summary)
+        result["sim"][mode] = {"policy": SIM_POLICY[mode], **sims[mode].as_dict()}
+    reals: dict[str, O.RunMetrics] = {}
+    for mode in cfg.runs:
+        got = run_real(mode, cfg, jobs, node_bw, log)
+        reals[mode] = O.real_metrics(jobs, got["outcomes"], gpus)
+        result[mode] = {
+            **reals[mode].as_dict(),
+            "jct_rel_error_median": O.jct_rel_error_median(reals[mode], sims[mode]),
+            "faults": got["faults"], "daemon_starts": got["daemon_starts"],
+            "elapsed_s": round(got["elapsed_s"], 1),
+        }  # fmt: skip
+        log(f"{mode}: {result[mode]['jobs_finished']} finished, {result[mode]['jobs_lost']} lost, "
+            f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip
+    if "plain" in reals and "coda" in reals:
+        result["gain_real"] = O.gain(reals["plain"], reals["coda"])
+        result["gain_sim"] = O.gain(sims["plain"], sims["coda"])
+    result["jobs_lost"] = {m: result[m]["jobs_lost"] for m in reals}
+    result["jobs_started_twice"] = {m: result[m]["jobs_started_twice"] for m in reals}
+    write_report(result, cfg.out)
+    return result

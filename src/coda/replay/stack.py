@@ -1,0 +1,249 @@
+"""The real stack a replay runs on: the test cluster (deploy/slurm-test-cluster), CODA's
+controller and one agent per node as child processes tracked by PID, and the jobs,
+submitted with plain ``sbatch`` as their users. No shell anywhere: every command is an
+argv list.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coda.replay.plan import ClusterShape, ReplayJob
+
+ROOT = Path(__file__).resolve().parents[3]
+CLUSTER_SCRIPT = ROOT / "deploy" / "slurm-test-cluster"
+JOB_PYTHON = "/usr/bin/python3"  # readable by every user (a venv under /root may not be)
+
+
+class StackError(RuntimeError):
+    """The real stack could not be had or driven: one line for the user."""
+
+
+def _run(argv: Sequence[str], env: dict[str, str], timeout: float = 120.0) -> str:
+    try:
+        p = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise StackError(f"{argv[0]}: {e}") from None
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [""]
+        raise StackError(f"{' '.join(argv[:3])}: exit {p.returncode}: {tail[0][:300]}")
+    return p.stdout
+
+
+@dataclass
+class TestCluster:
+    """deploy/slurm-test-cluster in its own directory, one mode at a time."""
+
+    directory: Path
+    shape: ClusterShape
+    users: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    def up(self, coda_off: bool) -> dict[str, str]:
+        if os.geteuid() != 0:
+            raise StackError("a replay needs root (it runs a Slurm cluster: slurmd, cgroups)")
+        base = {**os.environ, "CODA_SLURM_DIR": str(self.directory)}
+        self.down(base)
+        s = self.shape
+        argv = [str(CLUSTER_SCRIPT), "up", "--nodes", str(s.nodes), "--gpu-nodes",
+                str(s.gpu_nodes), "--gpus", str(s.gpus), "--cores", str(s.cores),
+                "--users", str(self.users), "--replay"]  # fmt: skip
+        if coda_off:
+            argv.append("--coda-off")
+        out = _run(argv, base, timeout=180)
+        env = dict(base)
+        for line in out.splitlines():
+            if line.startswith("export ") and "=" in line:
+                k, _, v = line[len("export ") :].partition("=")
+                env[k] = v.strip("'")
+        self.env = env
+        return env
+
+    def down(self, env: dict[str, str] | None = None) -> None:
+        e = env or self.env or {**os.environ, "CODA_SLURM_DIR": str(self.directory)}
+        _run([str(CLUSTER_SCRIPT), "down"], e, timeout=180)
+
+    def restart_slurmd(self, node: str) -> None:
+        """Stop one slurmd by its pidfile's PID and start it again (its jobs run on)."""
+        pidfile = self.directory / "run" / f"slurmd-{node}.pid"
+        pid = _pid_in(pidfile, "slurmd")
+        if pid is None:
+            raise StackError(f"slurmd on {node}: no live PID in {pidfile}")
+        os.kill(pid, signal.SIGTERM)
+        _wait_gone(pid, 15.0)
+        _run(["slurmd", "-N", node], self.env, timeout=60)
+
+    @property
+    def local_users(self) -> list[str]:
+        return [u for u in self.env.get("CODA_SLURM_USERS", "").split() if u]
+
+
+def _pid_in(pidfile: Path, comm: str) -> int | None:
+    try:
+        pid = int(pidfile.read_text().strip())
+        if Path(f"/proc/{pid}/comm").read_text().strip() != comm:
+            return None
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    t = time.monotonic() + timeout
+    while time.monotonic() < t:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+class Daemon:
+    """One CODA process (controller or agent), started and killed by its own PID."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.kills = 0
+
+    def start(self) -> None:
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT
+            )
+        self.starts += 1
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing is cleaned up."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.kills += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def coda_daemons(
+    env: dict[str, str], shape: ClusterShape, state: Path, period_s: float, window_s: float
+) -> list[Daemon]:
+    """The controller and one agent per node, each with its own state directory."""
+    coda = [sys.executable, "-m", "coda"]
+    state.mkdir(parents=True, exist_ok=True)
+    out = [
+        Daemon("controller",
+               [*coda, "slurm", "controller", "--state-dir", str(state / "controller"),
+                "--period", str(period_s)], env, state / "controller.log"),
+    ]  # fmt: skip
+    board = env.get("CODA_SLURM_BOARD_DIR", "")
+    for i in range(1, shape.nodes + 1):
+        node = f"n{i}"
+        argv = [*coda, "slurm", "agent", "--node", node,
+                "--state-dir", str(state / f"agent-{node}"), "--period", str(period_s),
+                "--window", str(window_s), "--board", board]  # fmt: skip
+        out.append(Daemon(f"agent-{node}", argv, env, state / f"agent-{node}.log"))
+    return out
+
+
+def fresh_dir(path: Path, user: str) -> None:
+    """An empty directory of ``user``'s for one run's job output (an earlier replay's
+    removed; rmtree does not follow the symlinks a user may have left there)."""
+    import pwd
+    import shutil
+
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    pw = pwd.getpwnam(user)
+    path.mkdir(mode=0o755)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def job_script(out: Path) -> Path:
+    """The batch script every replay job runs: the emulated job, its options as its
+    arguments (sbatch passes them on; nothing is interpolated into the script)."""
+    pypath = f"{ROOT / 'src'}:{sysconfig.get_paths()['purelib']}"
+    for part in (JOB_PYTHON, pypath):
+        if any(c in part for c in "'\"\\\n$`"):
+            raise StackError(f"cannot write a job script for the path {part!r}")
+    path = out / "emulated-job.sh"
+    path.write_text(
+        "#!/bin/sh\n# Written by coda replay: one emulated job (coda.runtime.workloads.emulated).\n"
+        f"PYTHONPATH='{pypath}' exec '{JOB_PYTHON}' -m coda.runtime.workloads.emulated \"$@\"\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def sbatch_argv(
+    job: ReplayJob, script: Path, workdir: Path, node_bw: float, log_every_s: float
+) -> list[str]:
+    """``runuser -u <user> -- sbatch ...`` for one job: its shape, a time limit, requeue
+    for CPU jobs (CODA may take their cores back), output appended (a requeued job's
+    starts all stay), the emulated job's options after the script."""
+    argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", "-J", job.name,
+            "-N", str(job.nodes), "-c", str(job.cores_pn), "-t", str(job.time_limit_min),
+            "--open-mode=append", "-o", str(workdir / f"{job.name}-%j.out"),
+            "-D", str(workdir), "--requeue" if job.kind == "cpu" else "--no-requeue"]  # fmt: skip
+    if job.gpus_pn:
+        argv.append(f"--gres=gpu:{job.gpus_pn}")
+    argv.append(str(script))
+    common = ["--work", f"{job.work_s:.6f}", "--node-bw", f"{node_bw:.6f}", "--tick", "0.25",
+              "--log-every", str(log_every_s)]  # fmt: skip
+    if job.kind == "dnn":
+        argv += ["dnn", *common, "--model", job.model, "--gpus", str(job.gpus_pn),
+                 "--nodes", str(job.nodes)]  # fmt: skip
+    else:
+        argv += ["cpu", *common, "--cores", str(job.cores_pn),
+                 "--bw-per-core", f"{job.bw_per_core:.6f}",
+                 "--checkpoint", str(workdir / f"{job.name}.ckpt")]  # fmt: skip
+    return argv
+
+
+def submit_all(
+    jobs: list[ReplayJob],
+    env: dict[str, str],
+    script: Path,
+    workdir_of: Callable[[str], Path],
+    node_bw: float,
+    log_every_s: float,
+    on_tick: Callable[[float], None] = lambda t: None,
+) -> tuple[float, dict[int, int]]:
+    """Submit every job at its arrival (real seconds from now); (wall time at t=0,
+    replay index -> Slurm job id). ``on_tick(t)`` runs between submissions."""
+    t0_wall, t0 = time.time(), time.monotonic()
+    ids: dict[int, int] = {}
+    for job in jobs:
+        while (now := time.monotonic() - t0) < job.submit_s:
+            on_tick(now)
+            time.sleep(min(0.2, job.submit_s - now))
+        out = _run(sbatch_argv(job, script, workdir_of(job.user), node_bw, log_every_s), env, 60)
+        try:
+            ids[job.idx] = int(out.strip().split(";")[0])
+        except ValueError:
+            raise StackError(f"sbatch for {job.name}: no job id in {out[:80]!r}") from None
+    return t0_wall, ids

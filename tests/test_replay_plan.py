@@ -1,0 +1,134 @@
+"""The replay's plan and figures (coda.replay.plan, coda.replay.outcome), without Slurm:
+the jobs the real stack gets are the simulator's, time-compressed with whole-minute
+limits; sbatch commands carry no shell; a job's own lines give its starts, end and
+work in the window; lost and started-twice jobs are counted from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coda.replay import outcome as O
+from coda.replay.plan import ClusterShape, ReplayJob, compress, load_table, plan, prepare_replay
+from coda.replay.stack import sbatch_argv
+
+USERS = ["coda-u1", "coda-u2", "coda-u3"]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[ReplayJob], object]:
+    table = compress(load_table(None, None, 0, 30), 30, 300.0, USERS)
+    prepared = prepare_replay(
+        table, ClusterShape(2, 2, 5, 28), tmp_path_factory.mktemp("r"), 0, 0.9
+    )
+    return plan(prepared), prepared
+
+
+def test_compression_divides_times_and_rounds_limits_up_to_minutes() -> None:
+    t = load_table(None, None, 0, 50)
+    c = compress(t, 50, 300.0, USERS)
+    order = np.argsort(t.submit, kind="stable")[:50]
+    assert len(c) == 50 and c.submit[0] == 0.0
+    assert np.allclose(c.submit, (t.submit[order] - t.submit[order][0]) / 300.0)
+    assert np.all(c.duration >= 5.0)
+    assert np.all(c.time_limit % 60 == 0) and np.all(c.time_limit >= 60)
+    assert np.all(c.time_limit >= c.duration)
+    assert set(c.user or []) <= set(USERS)
+
+
+BAD = [(0, 10.0, USERS), (5, 0.5, USERS), (5, float("nan"), USERS), (5, 10.0, [])]
+
+
+@pytest.mark.parametrize(("jobs", "speed", "users"), BAD)
+def test_bad_replay_settings_are_refused(jobs: int, speed: float, users: list[str]) -> None:
+    with pytest.raises(ValueError):
+        compress(load_table(None, None, 0, 10), jobs, speed, users)
+
+
+def test_the_plan_is_the_simulators_workload_job_by_job(planned: tuple) -> None:
+    jobs, prepared = planned
+    w = prepared.workload
+    assert [j.idx for j in jobs] == list(range(len(w.jobs)))
+    for j in jobs:
+        assert j.submit_s == w.jobs.submit[j.idx] and j.work_s == w.work[j.idx]
+        assert (j.kind == "dnn") == (w.jobs.gpus[j.idx] > 0)
+        assert j.time_limit_min * 60 == w.jobs.time_limit[j.idx]
+        if j.kind == "dnn":
+            assert j.model in w.profiles.models and j.gpus_pn >= 1
+        assert j.user in USERS
+    assert prepared.config.estimates == "time-limits"
+
+
+def test_sbatch_runs_the_script_with_options_as_arguments(planned: tuple, tmp_path: Path) -> None:
+    jobs, _ = planned
+    dnn = next(j for j in jobs if j.kind == "dnn")
+    cpu = next(j for j in jobs if j.kind == "cpu")
+    script = tmp_path / "job.sh"
+    a = sbatch_argv(dnn, script, tmp_path, 56.0, 1.0)
+    assert a[:5] == ["runuser", "-u", dnn.user, "--", "sbatch"]
+    assert f"--gres=gpu:{dnn.gpus_pn}" in a and "--no-requeue" in a
+    assert a[a.index("-t") + 1] == str(dnn.time_limit_min)
+    assert a[a.index(str(script)) + 1] == "dnn" and a[a.index("--model") + 1] == dnn.model
+    b = sbatch_argv(cpu, script, tmp_path, 56.0, 1.0)
+    assert "--requeue" in b and not any(x.startswith("--gres") for x in b)
+    assert b[b.index("--checkpoint") + 1] == str(tmp_path / f"{cpu.name}.ckpt")
+    assert "--wrap" not in a + b
+
+
+def _job(idx: int, kind: str = "dnn", submit: float = 0.0, work: float = 10.0) -> ReplayJob:
+    return ReplayJob(idx, f"r{idx}", "coda-u1", submit, kind, 1, 2 if kind == "dnn" else 0, 4,
+                     "ResNet50" if kind == "dnn" else "", work, 0.0, 1)  # fmt: skip
+
+
+def _lines(path: Path, t0: float, rows: list[tuple[str, float, float]]) -> None:
+    with open(path, "a") as f:
+        f.write("slurmstepd: some message of Slurm's\n{not json\n")
+        for event, t, done in rows:
+            f.write(json.dumps({"event": event, "wall": t0 + t, "done": done}) + "\n")
+
+
+def test_a_jobs_lines_give_its_starts_end_and_work_in_the_window(tmp_path: Path) -> None:
+    t0 = 1.7e9
+    out = tmp_path / "r0.out"
+    # Started at 2, requeued at 5 with no checkpoint, started again at 7, done at 17.
+    _lines(out, t0, [("start", 2, 0), ("progress", 4, 2), ("start", 7, 0),
+                     ("progress", 12, 5), ("end", 17, 10)])  # fmt: skip
+    o = O.Outcome(0)
+    O.read_output(out, t0, o)
+    O.finish(o, _job(0))
+    assert o.starts == [2.0, 7.0] and o.end == 17.0 and o.done == 10.0
+    # 2 s of work done twice over [2, 4] (lost) and 10 over [7, 17]; window [0, 12]:
+    assert O.work_in(o.progress, 0.0, 12.0) == pytest.approx(2.0 + 5.0)
+    o.slurm_state, o.slurm_restarts = "COMPLETED", 1
+    m = O.real_metrics([_job(0, submit=1.0), _job(1, "cpu", submit=12.0)], {0: o}, gpus=4)
+    assert m.jobs_started_twice == 0 and m.jobs_finished == 1
+    assert m.jobs_lost == 1  # job 1 left no lines
+    assert m.jct_s == {0: 16.0}
+    assert m.gpu_util_effective == pytest.approx(2 * O.work_in(o.progress, 1.0, 12.0) / (4 * 11.0))
+
+
+def test_a_start_no_requeue_explains_counts_as_started_twice(tmp_path: Path) -> None:
+    o = O.Outcome(0, starts=[1.0, 3.0], end=9.0, slurm_state="COMPLETED", slurm_restarts=0)
+    m = O.real_metrics([_job(0)], {0: o}, gpus=2)
+    assert m.jobs_started_twice == 1
+
+
+def test_an_unreadable_or_hostile_output_file_gives_no_lines(tmp_path: Path) -> None:
+    o = O.Outcome(0)
+    O.read_output(tmp_path / "absent.out", 0.0, o)
+    bad = tmp_path / "bad.out"
+    bad.write_bytes(b'{"event": "start", "wall": "nan"}\n{"event": "end", "wall": 1e999}\n'
+                    b'\xff\xfe\n{"event": "end", "wall": 5, "done": -3}\n')  # fmt: skip
+    O.read_output(bad, 0.0, o)
+    assert o.starts == [] and o.done == 0.0
+
+
+def test_errors_and_gain() -> None:
+    real = O.RunMetrics(0.5, 1.0, 2, 0, 0, {0: 10.0, 1: 20.0})
+    sim = O.RunMetrics(0.4, 1.0, 2, 0, 0, {0: 11.0, 1: 20.0})
+    assert O.jct_rel_error_median(real, sim) == pytest.approx(0.05)
+    assert O.gain(sim, real) == pytest.approx(0.25)
+    assert O.gain(O.RunMetrics(0.0, None, 0, 0, 0, {}), real) is None
