@@ -29,6 +29,7 @@ from coda.replay.stack import (
     coda_daemons,
     fresh_dir,
     job_script,
+    probe_job_python,
     submit_all,
 )
 
@@ -155,6 +156,7 @@ def run_real(
             span = jobs[-1].submit_s if jobs else 0.0
             faults.plan = fault_plan(cfg, span, random.Random(cfg.seed))
         script = job_script(cfg.out)
+        probe_job_python(script, users[0], env)
         workdir = Path(env["CODA_SLURM_DIR"]) / "users"
         for u in users:  # each run's output apart (Slurm may number jobs alike again)
             fresh_dir(workdir / u / mode, u)
@@ -243,12 +245,19 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         "jobs_submitted": len(jobs),
         "sim": {},
     }  # fmt: skip
+    result["jobs"] = [
+        {"idx": j.idx, "name": j.name, "user": j.user, "kind": j.kind, "submit_s": j.submit_s,
+         "nodes": j.nodes, "gpus_pn": j.gpus_pn, "cores_pn": j.cores_pn, "model": j.model,
+         "work_s": j.work_s, "time_limit_min": j.time_limit_min}
+        for j in jobs
+    ]  # fmt: skip
     sims: dict[str, O.RunMetrics] = {}
     for mode in cfg.runs:
         log(f"simulating {SIM_POLICY[mode]} on the same jobs")
         r = run_sim(prepared, mode)
         sims[mode] = O.sim_metrics(jobs, r.jobs, r.summary)
-        result["sim"][mode] = {"policy": SIM_POLICY[mode], **sims[mode].as_dict()}
+        result["sim"][mode] = {"policy": SIM_POLICY[mode], **sims[mode].as_dict(),
+                               "jct_s": sims[mode].jct_s}  # fmt: skip
     reals: dict[str, O.RunMetrics] = {}
     for mode in cfg.runs:
         got = run_real(mode, cfg, jobs, node_bw, log)
@@ -257,7 +266,10 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
             **reals[mode].as_dict(),
             "jct_rel_error_median": O.jct_rel_error_median(reals[mode], sims[mode]),
             "faults": got["faults"], "daemon_starts": got["daemon_starts"],
-            "elapsed_s": round(got["elapsed_s"], 1),
+            "elapsed_s": round(got["elapsed_s"], 1), "jct_s": reals[mode].jct_s,
+            "per_job": {i: {"starts": o.starts, "end": o.end, "done": o.done,
+                            "slurm_state": o.slurm_state, "slurm_restarts": o.slurm_restarts}
+                        for i, o in got["outcomes"].items()},
         }  # fmt: skip
         log(f"{mode}: {result[mode]['jobs_finished']} finished, {result[mode]['jobs_lost']} lost, "
             f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip

@@ -199,6 +199,19 @@ def job_script(out: Path) -> Path:
     return path
 
 
+def probe_job_python(script: Path, user: str, env: dict[str, str]) -> None:
+    """The jobs' Python, as one of the users, can run the emulated job (else every job
+    would fail at its start, and the replay would measure nothing)."""
+    argv = ["runuser", "-u", user, "--", str(script), "--help"]
+    try:
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise StackError(f"cannot run the job script as {user}: {e}") from None
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or [""])[-1][:200]
+        raise StackError(f"{user} cannot run the emulated job with {JOB_PYTHON}: {last}")
+
+
 def sbatch_argv(
     job: ReplayJob, script: Path, workdir: Path, node_bw: float, log_every_s: float
 ) -> list[str]:
