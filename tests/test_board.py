@@ -33,7 +33,7 @@ use_st = st.builds(
     bw_gbps=st.floats(0, 1e5, allow_nan=False).map(lambda x: round(x, 6)),
     pcie_heavy=st.booleans(),
     model=st.from_regex(r"[A-Za-z0-9_.+-]{1,48}", fullmatch=True),
-    pid=st.integers(1, 2**31),
+    pid=st.integers(1, 4_194_304),
 )
 
 
@@ -146,3 +146,9 @@ def test_a_missing_board_reads_as_empty(tmp_path: Path) -> None:
 def test_a_job_cannot_make_its_record_where_the_prolog_made_none(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         UseWriter(Board(tmp_path), 5)
+
+
+def test_a_pid_beyond_any_kernels_is_not_a_live_process(tmp_path: Path) -> None:
+    # One job's record must not crash its co-runners' readers (os.kill overflows).
+    (tmp_path / "job_8.use").write_bytes(b"coda-use1 8 cpu 1 0 - 4294967297".ljust(127) + b"\n")
+    assert Board(tmp_path).uses() == []

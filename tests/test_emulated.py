@@ -107,7 +107,7 @@ def test_a_checkpoint_that_is_not_a_plain_number_of_this_user_is_an_error(tmp_pa
     with pytest.raises(E.EnvError, match="not a number"):
         E.read_checkpoint(str(bad))
     (tmp_path / "neg").write_text("-5\n")
-    with pytest.raises(E.EnvError, match="not a work count"):
+    with pytest.raises(E.EnvError, match="not a number"):
         E.read_checkpoint(str(tmp_path / "neg"))
     os.symlink(tmp_path / "bad", tmp_path / "link")
     with pytest.raises(E.EnvError):
@@ -155,3 +155,49 @@ def test_bad_options_or_environment_get_one_line_and_status_2(
     assert p.returncode == 2
     assert says in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 or "usage:" in p.stderr
+
+
+def test_a_fifo_in_place_of_its_files_never_stalls_the_job(tmp_path: Path) -> None:
+    # A FIFO as the progress file, its board record or its checkpoint's temp file would
+    # block an open for writing until someone reads it: each is refused, the job ends.
+    os.mkfifo(tmp_path / "progress")
+    os.mkfifo(tmp_path / "job_4.use")
+    os.mkfifo(tmp_path / "ckpt.tmp")
+    env = {"SLURM_JOB_ID": "4", "CODA_PROGRESS_FILE": str(tmp_path / "progress")}
+    p = _cli("dnn", "--model", "ResNet50", "--gpus", "1", "--work", "0.3", "--node-bw", "10",
+             "--tick", "0.05", "--board", str(tmp_path), env=env)  # fmt: skip
+    # Opened without blocking: no reader, no open (ENXIO); the job runs unreported.
+    assert p.returncode == 0 and "progress not reported" in p.stderr
+    assert "bandwidth not published" in p.stderr
+    p = _cli("cpu", "--cores", "1", "--work", "0.3", "--node-bw", "10", "--tick", "0.05",
+             "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-s", "0.1",
+             env={"SLURM_JOB_ID": "4"})  # fmt: skip
+    assert p.returncode == 2 and "checkpoint" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--rate", "1.7e308"), ("--tick", "100"), ("--node-bw", "1e308")],
+)
+def test_options_out_of_range_are_refused(args: tuple[str, str]) -> None:
+    p = _cli("dnn", "--model", "ResNet50", "--gpus", "1", "--work", "1", "--node-bw", "10",
+             *args, env={"SLURM_JOB_ID": "3"})  # fmt: skip
+    assert p.returncode == 2 and "must be <=" in p.stderr
+
+
+@pytest.mark.parametrize("value", ["\u0663", "1_000", " 7 ", "1" * 13])
+def test_a_job_id_is_ascii_digits_only(value: str) -> None:
+    p = _cli("cpu", "--cores", "1", "--work", "1", "--node-bw", "10", env={"SLURM_JOB_ID": value})
+    assert p.returncode == 2 and "SLURM_JOB_ID" in p.stderr
+
+
+def test_a_stopped_job_does_not_progress_while_stopped() -> None:
+    clock = Clock()
+    job = _dnn(None, 1, 10.0)
+
+    def sleep(dt: float) -> None:
+        clock.t += dt + (30.0 if 2.0 <= clock.t < 2.3 else 0.0)  # SIGSTOP for 30 s
+
+    took = E.run(job, 0.25, clock=clock, sleep=sleep)
+    assert took == pytest.approx(10.0 + 30.0 - 1.0, abs=0.3)  # a second's grace only

@@ -79,7 +79,8 @@ def test_sbatch_runs_the_script_with_options_as_arguments(planned: tuple, tmp_pa
 
 
 def _job(idx: int, kind: str = "dnn", submit: float = 0.0, work: float = 10.0) -> ReplayJob:
-    return ReplayJob(idx, f"r{idx}", "coda-u1", submit, kind, 1, 2 if kind == "dnn" else 0, 4,
+    gpus = 2 if kind == "dnn" else 0
+    return ReplayJob(idx, f"r{idx}", "coda-u1", submit, kind, gpus, 1, gpus, 4,
                      "ResNet50" if kind == "dnn" else "", work, 0.0, 1)  # fmt: skip
 
 
@@ -110,6 +111,16 @@ def test_a_jobs_lines_give_its_starts_end_and_work_in_the_window(tmp_path: Path)
     assert m.gpu_util_effective == pytest.approx(2 * O.work_in(o.progress, 1.0, 12.0) / (4 * 11.0))
 
 
+def test_a_job_still_running_when_the_run_stops_is_unfinished_not_lost() -> None:
+    running = O.Outcome(0, starts=[1.0], slurm_state="RUNNING")
+    failed = O.Outcome(1, starts=[1.0], slurm_state="FAILED")
+    gone = O.Outcome(2, starts=[1.0], slurm_state="UNKNOWN")
+    m = O.real_metrics(
+        [_job(0), _job(1, "cpu"), _job(2, "cpu")], {0: running, 1: failed, 2: gone}, 2
+    )
+    assert (m.jobs_unfinished, m.jobs_lost, m.jobs_finished) == (1, 2, 0)
+
+
 def test_a_start_no_requeue_explains_counts_as_started_twice(tmp_path: Path) -> None:
     o = O.Outcome(0, starts=[1.0, 3.0], end=9.0, slurm_state="COMPLETED", slurm_restarts=0)
     m = O.real_metrics([_job(0)], {0: o}, gpus=2)
@@ -132,3 +143,20 @@ def test_errors_and_gain() -> None:
     assert O.jct_rel_error_median(real, sim) == pytest.approx(0.05)
     assert O.gain(sim, real) == pytest.approx(0.25)
     assert O.gain(O.RunMetrics(0.0, None, 0, 0, 0, {}), real) is None
+
+
+def test_jobs_that_cannot_fit_the_test_cluster_are_left_out_and_counted() -> None:
+    from coda.replay.plan import fitting
+
+    t = load_table(None, None, 0, 300)
+    small = ClusterShape(1, 1, 2, 4)
+    kept, left = fitting(t, small)
+    assert left > 0 and len(kept) + left == len(t)
+    assert np.all(-(-kept.cores // kept.nodes) <= 4) and np.all(kept.nodes == 1)
+    assert np.all(-(-kept.gpus // kept.nodes) <= 2)
+
+
+def test_an_empty_trace_is_refused_in_one_line() -> None:
+    t = load_table(None, None, 0, 10)
+    with pytest.raises(ValueError, match="no jobs"):
+        compress(t.take(np.array([], dtype=int)), 5, 10.0, USERS)

@@ -32,8 +32,7 @@ class Job:
         "idx", "job_id", "kind", "submit", "gpus", "cores", "mem_mib", "nodes",
         "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
-        "start", "end", "version", "finish_t", "finish_seq", "heap_t", "heap_seq",
-        "bw_pn", "estimate", "queue_key",
+        "start", "end", "version", "bw_pn", "estimate", "queue_key",
         "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
         "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks",
     )  # fmt: skip
@@ -80,14 +79,7 @@ class Job:
         self.last_update = 0.0
         self.start = -1.0
         self.end = -1.0
-        self.version = 0  # bumped on every speed change and release
-        # The simulator's finish event: when the job ends at its current speed and that
-        # event's sequence number (-1: none due), and its entry in the event heap, which
-        # may come earlier (a speed drop pushes nothing: the entry is pushed on, lazily).
-        self.finish_t = math.inf
-        self.finish_seq = -1
-        self.heap_t = math.inf
-        self.heap_seq = -1
+        self.version = 0  # bumped on every speed change (stale finish events)
         self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
         self.estimate = 0.0  # runtime estimate used by backfill, seconds
         self.queue_key: tuple[Any, ...] = ()  # position in its queue (queue-sort key, trace row)

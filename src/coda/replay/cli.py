@@ -31,11 +31,13 @@ from coda.params import FiniteFloat
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--faults/--no-faults", default=True, show_default=True,
               help="SIGKILL the controller and agents, restart a slurmd (CODA run).")  # fmt: skip
+@click.option("--drain", type=FiniteFloat(min=10, max=86400), default=300.0, show_default=True,
+              help="Seconds to wait, after the last arrival, for the jobs to end.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True)
 @click.option("--cluster-dir", type=click.Path(file_okay=False), default="/var/tmp/coda-replay",
               show_default=True, help="Where the test cluster lives.")  # fmt: skip
 def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: float, nodes: int,
-           gpus: int, cores: int, users: int, seed: int, faults: bool, out: str,
+           gpus: int, cores: int, users: int, seed: int, faults: bool, drain: float, out: str,
            cluster_dir: str) -> None:  # fmt: skip
     """Replay a trace on a real Slurm test cluster twice, plain Slurm and CODA, and in
     the simulator with the matching policies; write report.md and replay.json. Needs
@@ -49,11 +51,14 @@ def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: fl
     try:
         cfg = ReplayConfig(trace=trace, format=fmt, jobs=jobs, speed=speed, load=load, seed=seed,
                            shape=ClusterShape(nodes, nodes, gpus, cores), users=users,
-                           out=Path(out), cluster_dir=Path(cluster_dir), faults=faults)  # fmt: skip
+                           out=Path(out), cluster_dir=Path(cluster_dir), faults=faults,
+                           drain_timeout_s=drain)  # fmt: skip
         result = run_replay(cfg, log=lambda m: click.echo(m, err=True))
     except (ValueError, OSError, StackError, SlurmError) as e:
         raise click.ClickException(str(e)) from None
     click.echo((Path(out) / "report.md").read_text())
-    lost = sum(result["jobs_lost"].values()) + sum(result["jobs_started_twice"].values())
+    lost = sum(result["jobs_lost"].values()) + sum(
+        result["jobs_started_twice"].values()
+    )  # not unfinished
     if lost:
         raise click.ClickException(f"{lost} jobs lost or started twice (see {out}/report.md)")

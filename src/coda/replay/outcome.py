@@ -21,6 +21,10 @@ import numpy as np
 from coda.replay.plan import ReplayJob
 
 MAX_OUTPUT = 4 << 20  # bytes read from one job's output file
+MAX_SPAN_S = 7 * 86400.0  # a line further than this from the replay's start is not its
+# Slurm states of a job still in the system (queued, starting, running, requeued).
+LIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+        "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}  # fmt: skip
 
 
 @dataclass
@@ -62,12 +66,14 @@ def read_output(path: Path, t0_wall: float, out: Outcome, owner: int | None = No
             continue
         try:
             d = json.loads(line)
-            event, wall = d.get("event"), float(d.get("wall"))
-        except (ValueError, TypeError, AttributeError):
+            event, wall = d.get("event"), d.get("wall")
+        except (ValueError, TypeError, AttributeError, RecursionError):
             continue
-        if not math.isfinite(wall):
+        if isinstance(wall, bool) or not isinstance(wall, int | float):
             continue
-        t = wall - t0_wall
+        t = float(wall) - t0_wall
+        if not -MAX_SPAN_S < t < MAX_SPAN_S:  # not this replay's
+            continue
         if event == "start":
             out.starts.append(t)
             out.progress.append((t, _num(d.get("done"))))
@@ -79,16 +85,18 @@ def read_output(path: Path, t0_wall: float, out: Outcome, owner: int | None = No
 
 
 def _num(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
+    """A number the job printed (JSON numbers only, never a string or a boolean)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
         return 0.0
+    x = float(v)
     return x if math.isfinite(x) and x >= 0 else 0.0
 
 
 def finish(out: Outcome, job: ReplayJob, tol: float = 1e-6) -> None:
-    """Set its end: the first time its progress reached its work."""
-    out.progress.sort()
+    """Set its end: the first time its progress reached its work. What it says it did
+    counts up to its work, never more."""
+    out.done = min(out.done, job.work_s)
+    out.progress = sorted((t, min(d, job.work_s)) for t, d in out.progress)
     for t, done in out.progress:
         if done >= job.work_s * (1 - tol):
             out.end = t
@@ -118,12 +126,14 @@ class RunMetrics:
     jobs_lost: int
     jobs_started_twice: int
     jct_s: dict[int, float]
+    jobs_unfinished: int = 0  # still queued or running when the run stopped (not lost)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "gpu_util_effective": self.gpu_util_effective,
             "cpu_queue_delay_mean_s": self.cpu_queue_delay_mean_s,
             "jobs_finished": self.jobs_finished,
+            "jobs_unfinished": self.jobs_unfinished,
             "jobs_lost": self.jobs_lost,
             "jobs_started_twice": self.jobs_started_twice,
         }
@@ -140,15 +150,17 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
     gpu_work = 0.0
     delays: list[float] = []
     jct: dict[int, float] = {}
-    lost = twice = 0
+    lost = twice = unfinished = 0
     for job in jobs:
         o = outcomes.get(job.idx) or Outcome(job.idx)
         if job.kind == "dnn":
-            gpu_work += job.gpus_pn * job.nodes * work_in(o.progress, w0, w1)
+            gpu_work += job.gpus * work_in(o.progress, w0, w1)
         if job.kind == "cpu" and o.first_start is not None:
             delays.append(o.first_start - job.submit_s)
-        if o.end is None or o.slurm_state not in ("COMPLETED", ""):
-            lost += 1
+        if o.slurm_state in LIVE:
+            unfinished += 1  # the run stopped first: neither done nor lost
+        elif o.end is None or o.slurm_state not in ("COMPLETED", ""):
+            lost += 1  # Slurm ended it (or forgot it) before its work was done
         else:
             jct[job.idx] = o.end - job.submit_s
         # A start Slurm's requeues do not explain: the job ran again on its own.
@@ -158,6 +170,7 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
         gpu_util_effective=gpu_work / (gpus * span),
         cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
         jobs_finished=len(jct), jobs_lost=lost, jobs_started_twice=twice, jct_s=jct,
+        jobs_unfinished=unfinished,
     )  # fmt: skip
 
 

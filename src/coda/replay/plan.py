@@ -64,6 +64,7 @@ class ReplayJob:
     user: str
     submit_s: float
     kind: str  # "dnn" or "cpu"
+    gpus: int  # in total (the simulator's weight for the job's GPUs)
     nodes: int
     gpus_pn: int
     cores_pn: int
@@ -89,6 +90,8 @@ def compress(
         raise ValueError(f"--speed {speed}: must be a number >= 1")
     if not users:
         raise ValueError("no local users to submit as")
+    if len(table) == 0:
+        raise ValueError("the trace has no jobs to replay")
     order = np.argsort(table.submit, kind="stable")[:jobs]
     sub = table.take(order)
     limits = sub.time_limit if sub.time_limit is not None else np.full(len(sub), np.nan)
@@ -110,6 +113,19 @@ def compress(
         time_limit=limit_min * 60.0,
         user=[seen[u] for u in trace_users],
     )
+
+
+def fitting(table: JobTable, shape: ClusterShape) -> tuple[JobTable, int]:
+    """The jobs that fit the test cluster's nodes (GPUs, cores per node, node count;
+    Slurm would refuse the others at submission), and how many were left out."""
+    nodes = np.maximum(table.nodes, 1)
+    gpus_pn = -(-table.gpus // nodes)
+    cores_pn = -(-table.cores // nodes)
+    dnn = table.gpus > 0
+    ok = (cores_pn <= shape.cores) & (nodes <= shape.nodes)
+    ok &= ~dnn | ((gpus_pn <= shape.gpus) & (nodes <= shape.gpu_nodes))
+    keep = np.flatnonzero(ok)
+    return table.take(keep), int(len(table) - len(keep))
 
 
 def prepare_replay(
@@ -142,6 +158,7 @@ def plan(prepared: Prepared) -> list[ReplayJob]:
                 user=jobs.user[i],
                 submit_s=float(jobs.submit[i]),
                 kind="dnn" if dnn else "cpu",
+                gpus=gpus,
                 nodes=nodes,
                 gpus_pn=-(-gpus // nodes),
                 cores_pn=max(1, -(-int(jobs.cores[i]) // nodes)),

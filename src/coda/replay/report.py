@@ -26,9 +26,9 @@ def markdown(r: dict[str, Any]) -> str:
         "scheduling, not the hardware.",
         "",
         "| run | simulator policy | effective GPU util (real) | (sim) "
-        "| CPU queue delay mean s (real) | (sim) | finished | lost | started twice "
-        "| JCT error median |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU queue delay mean s (real) | (sim) | finished | unfinished | lost "
+        "| started twice | JCT error median |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode in ("plain", "coda"):
         if mode not in r:
@@ -39,7 +39,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"{_f(real['gpu_util_effective'])} | {_f(sim['gpu_util_effective'])} | "
             f"{_f(real['cpu_queue_delay_mean_s'], '.1f')} | "
             f"{_f(sim['cpu_queue_delay_mean_s'], '.1f')} | "
-            f"{real['jobs_finished']} | {real['jobs_lost']} | {real['jobs_started_twice']} | "
+            f"{real['jobs_finished']} | {real['jobs_unfinished']} | {real['jobs_lost']} | "
+            f"{real['jobs_started_twice']} | "
             f"{_f(real['jct_rel_error_median'])} |"
         )
     if "gain_real" in r:
@@ -70,6 +71,8 @@ def markdown(r: dict[str, Any]) -> str:
         "CODA's controller lifts that, a cycle later.",
         "- Effective GPU utilisation is GPU-weighted work done between the first and the last "
         "arrival (the simulator's window), real from the jobs' own progress lines.",
+        "- Unfinished: still queued or running when the run stopped (its drain timeout); "
+        "their completion times are left out of the JCT error, on both sides.",
         "",
         "Figures: replay.json; the jobs' own output under each run's users' directories.",
     ]

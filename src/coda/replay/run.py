@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import pwd
 import random
+import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from coda.replay import outcome as O
-from coda.replay.plan import ClusterShape, ReplayJob, compress, load_table, plan, prepare_replay
+from coda.replay.plan import (
+    ClusterShape,
+    ReplayJob,
+    compress,
+    fitting,
+    load_table,
+    plan,
+    prepare_replay,
+)
 from coda.replay.stack import (
     Daemon,
     StackError,
@@ -96,6 +106,19 @@ class Faults:
         self.log = log
         self.restart_at: list[tuple[float, Daemon]] = []
         self.happened: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._slurmd: threading.Thread | None = None
+
+    def _restart_slurmd(self, node: str) -> None:
+        try:
+            self.cluster.restart_slurmd(node)
+        except StackError as e:
+            self.errors.append(str(e))
+
+    @property
+    def busy(self) -> bool:
+        """A restart is still due or under way."""
+        return bool(self.restart_at) or (self._slurmd is not None and self._slurmd.is_alive())
 
     def __call__(self, t: float) -> None:
         for when, d in list(self.restart_at):
@@ -105,12 +128,20 @@ class Faults:
         for f in self.plan:
             if f.done or t < f.t:
                 continue
-            f.done = True
             name = "controller" if f.what == "controller" else f"agent-{f.target}"
             if f.what == "slurmd":
-                self.cluster.restart_slurmd(f.target)
+                if self._slurmd is not None and self._slurmd.is_alive():
+                    continue  # the last restart is still under way: this one waits
+                f.done = True
+                self._slurmd = threading.Thread(  # submissions go on meanwhile
+                    target=self._restart_slurmd, args=(f.target,), daemon=True
+                )
+                self._slurmd.start()
             else:
                 d = self.daemons[name]
+                if any(p is d for _, p in self.restart_at):
+                    continue  # down already: killed again once it is back
+                f.done = True
                 d.kill()
                 self.restart_at.append((t + 1.0, d))
             self.happened.append({"t": round(t, 3), "what": f.what, "target": f.target})
@@ -120,6 +151,10 @@ class Faults:
         for _, d in self.restart_at:
             d.start()
         self.restart_at = []
+        if self._slurmd is not None:
+            self._slurmd.join(timeout=120)
+        if self.errors:
+            raise StackError(f"fault injection: {self.errors[0]}")
 
 
 def _node_bw(shape: ClusterShape, profiles: Any) -> float:
@@ -140,12 +175,15 @@ def run_real(
     state = "off" if mode == "plain" else "on"
     log(f"{mode}: bringing the test cluster up ({cfg.shape.spec}, CODA {state})")
     env = cluster.up(coda_off=mode == "plain")
-    users = cluster.local_users
-    if len(users) < cfg.users:
-        raise StackError(f"the test cluster made {len(users)} of {cfg.users} users")
+    users = [f"coda-u{i + 1}" for i in range(cfg.users)]
+    missing = sorted(set(users) - set(cluster.local_users))
+    if missing:
+        raise StackError(f"the test cluster did not make the users {', '.join(missing)}")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]  # SlurmClient's commands
     run_dir = cfg.out / mode
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists():  # an earlier replay's: CODA must start as cold as the simulator
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     daemons: dict[str, Daemon] = {}
     faults = Faults([], daemons, cluster, log)
     try:
@@ -159,7 +197,7 @@ def run_real(
         probe_job_python(script, users[0], env)
         workdir = Path(env["CODA_SLURM_DIR"]) / "users"
         for u in users:  # each run's output apart (Slurm may number jobs alike again)
-            fresh_dir(workdir / u / mode, u)
+            fresh_dir(workdir / u / mode, u, env)
         span = jobs[-1].submit_s if jobs else 0.0
         log(f"{mode}: submitting {len(jobs)} jobs over {span:.0f} s as {', '.join(users)}")
         t0_wall, ids = submit_all(
@@ -180,7 +218,7 @@ def run_real(
             left = [
                 i for i, jid in ids.items() if jid not in seen or seen[jid].state not in TERMINAL
             ]
-            if not left and not faults.restart_at and all(f.done for f in faults.plan):
+            if not left and not faults.busy and all(f.done for f in faults.plan):
                 break
             if time.monotonic() > deadline:
                 log(f"{mode}: {len(left)} jobs not done after {cfg.drain_timeout_s:.0f} s")
@@ -226,8 +264,8 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
     if cfg.users < 1:
         raise ValueError("--users: at least one local user")
     users = [f"coda-u{i + 1}" for i in range(cfg.users)]
-    table = compress(load_table(cfg.trace, cfg.format, cfg.seed, cfg.jobs), cfg.jobs,
-                     cfg.speed, users)  # fmt: skip
+    whole, unfit = fitting(load_table(cfg.trace, cfg.format, cfg.seed, cfg.jobs), cfg.shape)
+    table = compress(whole, cfg.jobs, cfg.speed, users)
     cfg.out.mkdir(parents=True, exist_ok=True)
     prepared = prepare_replay(table, cfg.shape, cfg.out, cfg.seed, cfg.load)
     jobs = plan(prepared)
@@ -240,7 +278,9 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
             "cluster": cfg.shape.spec, "users": users, "faults": cfg.faults,
             "controller_period_s": cfg.period_s, "agent_window_s": cfg.window_s,
             "arrival_span_s": jobs[-1].submit_s if jobs else 0.0,
-            "notes": list(prepared.notes),
+            "notes": list(prepared.notes)
+            + ([f"{unfit} jobs of the trace cannot fit the test cluster's nodes: left out"]
+               if unfit else []),
         },
         "jobs_submitted": len(jobs),
         "sim": {},
@@ -271,7 +311,8 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
                             "slurm_state": o.slurm_state, "slurm_restarts": o.slurm_restarts}
                         for i, o in got["outcomes"].items()},
         }  # fmt: skip
-        log(f"{mode}: {result[mode]['jobs_finished']} finished, {result[mode]['jobs_lost']} lost, "
+        log(f"{mode}: {result[mode]['jobs_finished']} finished, "
+            f"{result[mode]['jobs_unfinished']} unfinished, {result[mode]['jobs_lost']} lost, "
             f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip
     if "plain" in reals and "coda" in reals:
         result["gain_real"] = O.gain(reals["plain"], reals["coda"])

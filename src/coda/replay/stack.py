@@ -97,14 +97,22 @@ def _pid_in(pidfile: Path, comm: str) -> int | None:
 
 
 def _wait_gone(pid: int, timeout: float) -> None:
-    t = time.monotonic() + timeout
-    while time.monotonic() < t:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+    """Until ``pid`` has exited: TERM was sent; KILL after ``timeout``, then wait again
+    (a new slurmd must not find its port still held)."""
+    for sig in (None, signal.SIGKILL):
+        if sig is not None:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+        t = time.monotonic() + timeout
+        while time.monotonic() < t:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    raise StackError(f"pid {pid} did not exit after SIGKILL")
 
 
 class Daemon:
@@ -120,6 +128,8 @@ class Daemon:
         self.kills = 0
 
     def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise StackError(f"{self.name} is running already (pid {self.proc.pid})")
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=f, stderr=subprocess.STDOUT
@@ -159,6 +169,8 @@ def coda_daemons(
                 "--period", str(period_s)], env, state / "controller.log"),
     ]  # fmt: skip
     board = env.get("CODA_SLURM_BOARD_DIR", "")
+    if not board:
+        raise StackError("the test cluster did not say where its boards are")
     for i in range(1, shape.nodes + 1):
         node = f"n{i}"
         argv = [*coda, "slurm", "agent", "--node", node,
@@ -168,19 +180,17 @@ def coda_daemons(
     return out
 
 
-def fresh_dir(path: Path, user: str) -> None:
-    """An empty directory of ``user``'s for one run's job output (an earlier replay's
-    removed; rmtree does not follow the symlinks a user may have left there)."""
-    import pwd
+def fresh_dir(path: Path, user: str, env: dict[str, str]) -> None:
+    """An empty directory of ``user``'s for one run's job output: an earlier replay's
+    removed (rmtree does not follow the symlinks a user may have left there), the new
+    one made by the user (root never chowns in a directory the user can write)."""
     import shutil
 
     if path.is_symlink():
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
-    pw = pwd.getpwnam(user)
-    path.mkdir(mode=0o755)
-    os.chown(path, pw.pw_uid, pw.pw_gid)
+    _run(["runuser", "-u", user, "--", "mkdir", "-m", "0755", "--", str(path)], env, 30)
 
 
 def job_script(out: Path) -> Path:

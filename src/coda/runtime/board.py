@@ -15,8 +15,9 @@ board is one directory per node, root's (mode 0755), holding per job:
   holds only the real CPUs, so the grant cannot be read from its affinity.
 
 Readers trust only what the kernel vouches for: regular files (no symlinks, no FIFOs),
-a grant owned by the agent's uid, a use record owned by whoever the Prolog made it for,
-written by a live process. Malformed records are skipped, never fatal.
+a grant owned by the agent's uid, a use record written by a live process. Use records
+are not checked for an owner: the board is root's, so only the Prolog names them.
+Malformed records are skipped, never fatal.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ GRANT_MAGIC = "coda-grant1"
 RECORD_SIZE = 128
 MAX_RECORDS = 4096  # records read from one board (a node runs far fewer jobs)
 MAX_GRANT = 4096  # bytes of a grant (a CPU list)
+MAX_BW = 1e6  # GB/s: no node has more
+MAX_PID = 4_194_304  # the kernel's largest pid_max
 KINDS = ("dnn", "cpu")
 _MODEL = re.compile(r"[A-Za-z0-9_.+-]{1,48}")
 _USE_FILE = re.compile(r"job_([0-9]{1,12})\.use")
@@ -76,8 +79,10 @@ def encode_use(u: Use) -> bytes:
         raise BoardError(f"kind {u.kind!r} is not one of {KINDS}")
     if not _MODEL.fullmatch(u.model):
         raise BoardError(f"model {u.model!r}: letters, digits and _.+- only")
-    if not (math.isfinite(u.bw_gbps) and u.bw_gbps >= 0) or u.pid <= 0 or u.job_id <= 0:
-        raise BoardError(f"use record {u}: bandwidth, pid and job id must be positive")
+    if not (math.isfinite(u.bw_gbps) and 0 <= u.bw_gbps < MAX_BW) or u.job_id <= 0:
+        raise BoardError(f"use record {u}: bandwidth and job id must be positive")
+    if not 0 < u.pid <= MAX_PID:
+        raise BoardError(f"use record {u}: pid must be in 1..{MAX_PID}")
     line = f"{USE_MAGIC} {u.job_id} {u.kind} {u.bw_gbps:.6f} {int(u.pcie_heavy)} {u.model} {u.pid}"
     if len(line) >= RECORD_SIZE:
         raise BoardError("use record too long")
@@ -101,7 +106,7 @@ def decode_use(raw: bytes) -> Use | None:
         return None
     if kind not in KINDS or pcie not in ("0", "1") or not _MODEL.fullmatch(model):
         return None
-    if not (math.isfinite(bw) and 0 <= bw < 1e6) or pid <= 0 or job_id <= 0:
+    if not (math.isfinite(bw) and 0 <= bw < MAX_BW) or not 0 < pid <= MAX_PID or job_id <= 0:
         return None
     return Use(job_id, kind, bw, pcie == "1", model, pid)
 
@@ -156,6 +161,8 @@ def _read_small(
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
+    except OverflowError:
+        return False
     except OSError as e:
         return e.errno == errno.EPERM  # alive, another user's
     return True
@@ -222,8 +229,13 @@ class UseWriter:
 
     def __init__(self, board: Board, job_id: int, create: bool = False) -> None:
         self.job_id = job_id
-        flags = os.O_WRONLY | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+        # Non-blocking: a FIFO in its place must not stall the job; and only a regular file.
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_CREAT if create else 0)
         self._fd = os.open(board.use_path(job_id), flags, 0o644)
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            self._fd = -1
+            raise OSError(0, "not a regular file")
 
     def publish(self, use: Use) -> None:
         os.pwrite(self._fd, encode_use(use), 0)

@@ -79,6 +79,16 @@ def read_progress(path: str | os.PathLike[str], owner: int | None = None) -> Pro
         os.close(fd)
 
 
+def _open_record(path: str) -> int:
+    """The record file for writing: a regular file (made if missing), never a symlink
+    nor a FIFO (opening one would block the job until someone reads it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file")
+    return fd
+
+
 class Reporter:
     """Cumulative progress of one job, written for the agent to read.
 
@@ -101,10 +111,11 @@ class Reporter:
         self._fd: int | None = None
         if self.path:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+                self._fd = _open_record(self.path)
             except OSError as e:
                 # Reporting is a courtesy to the scheduler: never stop the training.
-                print(f"coda: progress not reported ({self.path}: {e.strerror})", file=sys.stderr)
+                why = e.strerror or str(e)
+                print(f"coda: progress not reported ({self.path}: {why})", file=sys.stderr)
                 return
             self.flush()
 

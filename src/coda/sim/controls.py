@@ -113,7 +113,7 @@ def _arm(self: Simulator) -> None:
     ):
         if part is not None and not self._armed[kind]:
             self._armed[kind] = True
-            self._push(self.now + period, kind, None)
+            self._push(self.now + period, kind, None, 0)
 
 
 def _tick(self: Simulator) -> None:

@@ -4,12 +4,8 @@ Events are arrivals (streamed from the sorted job table, never all in the heap),
 job finishes and periodic node-control ticks. After every batch of events at one
 instant the scheduling cycle runs the policy's extension points over the queues.
 Whenever a node's set of co-runners changes, every job on it gets its speed
-recomputed from the performance model and its finish time rescheduled. A job
-keeps one live finish entry in the heap: a speed-up that brings its end forward
-pushes a new one (the old one goes stale, told by its sequence number), a
-slow-down pushes nothing, and an entry that comes due before the job's end is
-pushed on to it then. The live entry carries the sequence number an eager push
-would have had, so events pop in the same order as with one push per change.
+recomputed from the performance model and its finish time rescheduled; stale
+finish events are recognised by a per-job version number.
 """
 
 from __future__ import annotations
@@ -118,7 +114,7 @@ class Simulator:
         self.window_basis = window_basis
 
         self.now = min(self.submit[0], self.w0) if self.n else 0.0
-        self.heap: list[tuple[float, int, int, Job | None]] = []
+        self.heap: list[tuple[float, int, int, Job | None, int]] = []
         self.seq = 0
         self.events = 0
         self.busy: dict[Node, None] = {}  # nodes with at least one job
@@ -209,19 +205,12 @@ class Simulator:
                 if self.progress is not None and next_i % report_every == 0:
                     self.progress(next_i, n)
             while heap and heap[0][0] <= t:
-                _, seq, kind, obj = heapq.heappop(heap)
+                _, _, kind, obj, version = heapq.heappop(heap)
                 if kind == _FINISH:
                     assert obj is not None  # a finish event names its job
-                    if seq != obj.heap_seq:
-                        continue  # superseded by an earlier entry
-                    obj.heap_t, obj.heap_seq = math.inf, -1
-                    if obj.finish_seq < 0 or not obj.running:
-                        continue  # stopped, or released since
-                    if obj.finish_seq == seq:
+                    if obj.version == version and obj.running:
                         self.events += 1
                         self._finish(obj)
-                    else:  # it slowed down since: on to its end as it stands
-                        self._requeue_finish(obj)
                 else:
                     self.events += 1
                     self._armed[kind] = False
@@ -236,7 +225,7 @@ class Simulator:
                     # watched re-arms them), so an idle cluster costs no events.
                     if self.watched and not self._armed[kind]:
                         self._armed[kind] = True
-                        self._push(t + period, kind, None)
+                        self._push(t + period, kind, None, 0)
             if sched.pending():
                 sched.cycle(self.now, self)
                 if self.check:
@@ -247,22 +236,9 @@ class Simulator:
             self.progress(n, n)
         return self._result(time.perf_counter() - wall0)
 
-    def _push(self, t: float, kind: int, obj: Job | None) -> None:
+    def _push(self, t: float, kind: int, obj: Job | None, version: int) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, obj))
-
-    def _push_finish(self, job: Job, t: float) -> None:
-        """Job ends at t at its new speed: numbered as an eager push would be, pushed
-        only where its live entry comes later (or it has none)."""
-        self.seq += 1
-        job.finish_t, job.finish_seq = t, self.seq
-        if t < job.heap_t:
-            job.heap_t, job.heap_seq = t, self.seq
-            heapq.heappush(self.heap, (t, self.seq, _FINISH, job))
-
-    def _requeue_finish(self, job: Job) -> None:
-        job.heap_t, job.heap_seq = job.finish_t, job.finish_seq
-        heapq.heappush(self.heap, (job.finish_t, job.finish_seq, _FINISH, job))
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
 
     # -------------------------------------------------------------- arrivals
     def _arrive(self, i: int) -> Job | None:
@@ -343,8 +319,7 @@ class Simulator:
         self.gpu_base -= job.gpus * job.core_speed_now
         job.speed = 0.0
         job.core_speed_now = 0.0
-        job.version += 1
-        job.finish_seq = -1  # retires its pending finish event
+        job.version += 1  # retires its pending finish event
         self.gpu_alloc -= job.gpus
         self.cores_alloc -= job.cores_pn * job.nodes
         self.cores_useful -= self._useful_cores(job)

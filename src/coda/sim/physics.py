@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from coda.cycle import InvariantError
 from coda.policy.state import DNN, Job, Node
-from coda.sim.constants import EPISODE_LOSS
+from coda.sim.constants import EPISODE_LOSS, FINISH
 
 if TYPE_CHECKING:
     from coda.sim.engine import Simulator
@@ -168,9 +168,7 @@ def _set_speed(self: Simulator, job: Job, speed: float) -> None:
     job.speed = speed
     job.version += 1
     if speed > 0:
-        self._push_finish(job, self.now + max(job.remaining, 0.0) / speed)
-    else:
-        job.finish_seq = -1  # no end in sight
+        self._push(self.now + max(job.remaining, 0.0) / speed, FINISH, job, job.version)
 
 
 # --------------------------------------------------------------- checks

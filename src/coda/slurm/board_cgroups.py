@@ -4,7 +4,8 @@ tree, their CPUs and CPU quota kept on the node's board (``coda.runtime.board``)
 On a declared-big test node (``SlurmdParameters=config_overrides``: say 28 cores on
 a 2-CPU machine) Slurm grants CPUs the machine does not have, and a job's cpuset can
 hold only the real ones. So the agent (``coda slurm agent --board``) cannot narrow
-cpusets there: it keeps each job's CPUs as Slurm numbers them, writes them with the
+cpusets there: it keeps each job's CPUs (numbered 0..k-1 within the job: the agent
+only counts them, and never moves CPUs between jobs on Slurm), writes them with the
 CPU quota to the job's grant on the board, and the emulated job
 (``coda.runtime.workloads.emulated``) runs at the speed those give it. Finding jobs,
 their processes and their end is left to the real groups.
@@ -16,10 +17,10 @@ import re
 from collections.abc import Iterable
 
 from coda.runtime.board import Board, Grant
-from coda.runtime.cgroups import CgroupError
+from coda.runtime.cgroups import MAX_CPU_ID, CgroupError
 from coda.slurm.cgroups import SlurmJobCgroups
 
-_JOB = re.compile(r"(?:^|/)job_(\d+)$")
+_JOB = re.compile(r"(?:^|/)job_([0-9]{1,12})\Z")
 MIN_QUOTA = 0.01  # of the job's CPUs: the board's grant cannot say "none at all"
 
 
@@ -29,8 +30,8 @@ class BoardCgroups(SlurmJobCgroups):
 
     def __init__(self, real: SlurmJobCgroups, board: Board, node_cores: int) -> None:
         super().__init__(real.node, real.root, real.version, real.setaffinity, real.period_us)
-        if node_cores < 1:
-            raise ValueError(f"a node needs at least one core, got {node_cores}")
+        if not 1 <= node_cores <= MAX_CPU_ID + 1:
+            raise ValueError(f"a node's cores must be 1..{MAX_CPU_ID + 1}, got {node_cores}")
         self.board = board
         self.node_cores = node_cores
         self._cpus: dict[str, list[int]] = {}
@@ -113,5 +114,7 @@ class BoardCgroups(SlurmJobCgroups):
         quota = 1.0 if cap is None else min(1.0, max(MIN_QUOTA, cap / len(cpus)))
         try:
             self.board.write_grant(self._job_id(name), Grant(tuple(cpus), quota))
-        except OSError as e:
-            raise CgroupError(f"board {self.board.path}: {e.strerror}") from None
+        except (OSError, ValueError) as e:  # BoardError is a ValueError
+            raise CgroupError(
+                f"board {self.board.path}: {getattr(e, 'strerror', None) or e}"
+            ) from None

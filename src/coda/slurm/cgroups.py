@@ -36,8 +36,8 @@ from coda.runtime.cgroups import (
     write_file,
 )
 
-_JOB_RE = re.compile(r"^job_(\d+)$")
-_UID_RE = re.compile(r"^uid_(\d+)$")
+_JOB_RE = re.compile(r"^job_([0-9]+)\Z")  # ASCII digits, no trailing newline
+_UID_RE = re.compile(r"^uid_([0-9]+)\Z")
 
 
 class SlurmJobCgroups:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -150,13 +151,27 @@ def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgro
     cores = next((n.cpus for n in SlurmClient().nodes() if n.name == node), None)
     if cores is None:
         raise ValueError(f"--board: Slurm has no node named {node!r}")
-    path = root / node
+    if not str(root) or str(root) == ".":
+        raise ValueError("--board: an empty directory name")
+    path = root.absolute() / node
     path.mkdir(mode=0o755, parents=True, exist_ok=True)
-    st = path.lstat()
-    if not path.is_dir() or path.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise ValueError(
-            f"--board: {path} must be a directory of this user's, not group/world-writable"
-        )
+    # Every directory on the way: nobody else may swap one for a symlink (the agent is
+    # root and writes grants there): owned by root or this user, not a symlink, not
+    # group/world-writable unless sticky (as /tmp and /var/tmp are) above the last two.
+    me = os.geteuid()
+    for d in [*reversed(path.parents), path]:
+        st = d.lstat()
+        sticky = bool(st.st_mode & 0o1000) and d not in (path, path.parent)
+        if (
+            stat.S_ISLNK(st.st_mode)
+            or not stat.S_ISDIR(st.st_mode)
+            or st.st_uid not in (0, me)
+            or (st.st_mode & 0o022 and not sticky)
+        ):
+            raise ValueError(
+                f"--board: {d} must be a directory of root's or this user's, not a symlink, "
+                "not group/world-writable"
+            )
     return BoardCgroups(real, Board(path, agent_uid=os.geteuid()), cores)
 
 

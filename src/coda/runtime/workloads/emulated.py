@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -70,10 +71,9 @@ def _env_int(name: str, lo: int) -> int | None:
     text = os.environ.get(name)
     if text is None or text == "":
         return None
-    try:
-        v = int(text)
-    except ValueError:
-        raise EnvError(f"{name}={text[:40]!r}: not an integer") from None
+    if not re.fullmatch(r"[0-9]{1,12}", text):  # ASCII digits only: int() takes more
+        raise EnvError(f"{name}={text[:40]!r}: not an integer")
+    v = int(text)
     if v < lo:
         raise EnvError(f"{name}={v}: must be >= {lo}")
     return v
@@ -98,27 +98,34 @@ def read_checkpoint(path: str) -> float:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
             raise EnvError(f"checkpoint {path}: not a regular file of this user's")
-        raw = os.read(fd, 64)
+        raw = os.read(fd, 65)
     finally:
         os.close(fd)
-    try:
-        done = float(raw.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        raise EnvError(f"checkpoint {path}: not a number of seconds") from None
+    text = raw.decode("ascii", "replace").strip()
+    if len(raw) > 64 or not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", text):
+        raise EnvError(f"checkpoint {path}: not a number of seconds")
+    done = float(text)
     if not (math.isfinite(done) and 0 <= done <= MAX_WORK_S):
         raise EnvError(f"checkpoint {path}: {done} is not a work count")
     return done
 
 
 def write_checkpoint(path: str, done: float) -> None:
+    """Replace the checkpoint in one step; an error is an EnvError (one line)."""
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, f"{done:.6f}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise EnvError(f"checkpoint {tmp}: not a regular file")
+            os.write(fd, f"{done:.6f}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise EnvError(f"checkpoint {path}: {e.strerror or e}") from None
 
 
 class EmulatedJob:
@@ -178,9 +185,11 @@ class EmulatedJob:
             self.writer.publish(
                 Use(self.job_id, self.kind, bw, self.pcie_heavy, self.model, os.getpid())
             )
-        except OSError as e:
+        except (OSError, ValueError) as e:
             # No record (no Prolog made one): co-runners do not see this job's draw.
-            self.publish_error = f"{self.board.use_path(self.job_id)}: {e.strerror}"
+            self.publish_error = (
+                f"{self.board.use_path(self.job_id)}: {getattr(e, 'strerror', None) or e}"
+            )
             print(f"emulated: bandwidth not published ({self.publish_error})", file=sys.stderr)
 
     def close(self) -> None:
@@ -238,14 +247,15 @@ def run(
     t0 = last = clock()
     next_ckpt = t0 + checkpoint_s
     next_log = t0 + log_every_s
-    reported = 0
+    reported = int(job.done * rate)  # a resumed job reports only what it does now
     while job.done < job.work_s and not stop():
         speed = job.update()
         left = job.work_s - job.done
         dt = tick_s if speed <= 0 or left / speed > tick_s else left / speed
         sleep(dt)
-        now = clock()  # the whole tick, reading the board included, ran at that speed
-        job.done = min(job.work_s, job.done + speed * (now - last))
+        now = clock()  # the whole tick, reading the board included, ran at that speed,
+        # but not a stop (SIGSTOP, Slurm's suspend): no more than a second over the tick
+        job.done = min(job.work_s, job.done + speed * min(now - last, dt + 1.0))
         last = now
         if reporter is not None:
             samples = int(job.done * rate)
@@ -276,12 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="seconds of work at full speed",
         )  # fmt: skip
         s.add_argument(
-            "--node-bw", type=number_above(0, strict=True), required=True,
+            "--node-bw", type=number_in(1e-3, 1e5), required=True,
             help="the node's memory bandwidth, GB/s",
         )  # fmt: skip
         s.add_argument("--board", metavar="DIR", help=f"the node's board (default ${ENV_DIR})")
-        s.add_argument("--job-id", type=int_at_least(1), help="default $SLURM_JOB_ID")
-        s.add_argument("--tick", type=number_above(0.01, strict=False), default=0.25)
+        s.add_argument("--job-id", type=int_in(1, 10**12 - 1), help="default $SLURM_JOB_ID")
+        s.add_argument("--tick", type=number_in(0.01, 5.0), default=0.25)
         s.add_argument("--checkpoint", metavar="PATH", help="record work done here")
         s.add_argument("--checkpoint-s", type=number_above(0, strict=True), default=600.0)
         s.add_argument(
@@ -290,17 +300,43 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         if kind == "dnn":
             s.add_argument("--model", required=True, help="a model of the profile set")
-            s.add_argument("--gpus", type=int_at_least(1), required=True, help="GPUs per node")
-            s.add_argument("--nodes", type=int_at_least(1), default=1)
+            s.add_argument("--gpus", type=int_in(1, 64), required=True, help="GPUs per node")
+            s.add_argument("--nodes", type=int_in(1, 4096), default=1)
             s.add_argument("--profiles", default="coda", help="profile set (name or JSON path)")
             s.add_argument(
-                "--rate", type=number_above(0, strict=True), default=100.0,
+                "--rate", type=number_in(1e-6, 1e6), default=100.0,
                 help="samples per second of work (what the agent sees)",
             )  # fmt: skip
         else:
-            s.add_argument("--cores", type=int_at_least(1), required=True, help="cores asked for")
-            s.add_argument("--bw-per-core", type=number_above(0, strict=False), default=0.0)
+            s.add_argument("--cores", type=int_in(1, 4096), required=True, help="cores asked for")
+            s.add_argument("--bw-per-core", type=number_in(0, 1000), default=0.0, help="GB/s")
     return p
+
+
+def number_in(lo: float, hi: float) -> Callable[[str], float]:
+    above = number_above(lo, strict=False)
+
+    def parse(text: str) -> float:
+        v = above(text)
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}, got {text}")
+        return v
+
+    return parse
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    at_least = int_at_least(lo)
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[0-9]{1,13}", text):
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:20]!r}")
+        v = at_least(text)
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {v}")
+        return v
+
+    return parse
 
 
 def _job_id(opt: int | None) -> int:
