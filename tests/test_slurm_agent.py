@@ -471,9 +471,12 @@ class Env:
         self.slurm.add(job, cpus=cpus, uid=uid, **kw)
         return v1_job(self.root, job, cpus, uid=uid)
 
+    def cgroups(self) -> SlurmJobCgroups:
+        return SlurmJobCgroups("n1", self.root, version=1, setaffinity=self.affinity)
+
     def agent(self, **cfg: Any) -> SlurmNodeAgent:
         config = AgentConfig(**{"period_s": 1.0, "window_s": 1.0, "settle_s": 0.5, **cfg})
-        cg = SlurmJobCgroups("n1", self.root, version=1, setaffinity=self.affinity)
+        cg = self.cgroups()
         a = SlurmNodeAgent("n1", SlurmClient(self.slurm.run), cg, self.store, self.state,
                            self.progress, config, clock=self.clock,
                            wall=lambda: 1.7e9 + self.clock.t, log=self.logs.append)  # fmt: skip

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_slurm_agent import UID, Env, converge
@@ -15,10 +14,8 @@ from test_slurm_agent import UID, Env, converge
 from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.board import Board, Grant
 from coda.runtime.cgroups import CgroupError
-from coda.slurm.agent import SlurmNodeAgent
 from coda.slurm.board_cgroups import BoardCgroups
 from coda.slurm.cgroups import SlurmJobCgroups
-from coda.slurm.client import SlurmClient
 
 DECLARED = 28
 
@@ -29,18 +26,8 @@ class BoardEnv(Env):
         (tmp / "board").mkdir()
         self.board = Board(tmp / "board", agent_uid=UID)
 
-    def agent(self, **cfg: Any) -> SlurmNodeAgent:
-        from coda.runtime.agent import AgentConfig
-
-        config = AgentConfig(**{"period_s": 1.0, "window_s": 1.0, "settle_s": 0.5, **cfg})
-        real = SlurmJobCgroups("n1", self.root, version=1, setaffinity=self.affinity)
-        cg = BoardCgroups(real, self.board, DECLARED)
-        a = SlurmNodeAgent("n1", SlurmClient(self.slurm.run), cg, self.store, self.state,
-                           self.progress, config, clock=self.clock,
-                           wall=lambda: 1.7e9 + self.clock.t, log=self.logs.append)  # fmt: skip
-        a.start()
-        self.agents.append(a)
-        return a
+    def cgroups(self) -> SlurmJobCgroups:
+        return BoardCgroups(super().cgroups(), self.board, DECLARED)
 
 
 @pytest.fixture

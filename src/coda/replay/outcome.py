@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from coda.replay.plan import ReplayJob
+from coda.runtime.progress import read_trusted
 
 MAX_OUTPUT = 4 << 20  # bytes read from one job's output file
 MAX_SPAN_S = 7 * 86400.0  # a line further than this from the replay's start is not its
@@ -48,19 +47,9 @@ def read_output(path: Path, t0_wall: float, out: Outcome, owner: int | None = No
     """Add the lines of one output file (a job's, appended across its starts): only a
     regular file (no symlink, no FIFO) of ``owner``'s, at most MAX_OUTPUT bytes. Lines
     that are not the emulated job's JSON (Slurm's own messages) are skipped."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+    raw = read_trusted(path, owner, MAX_OUTPUT)
+    if raw is None:
         return
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
-            return
-        raw = os.read(fd, MAX_OUTPUT)
-    except OSError:
-        return
-    finally:
-        os.close(fd)
     for line in raw.decode("utf-8", "replace").splitlines():
         if not line.startswith("{"):
             continue

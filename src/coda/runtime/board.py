@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coda.runtime.cgroups import format_cpus, parse_cpus
+from coda.runtime.progress import fixed_record, read_trusted
 
 ENV_DIR = "CODA_BOARD_DIR"  # the node's board, set by the TaskProlog
 USE_MAGIC = "coda-use1"
@@ -84,9 +85,10 @@ def encode_use(u: Use) -> bytes:
     if not 0 < u.pid <= MAX_PID:
         raise BoardError(f"use record {u}: pid must be in 1..{MAX_PID}")
     line = f"{USE_MAGIC} {u.job_id} {u.kind} {u.bw_gbps:.6f} {int(u.pcie_heavy)} {u.model} {u.pid}"
-    if len(line) >= RECORD_SIZE:
-        raise BoardError("use record too long")
-    return line.ljust(RECORD_SIZE - 1).encode("ascii") + b"\n"
+    try:
+        return fixed_record(line, RECORD_SIZE)
+    except ValueError:
+        raise BoardError("use record too long") from None
 
 
 def decode_use(raw: bytes) -> Use | None:
@@ -138,26 +140,6 @@ def decode_grant(raw: bytes) -> Grant | None:
     return Grant(tuple(cpus), quota)
 
 
-def _read_small(
-    path: Path, owner: int | None = None, size: int = RECORD_SIZE
-) -> tuple[bytes, int] | None:
-    """Up to ``size`` bytes of a regular file (never a symlink, never blocking on a
-    FIFO) and its owner; None where there is none, or ``owner`` does not own it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
-            return None
-        return os.read(fd, size), st.st_uid
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -201,8 +183,8 @@ class Board:
 
     # ------------------------------------------------------------ a job's side
     def grant(self, job_id: int) -> Grant | None:
-        got = _read_small(self.grant_path(job_id), owner=self.agent_uid, size=MAX_GRANT)
-        return decode_grant(got[0]) if got else None
+        raw = read_trusted(self.grant_path(job_id), owner=self.agent_uid, size=MAX_GRANT)
+        return decode_grant(raw) if raw is not None else None
 
     def uses(self, exclude: int | None = None) -> list[Use]:
         """Every live job's record on this node but ``exclude``'s: its file named after
@@ -216,8 +198,8 @@ class Board:
             m = _USE_FILE.fullmatch(name)
             if m is None or int(m.group(1)) == exclude:
                 continue
-            got = _read_small(self.path / name)
-            u = decode_use(got[0]) if got else None
+            raw = read_trusted(self.path / name)
+            u = decode_use(raw) if raw is not None else None
             if u is not None and u.job_id == int(m.group(1)) and _alive(u.pid):
                 out.append(u)
         return out

@@ -38,11 +38,15 @@ class Progress:
     pid: int
 
 
+def fixed_record(line: str, size: int = RECORD_SIZE) -> bytes:
+    """``line`` padded to ``size`` bytes, newline last: one ``pwrite`` replaces it whole."""
+    if len(line) >= size:
+        raise ValueError("record too long")
+    return line.ljust(size - 1).encode("ascii") + b"\n"
+
+
 def encode(p: Progress) -> bytes:
-    line = f"{_MAGIC} {p.samples:d} {p.t:.6f} {p.pid:d}"
-    if len(line) >= RECORD_SIZE:
-        raise ValueError("progress record too long")
-    return line.ljust(RECORD_SIZE - 1).encode("ascii") + b"\n"
+    return fixed_record(f"{_MAGIC} {p.samples:d} {p.t:.6f} {p.pid:d}")
 
 
 def decode(raw: bytes) -> Progress | None:
@@ -59,12 +63,13 @@ def decode(raw: bytes) -> Progress | None:
     return Progress(samples, t, pid)
 
 
-def read_progress(path: str | os.PathLike[str], owner: int | None = None) -> Progress | None:
-    """The latest record in ``path``; None if there is none (yet) or it is unreadable.
-    ``owner``: trust the file only if this uid owns it (a shared progress directory)."""
+def read_trusted(
+    path: str | os.PathLike[str], owner: int | None = None, size: int = RECORD_SIZE
+) -> bytes | None:
+    """Up to ``size`` bytes of ``path`` if it is a regular file (``owner``'s, where given);
+    None otherwise. Non-blocking, no symlinks: a job must not be able to stall its
+    reader with a FIFO, nor point it at another job's file."""
     try:
-        # Non-blocking, regular files only, no symlinks: a job must not be able to stall
-        # its reader with a FIFO, nor point it at another job's file.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
@@ -72,11 +77,18 @@ def read_progress(path: str | os.PathLike[str], owner: int | None = None) -> Pro
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
             return None
-        return decode(os.read(fd, RECORD_SIZE))
+        return os.read(fd, size)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def read_progress(path: str | os.PathLike[str], owner: int | None = None) -> Progress | None:
+    """The latest record in ``path``; None if there is none (yet) or it is unreadable.
+    ``owner``: trust the file only if this uid owns it (a shared progress directory)."""
+    raw = read_trusted(path, owner)
+    return decode(raw) if raw is not None else None
 
 
 def _open_record(path: str) -> int:
