@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from coda.replay.stack import parse_exports
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "slurm-test-cluster"
 
@@ -20,15 +22,6 @@ def _unavailable(reason: str) -> None:
     if os.environ.get("CODA_REQUIRE_SLURM"):
         pytest.fail(f"CODA_REQUIRE_SLURM is set but: {reason}")
     pytest.skip(reason)
-
-
-def _exports(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("export ") and "=" in line:
-            k, _, v = line[len("export ") :].partition("=")
-            out[k] = v
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +44,7 @@ def cluster() -> Iterator[dict[str, str]]:
     if up.returncode != 0:
         subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True)
         pytest.fail(f"deploy/slurm-test-cluster up failed:\n{up.stdout}\n{up.stderr}")
-    env.update(_exports(up.stdout))
+    env.update(parse_exports(up.stdout))
     try:
         yield env
     finally:

@@ -38,6 +38,16 @@ def _run(argv: Sequence[str], env: dict[str, str], timeout: float = 120.0) -> st
     return p.stdout
 
 
+def parse_exports(text: str) -> dict[str, str]:
+    """The ``export NAME=VALUE`` lines ``slurm-test-cluster up`` and ``env`` print."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            k, _, v = line[len("export ") :].partition("=")
+            out[k] = v.strip("'")
+    return out
+
+
 @dataclass
 class TestCluster:
     """deploy/slurm-test-cluster in its own directory, one mode at a time."""
@@ -58,14 +68,8 @@ class TestCluster:
                 "--users", str(self.users), "--replay"]  # fmt: skip
         if coda_off:
             argv.append("--coda-off")
-        out = _run(argv, base, timeout=180)
-        env = dict(base)
-        for line in out.splitlines():
-            if line.startswith("export ") and "=" in line:
-                k, _, v = line[len("export ") :].partition("=")
-                env[k] = v.strip("'")
-        self.env = env
-        return env
+        self.env = {**base, **parse_exports(_run(argv, base, timeout=180))}
+        return self.env
 
     def down(self, env: dict[str, str] | None = None) -> None:
         e = env or self.env or {**os.environ, "CODA_SLURM_DIR": str(self.directory)}

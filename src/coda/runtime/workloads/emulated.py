@@ -286,12 +286,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="seconds of work at full speed",
         )  # fmt: skip
         s.add_argument(
-            "--node-bw", type=number_in(1e-3, 1e5), required=True,
+            "--node-bw", type=number_above(1e-3, strict=False, hi=1e5), required=True,
             help="the node's memory bandwidth, GB/s",
         )  # fmt: skip
         s.add_argument("--board", metavar="DIR", help=f"the node's board (default ${ENV_DIR})")
-        s.add_argument("--job-id", type=int_in(1, 10**12 - 1), help="default $SLURM_JOB_ID")
-        s.add_argument("--tick", type=number_in(0.01, 5.0), default=0.25)
+        s.add_argument(
+            "--job-id", type=int_at_least(1, hi=10**12 - 1), help="default $SLURM_JOB_ID"
+        )
+        s.add_argument("--tick", type=number_above(0.01, strict=False, hi=5.0), default=0.25)
         s.add_argument("--checkpoint", metavar="PATH", help="record work done here")
         s.add_argument("--checkpoint-s", type=number_above(0, strict=True), default=600.0)
         s.add_argument(
@@ -300,43 +302,26 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         if kind == "dnn":
             s.add_argument("--model", required=True, help="a model of the profile set")
-            s.add_argument("--gpus", type=int_in(1, 64), required=True, help="GPUs per node")
-            s.add_argument("--nodes", type=int_in(1, 4096), default=1)
+            s.add_argument(
+                "--gpus", type=int_at_least(1, hi=64), required=True, help="GPUs per node"
+            )
+            s.add_argument("--nodes", type=int_at_least(1, hi=4096), default=1)
             s.add_argument("--profiles", default="coda", help="profile set (name or JSON path)")
             s.add_argument(
-                "--rate", type=number_in(1e-6, 1e6), default=100.0,
+                "--rate", type=number_above(1e-6, strict=False, hi=1e6), default=100.0,
                 help="samples per second of work (what the agent sees)",
             )  # fmt: skip
         else:
-            s.add_argument("--cores", type=int_in(1, 4096), required=True, help="cores asked for")
-            s.add_argument("--bw-per-core", type=number_in(0, 1000), default=0.0, help="GB/s")
+            s.add_argument(
+                "--cores", type=int_at_least(1, hi=4096), required=True, help="cores asked for"
+            )
+            s.add_argument(
+                "--bw-per-core",
+                type=number_above(0, strict=False, hi=1000),
+                default=0.0,
+                help="GB/s",
+            )
     return p
-
-
-def number_in(lo: float, hi: float) -> Callable[[str], float]:
-    above = number_above(lo, strict=False)
-
-    def parse(text: str) -> float:
-        v = above(text)
-        if v > hi:
-            raise argparse.ArgumentTypeError(f"must be <= {hi:g}, got {text}")
-        return v
-
-    return parse
-
-
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    at_least = int_at_least(lo)
-
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"[0-9]{1,13}", text):
-            raise argparse.ArgumentTypeError(f"not a whole number: {text[:20]!r}")
-        v = at_least(text)
-        if v > hi:
-            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {v}")
-        return v
-
-    return parse
 
 
 def _job_id(opt: int | None) -> int:
