@@ -160,3 +160,53 @@ def test_an_empty_trace_is_refused_in_one_line() -> None:
     t = load_table(None, None, 0, 10)
     with pytest.raises(ValueError, match="no jobs"):
         compress(t.take(np.array([], dtype=int)), 5, 10.0, USERS)
+
+
+def test_the_twins_are_told_the_measured_start_latency_and_codas_period() -> None:
+    from coda.replay.run import ReplayConfig, sim_timing
+
+    cfg = ReplayConfig(window_s=2.0)
+    assert sim_timing(cfg, "plain", [0.9, 0.5, 0.7, 3.0, 0.6]) == (0.7, None)
+    assert sim_timing(cfg, "coda", [1.2, 1.6, 1.4]) == (1.4, 2.0)
+    assert sim_timing(cfg, "coda", []) == (0.0, 2.0)  # no probes: no delay
+
+
+def test_a_start_delay_moves_every_simulated_end_and_first_line(planned: tuple) -> None:
+    from coda.replay.run import run_sim
+
+    jobs, prepared = planned
+    base = run_sim(prepared, "plain")
+    late = run_sim(prepared, "plain", 1.5)
+    a = O.sim_metrics(jobs, base.jobs, base.summary)
+    b = O.sim_metrics(jobs, late.jobs, late.summary, 1.5)
+    # Every job ends later (the delay, plus waiting behind delayed jobs), none sooner.
+    assert set(a.jct_s) == set(b.jct_s)
+    assert all(b.jct_s[i] >= a.jct_s[i] + 1.5 - 1e-9 for i in a.jct_s)
+    # Queue delay is measured to the job's first line: at least the delay.
+    assert b.cpu_queue_delay_mean_s is not None and a.cpu_queue_delay_mean_s is not None
+    assert b.cpu_queue_delay_mean_s >= a.cpu_queue_delay_mean_s + 1.5 - 1e-9
+    assert b.gpu_util_effective < a.gpu_util_effective
+    assert late.summary["config"]["start_delay_s"] == 1.5
+    # CODA's twin runs its controls at the agents' period.
+    coda = run_sim(prepared, "coda", 1.5, 2.0)
+    assert coda.summary["config"]["control_period_s"] == 2.0
+    # ...and takes cores back from CPU jobs as the Slurm controller does: by requeueing.
+    assert coda.summary["config"]["reclaim"] == "requeue"
+    assert late.summary["config"]["reclaim"] == "shrink"
+
+
+def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
+    from coda.replay.report import markdown
+
+    run = {"gpu_util_effective": 0.5, "cpu_queue_delay_mean_s": 3.0, "jobs_finished": 2,
+           "jobs_unfinished": 0, "jobs_lost": 0, "jobs_started_twice": 0,
+           "jct_rel_error_median": 0.05, "start_latency_s": [0.7, 0.8]}  # fmt: skip
+    sim = {"policy": "fifo", "gpu_util_effective": 0.55, "cpu_queue_delay_mean_s": 2.5,
+           "start_delay_s": 0.75}  # fmt: skip
+    r = {"setting": {"jobs": 2, "trace": "t", "speed": 300.0, "load": 0.9, "cluster": "c",
+                     "seed": 0, "users": ["u"], "arrival_span_s": 5.0,
+                     "controller_period_s": 1.0, "agent_window_s": 2.0},
+         "plain": run, "sim": {"plain": sim}}  # fmt: skip
+    text = markdown(r)
+    assert "start latency s (probes)" in text
+    assert "| 0.050 | 0.75 |" in text

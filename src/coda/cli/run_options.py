@@ -11,7 +11,7 @@ import click
 from coda.params import FiniteFloat
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
-from coda.policy.options import ORDERS
+from coda.policy.options import ORDERS, RECLAIMS
 from coda.sim.run import (
     CENSORED,
     DEFAULT_CLUSTER,
@@ -21,6 +21,7 @@ from coda.sim.run import (
     MAX_HORIZON_S,
     MAX_LOAD,
     MAX_SEED,
+    MAX_START_DELAY_S,
     RunConfig,
 )
 from coda.workload.traces import FORMATS
@@ -146,12 +147,38 @@ def _config(kw: dict[str, Any]) -> RunConfig:
         order=kw.get("order", "drf"),
         gpu_subarrays=kw.get("gpu_subarrays", False),
         allocator_start=kw.get("allocator_start", "learned"),
+        start_delay_s=kw.get("start_delay", 0.0),
+        control_period_s=kw.get("control_period"),
+        reclaim=kw.get("reclaim", "shrink"),
     )
 
 
 def _model_options(f: F) -> F:
     """Measurement noise, profile perturbation and backfill's runtime estimates
     (simulate, compare)."""
+    f = click.option(
+        "--reclaim",
+        type=click.Choice(RECLAIMS),
+        default="shrink",
+        show_default=True,
+        help="How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or "
+        "requeue them whole (as CODA on Slurm does).",
+    )(f)
+    f = click.option(
+        "--control-period",
+        type=FiniteFloat(0.0, MAX_START_DELAY_S, min_open=True),
+        default=None,
+        help="CODA's control period in seconds: the eliminator's tick and the allocator's "
+        "throughput window (a node agent's --window)  [default: the eliminator's, 10 s]",
+    )(f)
+    f = click.option(
+        "--start-delay",
+        type=FiniteFloat(0.0, MAX_START_DELAY_S),
+        default=0.0,
+        show_default=True,
+        help="Seconds between placing a job and its starting to work, holding its GPUs and "
+        "cores meanwhile (a real stack's launch; coda replay measures it).",
+    )(f)
     f = click.option(
         "--allocator-start",
         type=click.Choice(START_POINTS),

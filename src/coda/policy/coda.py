@@ -247,7 +247,9 @@ def _coda(
             categories=dict(options.categories),
         ),
     )
-    control = ContentionEliminator(book, EliminatorConfig()) if eliminator and colocation else None
+    period = options.control_period_s
+    elim_config = EliminatorConfig() if period is None else EliminatorConfig(period_s=period)
+    control = ContentionEliminator(book, elim_config) if eliminator and colocation else None
     filters: list[Filter] = [IdleGpuReserve()] if colocation else []
     arrays, shares, reserve = _ordering(options)
     return Policy(
@@ -264,7 +266,9 @@ def _coda(
         candidates_to_score=4,
         node_control=control,
         job_control=allocator,
-        sample_period_s=control.period_s if control is not None else 10.0,
+        sample_period_s=(
+            control.period_s if control is not None else 10.0 if period is None else period
+        ),
         reclaim=options.reclaimer() if colocation else None,
         description=description,
     )

@@ -27,7 +27,10 @@ class PolicyOptions:
     the driver's own filters, run after the policy's; ``order``: CODA's order inside
     each array, drf (tenants by dominant share, as the paper) | fifo; ``gpu_subarrays``:
     CODA's GPU array split into jobs of 4+ GPUs and of fewer (the paper's option);
-    ``allocator_start``/``categories``: where CODA's core search starts."""
+    ``allocator_start``/``categories``: where CODA's core search starts;
+    ``control_period_s``: CODA's control period, the eliminator's tick and the
+    allocator's throughput window (None: the eliminator's own, 10 s; a node agent's
+    is its ``--window``)."""
 
     estimates: str = "exact"
     default_time_limit_s: float = math.inf
@@ -40,6 +43,7 @@ class PolicyOptions:
     # and each model's category (cv, nlp, speech) for the paper's start point.
     allocator_start: str = "learned"
     categories: Mapping[str, str] = field(default_factory=dict)
+    control_period_s: float | None = None
 
     def __post_init__(self) -> None:
         from coda.policy.allocator import START_POINTS
@@ -57,6 +61,8 @@ class PolicyOptions:
             )
         if self.reclaim not in RECLAIMS:
             raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
+        if self.control_period_s is not None and not 0 < self.control_period_s < math.inf:
+            raise ValueError(f"control period must be > 0 s, got {self.control_period_s}")
         if not self.default_time_limit_s > 0:
             raise ValueError(f"default time limit must be > 0 s, got {self.default_time_limit_s}")
 

@@ -164,13 +164,18 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
 
 
 def sim_metrics(
-    jobs: list[ReplayJob], table: dict[str, np.ndarray], summary: dict[str, Any]
+    jobs: list[ReplayJob],
+    table: dict[str, np.ndarray],
+    summary: dict[str, Any],
+    start_delay_s: float = 0.0,
 ) -> RunMetrics:
     """The same figures from the simulator's per-job table and summary (its effective
-    GPU utilisation is over the same window: first to last arrival)."""
+    GPU utilisation is over the same window: first to last arrival). A simulated job
+    starts working ``start_delay_s`` after it is placed (its ``start``): that is when a
+    real one prints its start line, which the real queue delay is measured to."""
     start, end, submit = table["start"], table["end"], table["submit"]
     delays = [
-        float(start[j.idx] - submit[j.idx])
+        float(start[j.idx] + start_delay_s - submit[j.idx])
         for j in jobs
         if j.kind == "cpu" and np.isfinite(start[j.idx])
     ]

@@ -11,16 +11,18 @@ keeping the jobs' cores on each node's board (the nodes are declared-big); its t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import random
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coda.replay import outcome as O
 from coda.replay.plan import (
@@ -40,12 +42,17 @@ from coda.replay.stack import (
     fresh_dir,
     job_script,
     probe_job_python,
+    probe_start_latency,
     submit_all,
 )
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 SIM_POLICY = {"plain": "fifo", "coda": "coda"}
+
+if TYPE_CHECKING:
+    from coda.sim.result import SimResult
+    from coda.sim.run import Prepared
 
 
 @dataclass
@@ -66,6 +73,7 @@ class ReplayConfig:
     slurmd_restarts: int = 1
     period_s: float = 1.0
     window_s: float = 2.0
+    probes: int = 5  # jobs that measure the stack's start latency before each run
     drain_timeout_s: float = 300.0
     runs: tuple[str, ...] = ("plain", "coda")
 
@@ -198,6 +206,12 @@ def run_real(
         workdir = Path(env["CODA_SLURM_DIR"]) / "users"
         for u in users:  # each run's output apart (Slurm may number jobs alike again)
             fresh_dir(workdir / u / mode, u, env)
+        latency = (
+            probe_start_latency(env, script, users[0], workdir / users[0] / f"{mode}-probes",
+                                node_bw, cfg.probes, random.Random(cfg.seed + 1), log)
+            if cfg.probes
+            else []
+        )  # fmt: skip
         span = jobs[-1].submit_s if jobs else 0.0
         log(f"{mode}: submitting {len(jobs)} jobs over {span:.0f} s as {', '.join(users)}")
         t0_wall, ids = submit_all(
@@ -244,17 +258,37 @@ def run_real(
             outcomes[job.idx] = o
         starts = {d.name: d.starts for d in daemons.values()}
         return {"outcomes": outcomes, "faults": faults.happened, "submit_s": t_sub,
-                "elapsed_s": elapsed, "daemon_starts": starts}  # fmt: skip
+                "elapsed_s": elapsed, "daemon_starts": starts,
+                "start_latency_s": latency}  # fmt: skip
     finally:
         for d in daemons.values():
             d.stop()
         cluster.down()
 
 
-def run_sim(prepared: Any, mode: str) -> Any:
+def sim_timing(cfg: ReplayConfig, mode: str, latency: list[float]) -> tuple[float, float | None]:
+    """What the simulated twin knows of the real stack's timing: (start delay, control
+    period). The start delay is the median start latency the run's probes measured
+    (Slurm's or CODA's placement, the prolog, slurmstepd, the job's start-up); CODA's
+    control period is its agents' window (their allocator's throughput window, and
+    the eliminator's tick). Plain Slurm has no control loop."""
+    delay = statistics.median(latency) if latency else 0.0
+    return delay, cfg.window_s if mode == "coda" else None
+
+
+def run_sim(prepared: Prepared, mode: str, start_delay_s: float = 0.0,
+            control_period_s: float | None = None) -> SimResult:  # fmt: skip
     from coda.sim.run import run_policy
 
-    return run_policy(prepared, SIM_POLICY[mode])
+    # As the Slurm controller does (coda.slurm.controller): CODA on Slurm takes cores
+    # back from CPU jobs by requeueing them whole.
+    config = dataclasses.replace(
+        prepared.config,
+        start_delay_s=start_delay_s,
+        control_period_s=control_period_s,
+        reclaim="requeue" if mode == "coda" else "shrink",
+    )
+    return run_policy(dataclasses.replace(prepared, config=config), SIM_POLICY[mode])
 
 
 def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -291,20 +325,17 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
          "work_s": j.work_s, "time_limit_min": j.time_limit_min}
         for j in jobs
     ]  # fmt: skip
-    sims: dict[str, O.RunMetrics] = {}
-    for mode in cfg.runs:
-        log(f"simulating {SIM_POLICY[mode]} on the same jobs")
-        r = run_sim(prepared, mode)
-        sims[mode] = O.sim_metrics(jobs, r.jobs, r.summary)
-        result["sim"][mode] = {"policy": SIM_POLICY[mode], **sims[mode].as_dict(),
-                               "jct_s": sims[mode].jct_s}  # fmt: skip
+    # The real runs first: each measures its stack's start latency, which its simulated
+    # twin is then told (sim_timing).
     reals: dict[str, O.RunMetrics] = {}
+    latency: dict[str, list[float]] = {}
     for mode in cfg.runs:
         got = run_real(mode, cfg, jobs, node_bw, log)
         reals[mode] = O.real_metrics(jobs, got["outcomes"], gpus)
+        latency[mode] = got["start_latency_s"]
         result[mode] = {
             **reals[mode].as_dict(),
-            "jct_rel_error_median": O.jct_rel_error_median(reals[mode], sims[mode]),
+            "start_latency_s": [round(x, 3) for x in latency[mode]],
             "faults": got["faults"], "daemon_starts": got["daemon_starts"],
             "elapsed_s": round(got["elapsed_s"], 1), "jct_s": reals[mode].jct_s,
             "per_job": {i: {"starts": o.starts, "end": o.end, "done": o.done,
@@ -314,6 +345,16 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         log(f"{mode}: {result[mode]['jobs_finished']} finished, "
             f"{result[mode]['jobs_unfinished']} unfinished, {result[mode]['jobs_lost']} lost, "
             f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip
+    sims: dict[str, O.RunMetrics] = {}
+    for mode in cfg.runs:
+        delay, period = sim_timing(cfg, mode, latency[mode])
+        log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s)")
+        r = run_sim(prepared, mode, delay, period)
+        sims[mode] = O.sim_metrics(jobs, r.jobs, r.summary, delay)
+        result["sim"][mode] = {"policy": SIM_POLICY[mode], "start_delay_s": delay,
+                               "control_period_s": period, **sims[mode].as_dict(),
+                               "jct_s": sims[mode].jct_s}  # fmt: skip
+        result[mode]["jct_rel_error_median"] = O.jct_rel_error_median(reals[mode], sims[mode])
     if "plain" in reals and "coda" in reals:
         result["gain_real"] = O.gain(reals["plain"], reals["coda"])
         result["gain_sim"] = O.gain(sims["plain"], sims["coda"])

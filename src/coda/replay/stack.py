@@ -7,6 +7,8 @@ argv list.
 from __future__ import annotations
 
 import os
+import pwd
+import random
 import signal
 import subprocess
 import sys
@@ -16,11 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coda.replay.outcome import Outcome, read_output
 from coda.replay.plan import ClusterShape, ReplayJob
 
 ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_SCRIPT = ROOT / "deploy" / "slurm-test-cluster"
 JOB_PYTHON = "/usr/bin/python3"  # readable by every user (a venv under /root may not be)
+PROBE_TIMEOUT_S = 60.0  # for one probe job to start and end on an idle cluster
 
 
 class StackError(RuntimeError):
@@ -274,3 +278,53 @@ def submit_all(
         except ValueError:
             raise StackError(f"sbatch for {job.name}: no job id in {out[:80]!r}") from None
     return t0_wall, ids
+
+
+def probe_start_latency(
+    env: dict[str, str],
+    script: Path,
+    user: str,
+    workdir: Path,
+    node_bw: float,
+    probes: int,
+    rng: random.Random,
+    log: Callable[[str], None],
+) -> list[float]:
+    """The stack's start latency, measured before a run on its idle cluster: ``probes``
+    one-core jobs of half a second, one at a time, each from just before its ``sbatch``
+    to its own start line (Slurm's or CODA's placement, the prolog, slurmstepd, the
+    job's Python). A first, uncounted probe warms the stack (a just-started controller
+    or slurmd). Gaps between probes are random (seeded), so the probes meet a periodic
+    scheduler at every phase. Seconds, one per counted probe."""
+    fresh_dir(workdir, user, env)
+    uid = pwd.getpwnam(user).pw_uid
+    out: list[float] = []
+    for k in range(probes + 1):
+        job = ReplayJob(idx=-1 - k, name=f"probe{k}", user=user, submit_s=0.0, kind="cpu",
+                        gpus=0, nodes=1, gpus_pn=0, cores_pn=1, model="", work_s=0.5,
+                        bw_per_core=0.0, time_limit_min=1)  # fmt: skip
+        t0 = time.time()
+        jid = _run(sbatch_argv(job, script, workdir, node_bw, 1.0), env, 60).strip()
+        jid = jid.split(";")[0]
+        if not jid.isascii() or not jid.isdigit():
+            raise StackError(f"sbatch for a probe job: no job id in {jid[:80]!r}")
+        path = workdir / f"{job.name}-{jid}.out"
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        o = Outcome(job.idx)
+        while time.monotonic() < deadline:
+            o = Outcome(job.idx)
+            read_output(path, t0, o, owner=uid)
+            if o.starts and o.done >= job.work_s:
+                break
+            time.sleep(0.05)
+        else:
+            raise StackError(
+                f"probe job {jid} did not start and end within {PROBE_TIMEOUT_S:.0f} s"
+            )
+        if k:  # the first one warms the stack up
+            out.append(o.starts[0])
+        log(
+            f"probe {k}: started {o.starts[0]:.2f} s after its sbatch" + ("" if k else " (warm-up)")
+        )
+        time.sleep(rng.uniform(0.5, 1.5))
+    return out

@@ -50,10 +50,11 @@ def _rewatch_one(self: Simulator, node: Node) -> None:
                 self._arm()
             watched[node] = None
             now = self.now
-            for job in node.jobs:  # samples start with the watch
+            launching = self._launching
+            for job in node.jobs:  # samples start with the watch, or when the job works
                 if job.kind == DNN:
                     self._settle(job)
-                    job.sample_t = now
+                    job.sample_t = launching.get(job, now) if launching else now
                     job.sample_work = job.work - job.remaining
     elif node in watched:
         del watched[node]

@@ -25,7 +25,7 @@ from coda.cycle import reasons as R
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
 from coda.policy.state import Job, Node
 from coda.sim import controls, meters, physics
-from coda.sim.constants import EPS, FINISH, SAMPLE, TICK
+from coda.sim.constants import EPS, FINISH, LAUNCH, SAMPLE, TICK
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
@@ -59,6 +59,9 @@ class Simulator:
     change (slow; for tests).
     ``noise``: relative standard deviation of each throughput sample handed to
     the policy's job control (a real job's samples are noisy); ``seed`` seeds it.
+    ``start_delay_s``: a started job holds its GPUs and cores at once but works only
+    this long after (a real stack's launch: Slurm's scheduler pass, prolog,
+    slurmstepd, the job's own start-up); 0 starts it working the instant it fits.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Simulator:
         progress: Callable[[int, int], None] | None = None,
         noise: float = 0.0,
         seed: int = 0,
+        start_delay_s: float = 0.0,
     ) -> None:
         self.workload = workload
         self.policy = policy
@@ -126,6 +130,12 @@ class Simulator:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.noise = float(noise)
         self.rng = np.random.default_rng([seed, 11])
+        if not 0.0 <= start_delay_s <= 86400.0:  # also refuses NaN
+            raise ValueError(f"start_delay_s must be within [0, 86400], got {start_delay_s}")
+        self.start_delay = float(start_delay_s)
+        # Jobs started but not yet working: job -> when it begins (physics gives it no
+        # speed until then; see bind and _launch).
+        self._launching: dict[Job, float] = {}
         self._noise_buf = np.zeros(0)
         self._noise_i = 0
         # Checkpoints of preemptable CPU jobs are tracked only where preemption exists.
@@ -211,6 +221,9 @@ class Simulator:
                     if obj.version == version and obj.running:
                         self.events += 1
                         self._finish(obj)
+                elif kind == LAUNCH:
+                    assert obj is not None  # a launch event names its job
+                    self._launch(obj, t)
                 else:
                     self.events += 1
                     self._armed[kind] = False
@@ -282,8 +295,12 @@ class Simulator:
         if isinstance(wait, Reason) and wait.code != R.NEW:
             self.wait_reason[job.idx] = wait.token
         job.last_update = now
-        job.sample_t = now
+        # Its first throughput window opens when it begins to work.
+        job.sample_t = now + self.start_delay
         job.sample_work = job.work - job.remaining
+        if self.start_delay > 0.0:
+            self._launching[job] = now + self.start_delay
+            self._push(now + self.start_delay, LAUNCH, job, 0)
         if self._checkpoints and not job.is_dnn:
             self._ckpt[job] = (now, job.work - job.remaining)  # (last checkpoint, work done)
         self.count[f"{job.kind}_running"] += 1
@@ -327,6 +344,7 @@ class Simulator:
         self.running -= 1
         self._close_episode(job, finished=True)
         self._ckpt.pop(job, None)
+        self._launching.pop(job, None)
         nodes = self.sched.vacate(job, self.now)
         for node in nodes:
             node.bw_used -= job.bw_pn
@@ -352,6 +370,17 @@ class Simulator:
             self._rewatch(node)
         if self.check:
             self._check_nodes(nodes)
+
+    def _launch(self, job: Job, t: float) -> None:
+        """A started job's delay is over: it begins to work (unless it was stopped, or
+        stopped and started again, meanwhile: then this event is not its launch)."""
+        if self._launching.get(job) != t:
+            return
+        self.events += 1
+        del self._launching[job]
+        for node in job.placement:
+            node.version += 1  # its projected end moved from never: replan reservations
+        self._refresh(job.placement)
 
     def _preempt(self, job: Job) -> None:
         """Stop a CPU job and queue it again; it keeps the work up to its last

@@ -94,12 +94,20 @@ def _refresh(self: Simulator, nodes: list[Node]) -> None:
     """Recompute the speed of every job on these nodes and reschedule its finish."""
     seen: set[Job] = set()
     several = len(nodes) > 1  # a job shows up once per node it spans
+    launching = self._launching
     for node in nodes:
         for job in node.jobs:
             if several:
                 if job in seen:
                     continue
                 seen.add(job)
+            if launching and job in launching:
+                # Started, not yet working (the start delay): no speed, no episode.
+                if job.kind == DNN:
+                    self.gpu_base -= job.gpus * job.core_speed_now
+                job.core_speed_now = 0.0
+                _set_speed(self, job, 0.0)
+                continue
             # min() over its nodes of (speed from cores, speed from cores / slowdown),
             # the former starting from 1.0; speed from cores is the same on each node.
             b = _core_speed(job)

@@ -15,7 +15,7 @@ import numpy as np
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
-from coda.policy.options import ORDERS
+from coda.policy.options import ORDERS, RECLAIMS
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
 from coda.workload.cluster import (
@@ -52,6 +52,7 @@ MAX_LOAD = 1000.0  # offered GPU load, x GPU capacity
 MAX_HORIZON_S = 1e10  # simulated seconds (about 317 years)
 MAX_SEED = 2**32 - 1
 MAX_SAMPLES = 100_000  # time-series points per run
+MAX_START_DELAY_S = 86400.0  # a start delay or control period (a day)
 # The loaders' own choices (one list, checked by check_options).
 FRACTIONAL, CENSORED = FRACTIONAL_CHOICES, CENSORED_CHOICES
 
@@ -95,6 +96,14 @@ class RunConfig:
     order: str = "drf"
     gpu_subarrays: bool = False
     allocator_start: str = "learned"
+    # A real stack's timing (coda replay measures it): a started job works only this
+    # long after it is placed; and CODA's control period (the eliminator's ticks and
+    # the allocator's throughput windows), None for the policy's own (10 s).
+    start_delay_s: float = 0.0
+    control_period_s: float | None = None
+    # How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or
+    # requeue whole jobs, as on Slurm (coda.policy.options.RECLAIMS).
+    reclaim: str = "shrink"
 
     def __post_init__(self) -> None:
         # The experiment and benchmarks build configs directly, past the CLI's checks:
@@ -109,10 +118,17 @@ class RunConfig:
         _integer("seed", self.seed, 0, MAX_SEED)
         _integer("samples", self.samples, 2, MAX_SAMPLES)
         _number("default_time_limit_s", self.default_time_limit_s, 0.0, MAX_HORIZON_S, True, False)
+        _number("start_delay_s", self.start_delay_s, 0.0, MAX_START_DELAY_S, False, False)
+        if self.control_period_s is not None:
+            _number("control_period_s", self.control_period_s, 0.0, MAX_START_DELAY_S, True, False)
         if self.estimates not in ESTIMATES:
             raise ValueError(
                 f"run config: estimates must be one of {', '.join(ESTIMATES)}, "
                 f"got {self.estimates!r}"
+            )
+        if self.reclaim not in RECLAIMS:
+            raise ValueError(
+                f"run config: reclaim must be one of {', '.join(RECLAIMS)}, got {self.reclaim!r}"
             )
         if self.order not in ORDERS or self.allocator_start not in START_POINTS:
             raise ValueError(
@@ -259,6 +275,8 @@ def run_policy(
         gpu_subarrays=config.gpu_subarrays,
         allocator_start=config.allocator_start,
         categories=prepared.workload.profiles.domains,
+        control_period_s=config.control_period_s,
+        reclaim=config.reclaim,
     )
     policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs
@@ -274,6 +292,7 @@ def run_policy(
         progress=progress,
         noise=config.noise,
         seed=config.seed,
+        start_delay_s=config.start_delay_s,
     )
     result = sim.run()
     head = {
