@@ -193,6 +193,11 @@ def test_a_start_delay_moves_every_simulated_end_and_first_line(planned: tuple) 
     # ...and takes cores back from CPU jobs as the Slurm controller does: by requeueing.
     assert coda.summary["config"]["reclaim"] == "requeue"
     assert late.summary["config"]["reclaim"] == "shrink"
+    # A twin's seed moves its sample noise only: the same jobs, arrivals and shapes.
+    other = run_sim(prepared, "coda", 1.5, 2.0, seed=3)
+    assert other.summary["config"]["seed"] == 3
+    assert np.array_equal(other.jobs["submit"], coda.jobs["submit"])
+    assert np.array_equal(other.jobs["cores_requested"], coda.jobs["cores_requested"])
 
 
 def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
@@ -210,3 +215,22 @@ def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
     text = markdown(r)
     assert "start latency s (probes)" in text
     assert "| 0.050 | 0.75 |" in text
+    run["jct_rel_error_range"] = [0.04, 0.09]
+    sim["seeds"] = [0, 1, 2]
+    r["gain_real"], r["gain_sim"] = 0.1, 0.08
+    text = markdown(r)
+    assert "| 0.050 (0.040-0.090) | 0.75 |" in text
+    assert "mean over noise seeds 0-2" in text
+
+
+def test_the_twin_over_seeds_is_their_mean_and_each_job_s_median() -> None:
+    a = O.RunMetrics(0.5, 2.0, 3, 0, 0, {0: 10.0, 1: 20.0, 2: 30.0})
+    b = O.RunMetrics(0.7, 4.0, 2, 1, 0, {0: 14.0, 1: 22.0})
+    c = O.RunMetrics(0.6, None, 3, 0, 0, {0: 12.0, 1: 40.0, 2: 31.0})
+    m = O.mean_of([a, b, c])
+    assert m.gpu_util_effective == pytest.approx(0.6)
+    assert m.cpu_queue_delay_mean_s == pytest.approx(3.0)
+    assert m.jct_s == {0: 12.0, 1: 22.0}  # job 2 did not finish in every seed
+    assert m.jobs_finished == 2 and m.jobs_lost == 1
+    with pytest.raises(ValueError):
+        O.mean_of([])

@@ -35,6 +35,9 @@ from coda.params import FiniteFloat
               help="Probe jobs that measure each stack's start latency before its run; the "
               "simulated twins start jobs that much after placing them (0: no probes, no "
               "delay).")  # fmt: skip
+@click.option("--sim-seeds", type=click.IntRange(1, 50), default=5, show_default=True,
+              help="Noise seeds each simulated twin runs; the report gives their mean (and "
+              "the JCT error's median over them).")  # fmt: skip
 @click.option("--drain", type=FiniteFloat(min=10, max=86400), default=300.0, show_default=True,
               help="Seconds to wait, after the last arrival, for the jobs to end.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True)
@@ -42,7 +45,7 @@ from coda.params import FiniteFloat
               show_default=True, help="Where the test cluster lives.")  # fmt: skip
 def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: float, nodes: int,
            gpus: int, cores: int, users: int, seed: int, faults: bool, probes: int,
-           drain: float, out: str, cluster_dir: str) -> None:  # fmt: skip
+           sim_seeds: int, drain: float, out: str, cluster_dir: str) -> None:  # fmt: skip
     """Replay a trace on a real Slurm test cluster twice, plain Slurm and CODA, and in
     the simulator with the matching policies; write report.md and replay.json. Needs
     root and Slurm's packages (deploy/slurm-test-cluster install)."""
@@ -56,7 +59,8 @@ def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: fl
         cfg = ReplayConfig(trace=trace, format=fmt, jobs=jobs, speed=speed, load=load, seed=seed,
                            shape=ClusterShape(nodes, nodes, gpus, cores), users=users,
                            out=Path(out), cluster_dir=Path(cluster_dir), faults=faults,
-                           drain_timeout_s=drain, probes=probes)  # fmt: skip
+                           drain_timeout_s=drain, probes=probes,
+                           sim_seeds=sim_seeds)  # fmt: skip
         result = run_replay(cfg, log=lambda m: click.echo(m, err=True))
     except (ValueError, OSError, StackError, SlurmError) as e:
         raise click.ClickException(str(e)) from None

@@ -187,6 +187,23 @@ def sim_metrics(
     )  # fmt: skip
 
 
+def mean_of(runs: list[RunMetrics]) -> RunMetrics:
+    """The simulated twin over several noise seeds, as one prediction: mean utilisation
+    and queue delay, each job's median completion time over the seeds it finished in
+    all of (one seed of a chaotic schedule is one sample, not the expectation)."""
+    if not runs:
+        raise ValueError("no simulated runs to average")
+    delays = [r.cpu_queue_delay_mean_s for r in runs if r.cpu_queue_delay_mean_s is not None]
+    common = set(runs[0].jct_s).intersection(*(r.jct_s for r in runs[1:]))
+    jct = {i: statistics.median(r.jct_s[i] for r in runs) for i in sorted(common)}
+    return RunMetrics(
+        gpu_util_effective=statistics.fmean(r.gpu_util_effective for r in runs),
+        cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
+        jobs_finished=len(jct), jobs_lost=max(r.jobs_lost for r in runs),
+        jobs_started_twice=0, jct_s=jct,
+    )  # fmt: skip
+
+
 def jct_rel_error_median(real: RunMetrics, sim: RunMetrics) -> float | None:
     """Median over jobs both finished of |real - sim| / real JCT."""
     errs = [abs(r - sim.jct_s[i]) / r for i, r in real.jct_s.items() if i in sim.jct_s and r > 0]

@@ -12,6 +12,19 @@ def _f(v: Any, fmt: str = ".3f") -> str:
     return "—" if v is None else format(v, fmt)
 
 
+def _range(r: Any) -> str:
+    return f" ({r[0]:.3f}-{r[1]:.3f})" if isinstance(r, list) and len(r) == 2 else ""
+
+
+def _seeds(r: dict[str, Any]) -> str:
+    seeds = next((v.get("seeds") for v in r.get("sim", {}).values() if v.get("seeds")), None)
+    if not seeds:
+        return ""
+    return (f" Simulated figures are the mean over noise seeds {seeds[0]}-{seeds[-1]}; the JCT "
+            "error is the median over those seeds of each seed's median over jobs (its range "
+            "in brackets).")  # fmt: skip
+
+
 def markdown(r: dict[str, Any]) -> str:
     s = r["setting"]
     lines = [
@@ -41,13 +54,14 @@ def markdown(r: dict[str, Any]) -> str:
             f"{_f(sim['cpu_queue_delay_mean_s'], '.1f')} | "
             f"{real['jobs_finished']} | {real['jobs_unfinished']} | {real['jobs_lost']} | "
             f"{real['jobs_started_twice']} | "
-            f"{_f(real['jct_rel_error_median'])} | {_f(sim.get('start_delay_s'), '.2f')} |"
+            f"{_f(real['jct_rel_error_median'])}{_range(real.get('jct_rel_error_range'))} | "
+            f"{_f(sim.get('start_delay_s'), '.2f')} |"
         )
     if "gain_real" in r:
         lines += [
             "",
             f"CODA over plain Slurm, effective GPU utilisation: real "
-            f"{_f(r['gain_real'], '+.1%')}, simulated {_f(r['gain_sim'], '+.1%')}.",
+            f"{_f(r['gain_real'], '+.1%')}, simulated {_f(r['gain_sim'], '+.1%')}." + _seeds(r),
         ]
     faults = r.get("coda", {}).get("faults") or []
     if faults:

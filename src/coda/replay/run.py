@@ -49,6 +49,9 @@ from coda.replay.stack import (
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 SIM_POLICY = {"plain": "fifo", "coda": "coda"}
+# How each twin takes cores back from CPU jobs: CODA on Slurm requeues them whole, as
+# the Slurm controller does (coda.slurm.controller: Slurm cannot shrink a running job).
+SIM_RECLAIM = {"plain": "shrink", "coda": "requeue"}
 
 if TYPE_CHECKING:
     from coda.sim.result import SimResult
@@ -74,6 +77,7 @@ class ReplayConfig:
     period_s: float = 1.0
     window_s: float = 2.0
     probes: int = 5  # jobs that measure the stack's start latency before each run
+    sim_seeds: int = 5  # noise seeds each simulated twin runs (seed, seed+1, ...)
     drain_timeout_s: float = 300.0
     runs: tuple[str, ...] = ("plain", "coda")
 
@@ -276,17 +280,23 @@ def sim_timing(cfg: ReplayConfig, mode: str, latency: list[float]) -> tuple[floa
     return delay, cfg.window_s if mode == "coda" else None
 
 
-def run_sim(prepared: Prepared, mode: str, start_delay_s: float = 0.0,
-            control_period_s: float | None = None) -> SimResult:  # fmt: skip
+def run_sim(
+    prepared: Prepared,
+    mode: str,
+    start_delay_s: float = 0.0,
+    control_period_s: float | None = None,
+    seed: int | None = None,
+) -> SimResult:
+    """One simulated twin; ``seed`` seeds its sample noise only (the prepared workload,
+    the real jobs' twin, stays as it is)."""
     from coda.sim.run import run_policy
 
-    # As the Slurm controller does (coda.slurm.controller): CODA on Slurm takes cores
-    # back from CPU jobs by requeueing them whole.
     config = dataclasses.replace(
         prepared.config,
         start_delay_s=start_delay_s,
         control_period_s=control_period_s,
-        reclaim="requeue" if mode == "coda" else "shrink",
+        reclaim=SIM_RECLAIM[mode],
+        seed=prepared.config.seed if seed is None else seed,
     )
     return run_policy(dataclasses.replace(prepared, config=config), SIM_POLICY[mode])
 
@@ -348,13 +358,27 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
     sims: dict[str, O.RunMetrics] = {}
     for mode in cfg.runs:
         delay, period = sim_timing(cfg, mode, latency[mode])
-        log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s)")
-        r = run_sim(prepared, mode, delay, period)
-        sims[mode] = O.sim_metrics(jobs, r.jobs, r.summary, delay)
-        result["sim"][mode] = {"policy": SIM_POLICY[mode], "start_delay_s": delay,
-                               "control_period_s": period, **sims[mode].as_dict(),
-                               "jct_s": sims[mode].jct_s}  # fmt: skip
-        result[mode]["jct_rel_error_median"] = O.jct_rel_error_median(reals[mode], sims[mode])
+        seeds = [cfg.seed + k for k in range(cfg.sim_seeds)]
+        log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s, "
+            f"{len(seeds)} noise seeds)")  # fmt: skip
+        per_seed = []
+        for seed in seeds:
+            r = run_sim(prepared, mode, delay, period, seed)
+            per_seed.append(O.sim_metrics(jobs, r.jobs, r.summary, delay))
+        sims[mode] = O.mean_of(per_seed)
+        each = [O.jct_rel_error_median(reals[mode], m) for m in per_seed]
+        errs = [e for e in each if e is not None]
+        result["sim"][mode] = {
+            "policy": SIM_POLICY[mode], "start_delay_s": delay, "control_period_s": period,
+            "reclaim": SIM_RECLAIM[mode], "seeds": seeds, **sims[mode].as_dict(),
+            "jct_s": sims[mode].jct_s,
+            "per_seed": [{"gpu_util_effective": m.gpu_util_effective,
+                          "cpu_queue_delay_mean_s": m.cpu_queue_delay_mean_s,
+                          "jct_rel_error_median": e} for m, e in zip(per_seed, each, strict=True)],
+        }  # fmt: skip
+        # The JCT error: per seed, the median over jobs; reported, the median over seeds.
+        result[mode]["jct_rel_error_median"] = statistics.median(errs) if errs else None
+        result[mode]["jct_rel_error_range"] = [min(errs), max(errs)] if errs else None
     if "plain" in reals and "coda" in reals:
         result["gain_real"] = O.gain(reals["plain"], reals["coda"])
         result["gain_sim"] = O.gain(sims["plain"], sims["coda"])

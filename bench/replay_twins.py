@@ -1,0 +1,100 @@
+"""What each thing the simulated twins are told of the real stack changes, against one
+recorded replay: the twins run again, from the replay's own output, with each setting
+on and off; the real runs are read, never rerun.
+
+    .venv/bin/python bench/replay_twins.py out/replay-full   # a `coda replay --out` dir
+
+For each run (plain Slurm, CODA) and each combination of start delay (none | the
+probes' median), control period (the simulator's 10 s | the agents' window; CODA only)
+and reclaim (shrink | requeue; CODA only), one row: effective GPU utilisation, CPU
+queue delay and the median JCT error against the real run, over several noise seeds
+(a replay's 120 jobs make one simulation sensitive to small changes: one seed is one
+sample). The row marked `replay` has the settings `coda replay` used (its twin ran
+seed 0 alone). A Markdown table goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from coda.replay import outcome as O
+from coda.replay.plan import plan
+from coda.replay.run import SIM_POLICY, SIM_RECLAIM, ReplayConfig, sim_timing
+from coda.sim.run import RunConfig, prepare, run_policy
+
+
+def _fail(msg: str) -> None:
+    print(f"replay_twins: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _real(r: dict[str, Any]) -> O.RunMetrics:
+    return O.RunMetrics(
+        r["gpu_util_effective"], r["cpu_queue_delay_mean_s"], r["jobs_finished"],
+        r["jobs_lost"], r["jobs_started_twice"], {int(k): float(v) for k, v in r["jct_s"].items()},
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("replay_dir", type=Path, help="a `coda replay --out` directory")
+    ap.add_argument("--seeds", type=int, default=5, choices=range(1, 51), metavar="N",
+                    help="noise seeds per setting (sample noise; 1-50)")  # fmt: skip
+    args = ap.parse_args(argv)
+    out: Path = args.replay_dir
+    try:
+        d = json.loads((out / "replay.json").read_text())
+        s = d["setting"]
+        config = RunConfig(trace=str(out / "replay-trace.csv"), format="csv",
+                           cluster=s["cluster"], load=s["load"], seed=s["seed"],
+                           estimates="time-limits", warmup=0.0)  # fmt: skip
+        prepared = prepare(config)
+        window = float(s["agent_window_s"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _fail(f"{out}: not a replay's output ({e})")
+    jobs = plan(prepared)
+    cfg = ReplayConfig(window_s=window)
+    seeds = [int(s["seed"]) + k for k in range(args.seeds)]
+    print(f"Replay {out}: {s['jobs']} jobs, {s['cluster']}, {s['speed']:g}x, seed {s['seed']}; "
+          f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
+          "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
+    print("| run | start delay s | control period s | reclaim | eff. GPU util (sim) | (real) "
+          "| CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    for mode in ("plain", "coda"):
+        if mode not in d:
+            continue
+        real = _real(d[mode])
+        used = sim_timing(cfg, mode, d[mode].get("start_latency_s", []))
+        delays = sorted({0.0, used[0]})
+        periods: list[float | None] = [None, window] if mode == "coda" else [None]
+        reclaims = ["shrink", "requeue"] if mode == "coda" else ["shrink"]
+        for delay, period, reclaim in itertools.product(delays, periods, reclaims):
+            utils, delays_q, errs = [], [], []
+            for seed in seeds:
+                c = dataclasses.replace(prepared.config, start_delay_s=delay, seed=seed,
+                                        control_period_s=period, reclaim=reclaim)  # fmt: skip
+                res = run_policy(dataclasses.replace(prepared, config=c), SIM_POLICY[mode])
+                m = O.sim_metrics(jobs, res.jobs, res.summary, delay)
+                utils.append(m.gpu_util_effective)
+                delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
+                errs.append(O.jct_rel_error_median(real, m) or math.nan)
+            used_here = (delay, period) == used and reclaim == SIM_RECLAIM[mode]
+            print(f"| {mode} | {delay:.2f} | {period or 10:g} | {reclaim} | "
+                  f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
+                  f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
+                  f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
+                  f"{'replay' if used_here else ''} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
