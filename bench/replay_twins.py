@@ -9,8 +9,8 @@ probes' median), control period (the simulator's 10 s | the agents' window; CODA
 and reclaim (shrink | requeue; CODA only), one row: effective GPU utilisation, CPU
 queue delay and the median JCT error against the real run, over several noise seeds
 (a replay's 120 jobs make one simulation sensitive to small changes: one seed is one
-sample). The row marked `replay` has the settings `coda replay` used (its twin ran
-seed 0 alone). A Markdown table goes to stdout.
+sample). The row marked `replay` has the settings `coda replay` used (its CODA twin
+runs the same seeds by default). A Markdown table goes to stdout.
 """
 
 from __future__ import annotations

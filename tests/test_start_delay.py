@@ -15,7 +15,17 @@ from coda.sim.engine import Simulator
 from coda.sim.run import RunConfig
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
-from tests.test_engine import PROFILES, simulate, table
+from tests.test_engine import PROFILES, table
+
+
+def simulate(rows, cluster: str, policy="static-separate", mix=None, seed=0, start_delay_s=0.0,
+             estimates="exact", **kw):  # fmt: skip
+    """tests.test_engine's simulate, with the policy built for the same start delay."""
+    wl = build_workload(table(rows), PROFILES, seed, mix or {"VGG16": 1.0})
+    opts = PolicyOptions(start_delay_s=start_delay_s, estimates=estimates)
+    sim = Simulator(wl, parse_cluster_spec(cluster), make_policy(policy, opts),
+                    check_invariants=True, start_delay_s=start_delay_s, **kw)  # fmt: skip
+    return sim, sim.run()
 
 
 def test_a_lone_job_ends_its_delay_later_and_starts_when_placed():
@@ -38,18 +48,70 @@ def test_the_delay_costs_effective_gpu_time_not_allocated():
     kw = {"window": (0.0, 200.0)}
     _, a = simulate(rows, "1x2g16c", **kw)
     _, b = simulate(rows, "1x2g16c", start_delay_s=10.0, **kw)
-    # GPU-seconds of work are the same; the delay only adds held, idle GPU time.
+    # GPU-seconds of work are the same; the delay only adds held, idle GPU time, which
+    # the summary books as lost to launches (not to too few cores), and the cores held
+    # meanwhile are not useful.
     assert a.summary["gpu_util_effective"] == pytest.approx(b.summary["gpu_util_effective"])
     assert b.summary["gpu_util_allocated"] == pytest.approx(
         a.summary["gpu_util_allocated"] * 110 / 100
     )
+    assert b.summary["gpu_lost_launch"] == pytest.approx(0.05)
+    assert a.summary["gpu_lost_launch"] == 0.0
+    assert b.summary["gpu_lost_cores"] == pytest.approx(0.0, abs=1e-12)
+    assert b.summary["cpu_util_useful"] == pytest.approx(a.summary["cpu_util_useful"])
+    total = sum(b.summary[k] for k in ("gpu_lost_cores", "gpu_lost_contention", "gpu_lost_launch"))
+    assert b.summary["gpu_util_allocated"] - total == pytest.approx(b.summary["gpu_util_effective"])
+
+
+def test_exact_backfill_plans_with_the_delay():
+    # The 2-GPU head waits for job 0, which works from 5 to 105: its reservation is at
+    # 105, not "never" while job 0 launches, so the long job may not jump it...
+    _, res = simulate([(0, 100, 1, 2), (1, 100, 2, 4), (2, 1000, 1, 2)], "1x2g16c",
+                      policy="fifo", start_delay_s=5.0)  # fmt: skip
+    assert res.jobs["start"].tolist() == [0, 105, 210]
+    # ...and a job that would fit before 105 without its own delay (20 + 84) does not
+    # backfill: with it, it would end at 109.
+    _, res = simulate([(0, 100, 1, 2), (1, 100, 2, 4), (20, 84, 1, 2)], "1x2g16c",
+                      policy="fifo", start_delay_s=5.0)  # fmt: skip
+    assert res.jobs["start"].tolist()[:2] == [0, 105]
+    assert res.jobs["start"][2] >= 105
+
+
+def test_a_policy_built_for_another_delay_is_refused():
+    wl = build_workload(table([(0, 10, 0, 1)]), PROFILES, 0, {"VGG16": 1.0})
+    with pytest.raises(ValueError, match="PolicyOptions"):
+        Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), start_delay_s=3.0)
+    time_limits = make_policy("fifo", PolicyOptions(estimates="time-limits"))
+    Simulator(wl, parse_cluster_spec("1x0g8c"), time_limits, start_delay_s=3.0)  # no plan to fit
+
+
+def test_a_launching_job_draws_no_bandwidth():
+    # The CPU job is placed at 200 and works from 300: its memory traffic, and the
+    # interference episode it causes the DNN job, start then.
+    rows = [(0, 1000, 1, 3), (200, 2000, 0, 16)]
+    sims = [simulate(rows, "1x1g32c4b", policy="static-shared", mix={"WaveNet": 1.0},
+                     start_delay_s=d) for d in (0.0, 100.0)]  # fmt: skip
+    (a, ra), (b, rb) = sims
+    assert [e[0] for e in a.episode_log] == [200.0]
+    assert [e[0] for e in b.episode_log] == [300.0]
+    # The DNN job (working from 100) runs as long after its launch as without a delay.
+    assert rb.jobs["end"][0] == pytest.approx(ra.jobs["end"][0] + 100.0)
+
+
+def test_a_stale_launch_does_not_start_a_later_stint_early():
+    # Job 1 (CPU) is placed at 3 and would work from 8; the DNN job arriving at 6 takes
+    # its cores back and it is placed again at 6 + 5 + 50 = 61, working from 66: the
+    # launch event due at 8 is stale and must not let it work from then.
+    rows = [(0, 1, 0, 8), (3, 100, 0, 8), (6, 50, 1, 8)]
+    _, res = simulate(rows, "1x0g8c,1x1g8c", policy="coda", start_delay_s=5.0)
+    assert res.jobs["end"].tolist() == pytest.approx([6, 111, 61])
 
 
 def test_the_allocator_does_not_measure_the_launch():
     # A job's throughput windows open when it begins to work: the seconds it waits to
     # start are not slow samples (they once made CODA's allocator settle at 1 core).
     wl = build_workload(table([(0, 4000, 1, 8)]), PROFILES, 0, {"AlexNet": 1.0})
-    policy = make_policy("coda")
+    policy = make_policy("coda", PolicyOptions(start_delay_s=25.0))
     control = policy.job_control
     assert control is not None
     seen: list[tuple[float, float]] = []
@@ -86,7 +148,7 @@ def test_a_bad_start_delay_is_refused(bad):
         RunConfig(start_delay_s=bad)
 
 
-@pytest.mark.parametrize("bad", [0.0, -2.0, math.nan, math.inf])
+@pytest.mark.parametrize("bad", [0.0, -2.0, 1e-12, 0.001, math.nan, math.inf, 1e6])
 def test_a_bad_control_period_is_refused(bad):
     with pytest.raises(ValueError, match="control"):
         RunConfig(control_period_s=bad)
@@ -111,10 +173,17 @@ def test_the_control_period_sets_the_eliminator_tick_and_the_sample_window():
 
 
 @pytest.mark.parametrize(
-    "args", [["--start-delay", "-1"], ["--start-delay", "nan"], ["--control-period", "0"]]
+    "args",
+    [
+        ["--start-delay", "-1"],
+        ["--start-delay", "nan"],
+        ["--control-period", "0"],
+        ["--control-period", "1e-12"],
+        ["--reclaim", "evict"],
+    ],  # fmt: skip
 )
 def test_the_cli_refuses_bad_timing_in_one_line(args, tmp_path):
     r = CliRunner().invoke(main, ["simulate", *args, "--out", str(tmp_path)])
     assert r.exit_code == 2
     assert "Traceback" not in r.output
-    assert "--start-delay" in r.output or "--control-period" in r.output
+    assert any(opt in r.output for opt in ("--start-delay", "--control-period", "--reclaim"))

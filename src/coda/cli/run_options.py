@@ -11,7 +11,7 @@ import click
 from coda.params import FiniteFloat
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
-from coda.policy.options import ORDERS, RECLAIMS
+from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
 from coda.sim.run import (
     CENSORED,
     DEFAULT_CLUSTER,
@@ -21,7 +21,6 @@ from coda.sim.run import (
     MAX_HORIZON_S,
     MAX_LOAD,
     MAX_SEED,
-    MAX_START_DELAY_S,
     RunConfig,
 )
 from coda.workload.traces import FORMATS
@@ -166,14 +165,14 @@ def _model_options(f: F) -> F:
     )(f)
     f = click.option(
         "--control-period",
-        type=FiniteFloat(0.0, MAX_START_DELAY_S, min_open=True),
+        type=FiniteFloat(MIN_CONTROL_PERIOD_S, MAX_PERIOD_S),
         default=None,
         help="CODA's control period in seconds: the eliminator's tick and the allocator's "
         "throughput window (a node agent's --window)  [default: the eliminator's, 10 s]",
     )(f)
     f = click.option(
         "--start-delay",
-        type=FiniteFloat(0.0, MAX_START_DELAY_S),
+        type=FiniteFloat(0.0, MAX_PERIOD_S),
         default=0.0,
         show_default=True,
         help="Seconds between placing a job and its starting to work, holding its GPUs and "

@@ -20,15 +20,23 @@ from coda.policy.state import Job
 _EPS = 1e-9
 
 
+@dataclass
 class ExactProjection:
-    name = "exact"
-    backfills = True
+    """``start_delay_s``: the driver's start delay (the simulator's ``--start-delay``):
+    a job placed now works from that much later."""
+
+    start_delay_s: float = 0.0
+    name: str = "exact"
+    backfills: bool = True
 
     def runtime(self, job: Job, cores_pn: int) -> float:
-        return job.remaining / max(job.core_speed(cores_pn), _EPS)
+        return self.start_delay_s + job.remaining / max(job.core_speed(cores_pn), _EPS)
 
     def end_of(self, job: Job, now: float) -> float:
         if job.speed <= 0:
+            if job.works_from > now:  # placed, not working yet: at its cores from then
+                speed = job.core_speed(job.cores_pn * job.quota)
+                return job.works_from + job.remaining / max(speed, _EPS)
             return math.inf
         return job.last_update + job.remaining / job.speed
 

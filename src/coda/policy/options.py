@@ -17,6 +17,10 @@ from coda.policy.framework import Filter, Reclaim, RuntimeEstimate
 
 RECLAIMS = ("shrink", "requeue")
 ORDERS = ("drf", "fifo")  # how CODA orders jobs inside each array
+# A control period shorter than this is no setting (ticks would pile up at one instant
+# once t + period == t); a period or start delay longer than a day neither.
+MIN_CONTROL_PERIOD_S = 0.01
+MAX_PERIOD_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,8 @@ class PolicyOptions:
     ``allocator_start``/``categories``: where CODA's core search starts;
     ``control_period_s``: CODA's control period, the eliminator's tick and the
     allocator's throughput window (None: the eliminator's own, 10 s; a node agent's
-    is its ``--window``)."""
+    is its ``--window``); ``start_delay_s``: the driver's delay between placing a job
+    and its working (the simulator's), which exact estimates plan with."""
 
     estimates: str = "exact"
     default_time_limit_s: float = math.inf
@@ -44,6 +49,7 @@ class PolicyOptions:
     allocator_start: str = "learned"
     categories: Mapping[str, str] = field(default_factory=dict)
     control_period_s: float | None = None
+    start_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         from coda.policy.allocator import START_POINTS
@@ -61,14 +67,22 @@ class PolicyOptions:
             )
         if self.reclaim not in RECLAIMS:
             raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
-        if self.control_period_s is not None and not 0 < self.control_period_s < math.inf:
-            raise ValueError(f"control period must be > 0 s, got {self.control_period_s}")
+        period = self.control_period_s
+        if period is not None and not MIN_CONTROL_PERIOD_S <= period <= MAX_PERIOD_S:
+            raise ValueError(
+                f"control period must be within [{MIN_CONTROL_PERIOD_S}, {MAX_PERIOD_S:g}] s, "
+                f"got {period}"
+            )
+        if not 0.0 <= self.start_delay_s <= MAX_PERIOD_S:
+            raise ValueError(
+                f"start delay must be within [0, {MAX_PERIOD_S:g}] s, got {self.start_delay_s}"
+            )
         if not self.default_time_limit_s > 0:
             raise ValueError(f"default time limit must be > 0 s, got {self.default_time_limit_s}")
 
     def runtime_estimate(self) -> RuntimeEstimate:
         if self.estimates == "exact":
-            return ExactProjection()
+            return ExactProjection(self.start_delay_s)
         if self.estimates == "time-limits":
             return TimeLimits(self.default_time_limit_s)
         return NoEstimates()

@@ -34,7 +34,7 @@ class Job:
         "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
         "start", "end", "version", "bw_pn", "estimate", "queue_key",
         "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
-        "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks",
+        "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks", "works_from",
     )  # fmt: skip
 
     def __init__(
@@ -89,6 +89,9 @@ class Job:
         self.core_speed_now = 0.0  # speed from its cores alone (no contention)
         self.sample_t = 0.0  # driver's throughput meter: start of the current window
         self.sample_work = 0.0  # ... and the work done by then
+        # When its work begins once placed: its start, or later where the driver
+        # models a launch (the simulator's start delay).
+        self.works_from = -math.inf
         # What every driver fills, so a plugin behaves alike in each: the user's time
         # limit (seconds, inf = none), whether the job may be taken back (requeued),
         # and its PCIe class (from the profile by model name, or learned).

@@ -276,7 +276,7 @@ def sim_timing(cfg: ReplayConfig, mode: str, latency: list[float]) -> tuple[floa
     (Slurm's or CODA's placement, the prolog, slurmstepd, the job's start-up); CODA's
     control period is its agents' window (their allocator's throughput window, and
     the eliminator's tick). Plain Slurm has no control loop."""
-    delay = statistics.median(latency) if latency else 0.0
+    delay = max(0.0, statistics.median(latency)) if latency else 0.0  # a clock step: not < 0
     return delay, cfg.window_s if mode == "coda" else None
 
 
@@ -358,7 +358,9 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
     sims: dict[str, O.RunMetrics] = {}
     for mode in cfg.runs:
         delay, period = sim_timing(cfg, mode, latency[mode])
-        seeds = [cfg.seed + k for k in range(cfg.sim_seeds)]
+        # Noise seeds move only the allocator's samples: plain Slurm's twin (fifo) has
+        # none, so one seed is all of it.
+        seeds = [cfg.seed + k for k in range(cfg.sim_seeds if mode == "coda" else 1)]
         log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s, "
             f"{len(seeds)} noise seeds)")  # fmt: skip
         per_seed = []

@@ -22,7 +22,9 @@ import numpy as np
 
 from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
+from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
+from coda.policy.options import MAX_PERIOD_S
 from coda.policy.state import Job, Node
 from coda.sim import controls, meters, physics
 from coda.sim.constants import EPS, FINISH, LAUNCH, SAMPLE, TICK
@@ -130,9 +132,19 @@ class Simulator:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.noise = float(noise)
         self.rng = np.random.default_rng([seed, 11])
-        if not 0.0 <= start_delay_s <= 86400.0:  # also refuses NaN
-            raise ValueError(f"start_delay_s must be within [0, 86400], got {start_delay_s}")
+        if not 0.0 <= start_delay_s <= MAX_PERIOD_S:  # also refuses NaN
+            raise ValueError(
+                f"start_delay_s must be within [0, {MAX_PERIOD_S:g}], got {start_delay_s}"
+            )
         self.start_delay = float(start_delay_s)
+        est = policy.estimates
+        if isinstance(est, ExactProjection) and est.start_delay_s != self.start_delay:
+            # Backfill would plan every start as if it worked at once (or late).
+            raise ValueError(
+                f"the policy's exact estimates plan with a start delay of "
+                f"{est.start_delay_s} s, the simulator has {self.start_delay} s: build the "
+                "policy with PolicyOptions(start_delay_s=...) alike"
+            )
         # Jobs started but not yet working: job -> when it begins (physics gives it no
         # speed until then; see bind and _launch).
         self._launching: dict[Job, float] = {}
@@ -147,6 +159,7 @@ class Simulator:
         self.gpu_eff = 0.0
         self.gpu_base = 0.0  # sum of GPUs x speed from cores alone (no interference)
         self.gpu_alloc = 0
+        self.gpu_launching = 0  # GPUs of DNN jobs placed but not working yet
         self.cores_alloc = 0
         self.cores_useful = 0.0
         self.count = {"dnn_running": 0, "cpu_running": 0}
@@ -298,9 +311,11 @@ class Simulator:
         # Its first throughput window opens when it begins to work.
         job.sample_t = now + self.start_delay
         job.sample_work = job.work - job.remaining
+        job.works_from = now + self.start_delay
         if self.start_delay > 0.0:
-            self._launching[job] = now + self.start_delay
-            self._push(now + self.start_delay, LAUNCH, job, 0)
+            self._launching[job] = job.works_from
+            self.gpu_launching += job.gpus
+            self._push(job.works_from, LAUNCH, job, 0)
         if self._checkpoints and not job.is_dnn:
             self._ckpt[job] = (now, job.work - job.remaining)  # (last checkpoint, work done)
         self.count[f"{job.kind}_running"] += 1
@@ -344,7 +359,8 @@ class Simulator:
         self.running -= 1
         self._close_episode(job, finished=True)
         self._ckpt.pop(job, None)
-        self._launching.pop(job, None)
+        if self._launching.pop(job, None) is not None:
+            self.gpu_launching -= job.gpus
         nodes = self.sched.vacate(job, self.now)
         for node in nodes:
             node.bw_used -= job.bw_pn
@@ -378,9 +394,9 @@ class Simulator:
             return
         self.events += 1
         del self._launching[job]
-        for node in job.placement:
-            node.version += 1  # its projected end moved from never: replan reservations
-        self._refresh(job.placement)
+        self.gpu_launching -= job.gpus
+        self.cores_useful += self._useful_cores(job)
+        self._rebandwidth(job)  # it draws bandwidth from now (also replans reservations)
 
     def _preempt(self, job: Job) -> None:
         """Stop a CPU job and queue it again; it keeps the work up to its last

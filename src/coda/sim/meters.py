@@ -32,6 +32,8 @@ def _advance(self: Simulator, t: float) -> None:
         area["gpu_alloc"] += self.gpu_alloc * dt
         area["cores_alloc"] += self.cores_alloc * dt
         area["cores_useful"] += self.cores_useful * dt
+        if self.gpu_launching:  # GPUs held by jobs not working yet (a start delay)
+            area["gpu_launch"] = area.get("gpu_launch", 0.0) + self.gpu_launching * dt
         if self.sched.queued[DNN]:
             # The paper's active rate while jobs queue (docs/metrics.md); its areas are
             # created on first use, so the engine needs no extra setup.
@@ -196,9 +198,13 @@ def _result(self: Simulator, wall: float) -> SimResult:
         "stopped_at": self.now,
         "gpu_util_effective": util(area["gpu_eff"], self.total_gpus),
         "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
-        # allocated - lost to too few cores - lost to interference = effective
-        "gpu_lost_cores": util(area["gpu_alloc"] - area["gpu_base"], self.total_gpus),
+        # allocated - lost to too few cores - lost to interference - lost to launches
+        # (held by jobs not working yet: the start delay) = effective
+        "gpu_lost_cores": util(
+            area["gpu_alloc"] - area["gpu_base"] - area.get("gpu_launch", 0.0), self.total_gpus
+        ),
         "gpu_lost_contention": util(area["gpu_base"] - area["gpu_eff"], self.total_gpus),
+        "gpu_lost_launch": util(area.get("gpu_launch", 0.0), self.total_gpus),
         # The paper's active rate while DNN jobs queue: None if none ever queued.
         "gpu_active_queued": (
             area.get("gpu_alloc_queued", 0.0) / (queued_time * self.total_gpus)

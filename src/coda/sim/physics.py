@@ -48,12 +48,16 @@ def _close_episode(self: Simulator, job: Job, finished: bool = False) -> None:
 
 # ---------------------------------------------------------- performance
 def _bw_demand(self: Simulator, job: Job) -> float:
+    if self._launching and job in self._launching:
+        return 0.0  # not working yet: no memory traffic
     if job.perf is not None:
         return job.perf.bw_gbps * job.perf.core_speed(job.cores_pn * job.quota)
     return job.bw_per_core * job.cores_pn * job.quota
 
 
 def _useful_cores(self: Simulator, job: Job) -> float:
+    if self._launching and job in self._launching:
+        return 0.0  # held, not working yet
     effective = job.cores_pn * job.quota
     if job.perf is not None:
         effective = min(effective, job.perf.c_opt)

@@ -15,7 +15,7 @@ import numpy as np
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
-from coda.policy.options import ORDERS, RECLAIMS
+from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
 from coda.workload.cluster import (
@@ -52,7 +52,6 @@ MAX_LOAD = 1000.0  # offered GPU load, x GPU capacity
 MAX_HORIZON_S = 1e10  # simulated seconds (about 317 years)
 MAX_SEED = 2**32 - 1
 MAX_SAMPLES = 100_000  # time-series points per run
-MAX_START_DELAY_S = 86400.0  # a start delay or control period (a day)
 # The loaders' own choices (one list, checked by check_options).
 FRACTIONAL, CENSORED = FRACTIONAL_CHOICES, CENSORED_CHOICES
 
@@ -118,9 +117,10 @@ class RunConfig:
         _integer("seed", self.seed, 0, MAX_SEED)
         _integer("samples", self.samples, 2, MAX_SAMPLES)
         _number("default_time_limit_s", self.default_time_limit_s, 0.0, MAX_HORIZON_S, True, False)
-        _number("start_delay_s", self.start_delay_s, 0.0, MAX_START_DELAY_S, False, False)
+        _number("start_delay_s", self.start_delay_s, 0.0, MAX_PERIOD_S, False, False)
         if self.control_period_s is not None:
-            _number("control_period_s", self.control_period_s, 0.0, MAX_START_DELAY_S, True, False)
+            _number("control_period_s", self.control_period_s, MIN_CONTROL_PERIOD_S, MAX_PERIOD_S,
+                    False, False)  # fmt: skip
         if self.estimates not in ESTIMATES:
             raise ValueError(
                 f"run config: estimates must be one of {', '.join(ESTIMATES)}, "
@@ -277,6 +277,7 @@ def run_policy(
         categories=prepared.workload.profiles.domains,
         control_period_s=config.control_period_s,
         reclaim=config.reclaim,
+        start_delay_s=config.start_delay_s,
     )
     policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs
