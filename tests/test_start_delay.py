@@ -180,6 +180,9 @@ def test_the_control_period_sets_the_eliminator_tick_and_the_sample_window():
         ["--control-period", "0"],
         ["--control-period", "1e-12"],
         ["--reclaim", "evict"],
+        ["--start-delay", "\u0663"],  # ARABIC-INDIC DIGIT THREE
+        ["--start-delay", "1_0"],
+        ["--control-period", "\uff12"],  # FULLWIDTH DIGIT TWO
     ],  # fmt: skip
 )
 def test_the_cli_refuses_bad_timing_in_one_line(args, tmp_path):
@@ -187,3 +190,28 @@ def test_the_cli_refuses_bad_timing_in_one_line(args, tmp_path):
     assert r.exit_code == 2
     assert "Traceback" not in r.output
     assert any(opt in r.output for opt in ("--start-delay", "--control-period", "--reclaim"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--probes", "\u0663"],
+        ["--probes", "51"],
+        ["--sim-seeds", "0"],
+        ["--probes", "1_0"],
+        ["--seed", "-1"],
+    ],  # fmt: skip
+)
+def test_replay_refuses_bad_counts_before_it_starts_anything(args):
+    r = CliRunner().invoke(main, ["replay", *args])
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output and args[0] in r.output
+
+
+@pytest.mark.parametrize("bad", [True, "5", None])
+def test_a_start_delay_that_is_no_number_is_refused(bad):
+    wl = build_workload(table([(0, 10, 0, 1)]), PROFILES, 0, {"VGG16": 1.0})
+    with pytest.raises(ValueError, match="start_delay_s"):
+        Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), start_delay_s=bad)
+    with pytest.raises(ValueError, match="start_delay_s"):
+        PolicyOptions(start_delay_s=bad)

@@ -5,8 +5,22 @@ from __future__ import annotations
 import math
 import os
 import stat
+from collections.abc import Callable
+from typing import NoReturn
 
 import click
+
+
+def _plain_ascii(
+    fail: Callable[[str, click.Parameter | None, click.Context | None], NoReturn],
+    value: object,
+    param: click.Parameter | None,
+    ctx: click.Context | None,
+) -> None:
+    """A number typed on the command line is ASCII digits and signs: Python's own
+    parsers also take other scripts' digits (٣), full-width ones and '_' separators."""
+    if isinstance(value, str) and (not value.isascii() or "_" in value):
+        fail(f"{value!r} is not a plain ASCII number.", param, ctx)
 
 
 class FiniteFloat(click.FloatRange):
@@ -18,12 +32,23 @@ class FiniteFloat(click.FloatRange):
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
+        _plain_ascii(self.fail, value, param, ctx)
         # click types FloatRange's input as float, but it is given (and parses) the
         # command line's str as well.
         rv = super().convert(value, param, ctx)  # type: ignore[arg-type]
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return rv
+
+
+class AsciiIntRange(click.IntRange):
+    """click.IntRange, for ASCII digits only."""
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        _plain_ascii(self.fail, value, param, ctx)
+        return int(super().convert(value, param, ctx))  # type: ignore[arg-type]
 
 
 class OutDir(click.Path):

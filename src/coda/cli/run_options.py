@@ -161,14 +161,16 @@ def _model_options(f: F) -> F:
         default="shrink",
         show_default=True,
         help="How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or "
-        "requeue them whole (as CODA on Slurm does).",
+        "requeue them whole (as CODA on Slurm does); policies that never take cores back "
+        "ignore it.",
     )(f)
     f = click.option(
         "--control-period",
         type=FiniteFloat(MIN_CONTROL_PERIOD_S, MAX_PERIOD_S),
         default=None,
         help="CODA's control period in seconds: the eliminator's tick and the allocator's "
-        "throughput window (a node agent's --window)  [default: the eliminator's, 10 s]",
+        "throughput window (a node agent's --window); policies without either ignore it  "
+        "[default: the eliminator's, 10 s]",
     )(f)
     f = click.option(
         "--start-delay",

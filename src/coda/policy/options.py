@@ -67,6 +67,10 @@ class PolicyOptions:
             )
         if self.reclaim not in RECLAIMS:
             raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
+        for name, v in (("control_period_s", self.control_period_s or 1.0),
+                        ("start_delay_s", self.start_delay_s)):  # fmt: skip
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ValueError(f"{name} must be a number, got {v!r}")
         period = self.control_period_s
         if period is not None and not MIN_CONTROL_PERIOD_S <= period <= MAX_PERIOD_S:
             raise ValueError(

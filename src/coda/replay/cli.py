@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from coda.params import FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat
 
 
 @click.command()
@@ -16,28 +16,28 @@ from coda.params import FiniteFloat
     help="A trace (default: the generated paper workload).",
 )
 @click.option("--format", "fmt", help="The trace's format (default: detected).")
-@click.option("--jobs", type=click.IntRange(1, 2000), default=36, show_default=True,
+@click.option("--jobs", type=AsciiIntRange(1, 2000), default=36, show_default=True,
               help="The first N jobs of the trace, by arrival.")  # fmt: skip
 @click.option("--speed", type=FiniteFloat(min=1, max=1e6), default=300.0, show_default=True,
               help="Time compression: trace seconds per real second.")  # fmt: skip
 @click.option("--load", type=FiniteFloat(min=0.05, max=10), default=0.9, show_default=True,
               help="Offered GPU load on the test cluster (arrival gaps scaled).")  # fmt: skip
-@click.option("--nodes", type=click.IntRange(1, 16), default=2, show_default=True)
-@click.option("--gpus", type=click.IntRange(1, 8), default=5, show_default=True,
+@click.option("--nodes", type=AsciiIntRange(1, 16), default=2, show_default=True)
+@click.option("--gpus", type=AsciiIntRange(1, 8), default=5, show_default=True,
               help="Fake GPUs per node.")  # fmt: skip
-@click.option("--cores", type=click.IntRange(1, 256), default=28, show_default=True,
+@click.option("--cores", type=AsciiIntRange(1, 256), default=28, show_default=True,
               help="Declared cores per node (the paper's: 28 cores, about 5 GPUs).")  # fmt: skip
-@click.option("--users", type=click.IntRange(1, 16), default=3, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--users", type=AsciiIntRange(1, 16), default=3, show_default=True)
+@click.option("--seed", type=AsciiIntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--faults/--no-faults", default=True, show_default=True,
               help="SIGKILL the controller and agents, restart a slurmd (CODA run).")  # fmt: skip
-@click.option("--probes", type=click.IntRange(0, 50), default=5, show_default=True,
+@click.option("--probes", type=AsciiIntRange(0, 50), default=5, show_default=True,
               help="Probe jobs that measure each stack's start latency before its run; the "
               "simulated twins start jobs that much after placing them (0: no probes, no "
               "delay).")  # fmt: skip
-@click.option("--sim-seeds", type=click.IntRange(1, 50), default=5, show_default=True,
-              help="Noise seeds each simulated twin runs; the report gives their mean (and "
-              "the JCT error's median over them).")  # fmt: skip
+@click.option("--sim-seeds", type=AsciiIntRange(1, 50), default=5, show_default=True,
+              help="Noise seeds CODA's simulated twin runs (plain Slurm's has no allocator: one); "
+              "the report gives their mean, and the JCT error's median over them.")  # fmt: skip
 @click.option("--drain", type=FiniteFloat(min=10, max=86400), default=300.0, show_default=True,
               help="Seconds to wait, after the last arrival, for the jobs to end.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True)

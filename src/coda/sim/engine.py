@@ -132,6 +132,8 @@ class Simulator:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.noise = float(noise)
         self.rng = np.random.default_rng([seed, 11])
+        if isinstance(start_delay_s, bool) or not isinstance(start_delay_s, int | float):
+            raise ValueError(f"start_delay_s must be a number, got {start_delay_s!r}")
         if not 0.0 <= start_delay_s <= MAX_PERIOD_S:  # also refuses NaN
             raise ValueError(
                 f"start_delay_s must be within [0, {MAX_PERIOD_S:g}], got {start_delay_s}"
