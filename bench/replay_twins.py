@@ -4,13 +4,15 @@ on and off; the real runs are read, never rerun.
 
     .venv/bin/python bench/replay_twins.py out/replay-full   # a `coda replay --out` dir
 
-For each run (plain Slurm, CODA) and each combination of start delay (none | the
-probes' median), control period (the simulator's 10 s | the agents' window; CODA only)
-and reclaim (shrink | requeue; CODA only), one row: effective GPU utilisation, CPU
-queue delay and the median JCT error against the real run, over several noise seeds
-(a replay's 120 jobs make one simulation sensitive to small changes: one seed is one
-sample). The row marked `replay` has the settings `coda replay` used (its CODA twin
-runs the same seeds by default). A Markdown table goes to stdout.
+For each run (plain Slurm, CODA) and each combination of timing (none; the probes'
+median latency as a start delay; CODA only: its controller's cycle simulated, with the
+rest of the latency as the delay), control period (the simulator's 10 s or the agents'
+window; CODA only) and reclaim (shrink or requeue; CODA only), one row: effective GPU
+utilisation, CPU queue delay and the median JCT error against the real run, over
+several noise seeds (a replay's 120 jobs make one simulation sensitive to small
+changes: one seed is one sample). The row marked `replay` has the settings `coda
+replay` used (its CODA twin runs the same seeds by default). A Markdown table goes to
+stdout.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from coda.replay import outcome as O
 from coda.replay.plan import plan
-from coda.replay.run import SIM_POLICY, SIM_RECLAIM, ReplayConfig, sim_timing
+from coda.replay.run import SIM_POLICY, SIM_RECLAIM, ReplayConfig, Timing, sim_timing
 from coda.sim.run import RunConfig, prepare, run_policy
 
 
@@ -66,29 +68,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Replay {out}: {s['jobs']} jobs, {s['cluster']}, {s['speed']:g}x, seed {s['seed']}; "
           f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
           "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
-    print("| run | start delay s | control period s | reclaim | eff. GPU util (sim) | (real) "
-          "| CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    print("| run | start delay s | cycle s | control period s | reclaim | eff. GPU util (sim) "
+          "| (real) | CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
     for mode in ("plain", "coda"):
         if mode not in d:
             continue
         real = _real(d[mode])
         used = sim_timing(cfg, mode, d[mode].get("start_latency_s", []))
-        delays = sorted({0.0, used[0]})
+        median = statistics.median(d[mode].get("start_latency_s") or [0.0])
+        # No timing; the probes' latency as a start delay alone; and (CODA) the
+        # controller's cycle simulated, with the rest of the latency as the delay.
+        timings = [Timing(), Timing(max(0.0, median))]
+        if mode == "coda":  # its controller's cycle simulated; its probes waited half of it
+            p = cfg.period_s
+            timings.append(Timing(max(0.0, median - p / 2), None, p))
         periods: list[float | None] = [None, window] if mode == "coda" else [None]
         reclaims = ["shrink", "requeue"] if mode == "coda" else ["shrink"]
-        for delay, period, reclaim in itertools.product(delays, periods, reclaims):
+        for base, period, reclaim in itertools.product(timings, periods, reclaims):
+            timing = dataclasses.replace(base, control_period_s=period)
             utils, delays_q, errs = [], [], []
-            for seed in seeds:
-                c = dataclasses.replace(prepared.config, start_delay_s=delay, seed=seed,
-                                        control_period_s=period, reclaim=reclaim)  # fmt: skip
+            for seed in seeds if mode == "coda" else seeds[:1]:
+                c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
+                                        start_delay_s=timing.start_delay_s,
+                                        control_period_s=timing.control_period_s,
+                                        cycle_period_s=timing.cycle_period_s)  # fmt: skip
                 res = run_policy(dataclasses.replace(prepared, config=c), SIM_POLICY[mode])
-                m = O.sim_metrics(jobs, res.jobs, res.summary, delay)
+                m = O.sim_metrics(jobs, res.jobs, res.summary, timing.start_delay_s)
                 utils.append(m.gpu_util_effective)
                 delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
-            used_here = (delay, period) == used and reclaim == SIM_RECLAIM[mode]
-            print(f"| {mode} | {delay:.2f} | {period or 10:g} | {reclaim} | "
+            used_here = timing == used and reclaim == SIM_RECLAIM[mode]
+            print(f"| {mode} | {timing.start_delay_s:.2f} | {timing.cycle_period_s:g} | "
+                  f"{period or 10:g} | {reclaim} | "
                   f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "

@@ -163,20 +163,21 @@ def test_an_empty_trace_is_refused_in_one_line() -> None:
 
 
 def test_the_twins_are_told_the_measured_start_latency_and_codas_period() -> None:
-    from coda.replay.run import ReplayConfig, sim_timing
+    from coda.replay.run import ReplayConfig, Timing, sim_timing
 
     cfg = ReplayConfig(window_s=2.0)
-    assert sim_timing(cfg, "plain", [0.9, 0.5, 0.7, 3.0, 0.6]) == (0.7, None)
-    assert sim_timing(cfg, "coda", [1.2, 1.6, 1.4]) == (1.4, 2.0)
-    assert sim_timing(cfg, "coda", []) == (0.0, 2.0)  # no probes: no delay
+    assert sim_timing(cfg, "plain", [0.9, 0.5, 0.7, 3.0, 0.6]) == Timing(0.7)
+    assert sim_timing(cfg, "coda", [1.2, 1.6, 1.4]) == Timing(1.4, 2.0)
+    assert sim_timing(cfg, "coda", []) == Timing(0.0, 2.0)  # no probes: no delay
+    assert sim_timing(cfg, "plain", [-0.3]) == Timing(0.0)  # a clock step: never < 0
 
 
 def test_a_start_delay_moves_every_simulated_end_and_first_line(planned: tuple) -> None:
-    from coda.replay.run import run_sim
+    from coda.replay.run import Timing, run_sim
 
     jobs, prepared = planned
     base = run_sim(prepared, "plain")
-    late = run_sim(prepared, "plain", 1.5)
+    late = run_sim(prepared, "plain", Timing(1.5))
     a = O.sim_metrics(jobs, base.jobs, base.summary)
     b = O.sim_metrics(jobs, late.jobs, late.summary, 1.5)
     # Jobs end later: by the delay, typically, plus waiting behind delayed jobs (a job may
@@ -192,13 +193,17 @@ def test_a_start_delay_moves_every_simulated_end_and_first_line(planned: tuple) 
     assert b.gpu_util_effective < a.gpu_util_effective
     assert late.summary["config"]["start_delay_s"] == 1.5
     # CODA's twin runs its controls at the agents' period.
-    coda = run_sim(prepared, "coda", 1.5, 2.0)
+    coda = run_sim(prepared, "coda", Timing(1.5, 2.0, 1.0))
     assert coda.summary["config"]["control_period_s"] == 2.0
+    assert coda.summary["config"]["cycle_period_s"] == 1.0
+    # Placed only at the controller's cycles: whole seconds.
+    placed = coda.jobs["start"][np.isfinite(coda.jobs["start"])]
+    assert np.allclose(placed, np.round(placed))
     # ...and takes cores back from CPU jobs as the Slurm controller does: by requeueing.
     assert coda.summary["config"]["reclaim"] == "requeue"
     assert late.summary["config"]["reclaim"] == "shrink"
     # A twin's seed moves its sample noise only: the same jobs, arrivals and shapes.
-    other = run_sim(prepared, "coda", 1.5, 2.0, seed=3)
+    other = run_sim(prepared, "coda", Timing(1.5, 2.0, 1.0), seed=3)
     assert other.summary["config"]["seed"] == 3
     assert np.array_equal(other.jobs["submit"], coda.jobs["submit"])
     assert np.array_equal(other.jobs["cores_requested"], coda.jobs["cores_requested"])
@@ -211,19 +216,19 @@ def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
            "jobs_unfinished": 0, "jobs_lost": 0, "jobs_started_twice": 0,
            "jct_rel_error_median": 0.05, "start_latency_s": [0.7, 0.8]}  # fmt: skip
     sim = {"policy": "fifo", "gpu_util_effective": 0.55, "cpu_queue_delay_mean_s": 2.5,
-           "start_delay_s": 0.75}  # fmt: skip
+           "start_delay_s": 0.7, "cycle_period_s": 0.0}  # fmt: skip
     r = {"setting": {"jobs": 2, "trace": "t", "speed": 300.0, "load": 0.9, "cluster": "c",
                      "seed": 0, "users": ["u"], "arrival_span_s": 5.0,
                      "controller_period_s": 1.0, "agent_window_s": 2.0},
          "plain": run, "sim": {"plain": sim}}  # fmt: skip
     text = markdown(r)
-    assert "start latency s (probes)" in text
-    assert "| 0.050 | 0.75 |" in text
+    assert "start latency s (probes' median)" in text and "twin: cycle s" in text
+    assert "| 0.050 | 0.75 | 0.70 | 0 |" in text
     run["jct_rel_error_range"] = [0.04, 0.09]
     sim["seeds"] = [0, 1, 2]
     r["gain_real"], r["gain_sim"] = 0.1, 0.08
     text = markdown(r)
-    assert "| 0.050 (0.040-0.090) | 0.75 |" in text
+    assert "| 0.050 (0.040-0.090) | 0.75 | 0.70 | 0 |" in text
     assert "mean over noise seeds 0-2" in text
 
 

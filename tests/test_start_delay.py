@@ -183,13 +183,14 @@ def test_the_control_period_sets_the_eliminator_tick_and_the_sample_window():
         ["--start-delay", "\u0663"],  # ARABIC-INDIC DIGIT THREE
         ["--start-delay", "1_0"],
         ["--control-period", "\uff12"],  # FULLWIDTH DIGIT TWO
+        ["--cycle-period", "-1"],
     ],  # fmt: skip
 )
 def test_the_cli_refuses_bad_timing_in_one_line(args, tmp_path):
     r = CliRunner().invoke(main, ["simulate", *args, "--out", str(tmp_path)])
     assert r.exit_code == 2
     assert "Traceback" not in r.output
-    assert any(opt in r.output for opt in ("--start-delay", "--control-period", "--reclaim"))
+    assert any(o in r.output for o in ("--start-delay", "--control-period", "--reclaim", "--cycle"))
 
 
 @pytest.mark.parametrize(
@@ -215,3 +216,39 @@ def test_a_start_delay_that_is_no_number_is_refused(bad):
         Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), start_delay_s=bad)
     with pytest.raises(ValueError, match="start_delay_s"):
         PolicyOptions(start_delay_s=bad)
+
+
+def test_a_periodic_cycle_places_jobs_only_at_its_passes():
+    # Passes at whole seconds: a job arriving at 0.3 is placed at 1; the second waits
+    # for the first to end (at 1 + 10) and is placed at once (11 is a pass), and the CPU
+    # job arriving at 11.5 at 12. Waiting for a pass holds nothing.
+    rows = [(0.3, 10, 1, 2), (0.4, 10, 1, 2), (11.5, 5, 0, 2)]
+    _, res = simulate(rows, "1x1g8c,1x0g8c", cycle_period_s=1.0)
+    assert res.jobs["start"].tolist() == [1.0, 11.0, 12.0]
+    assert np.allclose(res.jobs["end"], [11, 21, 17])
+    # With a start delay too: placed at a pass, working that much later.
+    _, res = simulate(rows, "1x1g8c,1x0g8c", cycle_period_s=1.0, start_delay_s=0.5)
+    assert res.jobs["start"].tolist() == [1.0, 12.0, 12.0]
+    assert np.allclose(res.jobs["end"], [11.5, 22.5, 17.5])
+
+
+def test_a_periodic_cycle_keeps_the_books_under_load():
+    rng = np.random.default_rng(5)
+    rows = [(float(t), float(d), int(g), int(c)) for t, d, g, c in zip(
+        np.sort(rng.uniform(0, 400, 60)), rng.uniform(5, 120, 60), rng.integers(0, 3, 60),
+        rng.integers(1, 9, 60), strict=True)]  # fmt: skip
+    for policy in ("fifo", "coda"):
+        _, res = simulate(rows, "2x2g16c,1x0g16c", policy=policy, cycle_period_s=1.0,
+                          start_delay_s=0.7)  # fmt: skip
+        started = res.jobs["start"][np.isfinite(res.jobs["start"])]
+        assert len(started) == 60 and np.allclose(started, np.ceil(started - 1e-9))
+        assert np.all(res.jobs["end"] >= res.jobs["start"] + 0.7 - 1e-9)
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.001, math.nan, math.inf, True, "1"])
+def test_a_bad_cycle_period_is_refused(bad):
+    wl = build_workload(table([(0, 10, 0, 1)]), PROFILES, 0, {"VGG16": 1.0})
+    with pytest.raises(ValueError, match="cycle_period_s"):
+        Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), cycle_period_s=bad)
+    with pytest.raises(ValueError, match="cycle_period_s"):
+        RunConfig(cycle_period_s=bad)

@@ -148,6 +148,7 @@ def _config(kw: dict[str, Any]) -> RunConfig:
         allocator_start=kw.get("allocator_start", "learned"),
         start_delay_s=kw.get("start_delay", 0.0),
         control_period_s=kw.get("control_period"),
+        cycle_period_s=kw.get("cycle_period", 0.0),
         reclaim=kw.get("reclaim", "shrink"),
     )
 
@@ -163,6 +164,15 @@ def _model_options(f: F) -> F:
         help="How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or "
         "requeue them whole (as CODA on Slurm does); policies that never take cores back "
         "ignore it.",
+    )(f)
+    f = click.option(
+        "--cycle-period",
+        type=FiniteFloat(0.0, MAX_PERIOD_S),
+        default=0.0,
+        show_default=True,
+        help="Run the scheduling cycle only every S seconds, as a periodic scheduler does "
+        "(CODA's Slurm controller: 1 s); jobs wait for it holding nothing. 0: after every "
+        "event. Otherwise at least 0.01.",
     )(f)
     f = click.option(
         "--control-period",

@@ -4,12 +4,17 @@ one table real against simulated, and where the two differ and why)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 
 def _f(v: Any, fmt: str = ".3f") -> str:
     return "—" if v is None else format(v, fmt)
+
+
+def _median(xs: Any) -> float | None:
+    return statistics.median(xs) if isinstance(xs, list) and xs else None
 
 
 def _range(r: Any) -> str:
@@ -40,8 +45,9 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         "| run | simulator policy | effective GPU util (real) | (sim) "
         "| CPU queue delay mean s (real) | (sim) | finished | unfinished | lost "
-        "| started twice | JCT error median | start latency s (probes) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| started twice | JCT error median | start latency s (probes' median) "
+        "| twin: start delay s | twin: cycle s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode in ("plain", "coda"):
         if mode not in r:
@@ -55,7 +61,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"{real['jobs_finished']} | {real['jobs_unfinished']} | {real['jobs_lost']} | "
             f"{real['jobs_started_twice']} | "
             f"{_f(real['jct_rel_error_median'])}{_range(real.get('jct_rel_error_range'))} | "
-            f"{_f(sim.get('start_delay_s'), '.2f')} |"
+            f"{_f(_median(real.get('start_latency_s')), '.2f')} | "
+            f"{_f(sim.get('start_delay_s'), '.2f')} | {_f(sim.get('cycle_period_s'), 'g')} |"
         )
     if "gain_real" in r:
         lines += [
@@ -79,9 +86,12 @@ def markdown(r: dict[str, Any]) -> str:
         "- Start latency: before each run, probe jobs on its idle cluster measure the time "
         "from `sbatch` to the job's own start line (Slurm's scheduler pass, or CODA's "
         f"controller every {s['controller_period_s']:g} s; the prolog, slurmstepd, the job's "
-        "start-up). The simulated twin places a job the instant it fits and starts its work "
-        "that median later, holding its GPUs and cores meanwhile. A real job waiting for "
-        "the controller's next cycle holds nothing yet; a probe meets an idle cluster.",
+        "start-up). Plain Slurm's twin places a job the instant it fits and starts its work "
+        "the probes' median later, holding its GPUs and cores meanwhile. CODA's twin runs "
+        "its scheduling cycle once per controller period, as the controller does (jobs "
+        "wait for it holding nothing), and starts a placed job's work the probes' median "
+        "less half a period later (the probes waited that for the cycle, on average). A "
+        "probe meets an idle cluster; under load a start may take longer.",
         f"- Control period: the agents judge a core count over {s['agent_window_s']:g} s "
         "windows and the eliminator acts once per window; the simulated `coda` uses the "
         "same period.",

@@ -270,22 +270,31 @@ def run_real(
         cluster.down()
 
 
-def sim_timing(cfg: ReplayConfig, mode: str, latency: list[float]) -> tuple[float, float | None]:
-    """What the simulated twin knows of the real stack's timing: (start delay, control
-    period). The start delay is the median start latency the run's probes measured
-    (Slurm's or CODA's placement, the prolog, slurmstepd, the job's start-up); CODA's
-    control period is its agents' window (their allocator's throughput window, and
-    the eliminator's tick). Plain Slurm has no control loop."""
+@dataclass(frozen=True)
+class Timing:
+    """What a simulated twin is told of its real stack's timing (coda simulate's
+    --start-delay, --control-period, --cycle-period)."""
+
+    start_delay_s: float = 0.0
+    control_period_s: float | None = None
+    cycle_period_s: float = 0.0
+
+
+def sim_timing(cfg: ReplayConfig, mode: str, latency: list[float]) -> Timing:
+    """The same model for both stacks: a job starts to work the probes' median start
+    latency after the twin places it (Slurm's scheduler pass or CODA's controller
+    cycle, the prolog, slurmstepd, the job's start-up), holding its GPUs and cores
+    meanwhile. CODA's control period is its agents' window (their allocator's
+    throughput window, and the eliminator's tick); plain Slurm has no control loop.
+    Simulating CODA's controller cycle instead (``cycle_period_s``, the rest of the
+    latency as the delay) was tried: on two recorded full replays it matched the real
+    stack worse (bench/replay_twins.py shows both)."""
     delay = max(0.0, statistics.median(latency)) if latency else 0.0  # a clock step: not < 0
-    return delay, cfg.window_s if mode == "coda" else None
+    return Timing(delay, cfg.window_s if mode == "coda" else None)
 
 
 def run_sim(
-    prepared: Prepared,
-    mode: str,
-    start_delay_s: float = 0.0,
-    control_period_s: float | None = None,
-    seed: int | None = None,
+    prepared: Prepared, mode: str, timing: Timing = Timing(), seed: int | None = None
 ) -> SimResult:
     """One simulated twin; ``seed`` seeds its sample noise only (the prepared workload,
     the real jobs' twin, stays as it is)."""
@@ -293,8 +302,9 @@ def run_sim(
 
     config = dataclasses.replace(
         prepared.config,
-        start_delay_s=start_delay_s,
-        control_period_s=control_period_s,
+        start_delay_s=timing.start_delay_s,
+        control_period_s=timing.control_period_s,
+        cycle_period_s=timing.cycle_period_s,
         reclaim=SIM_RECLAIM[mode],
         seed=prepared.config.seed if seed is None else seed,
     )
@@ -357,21 +367,22 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
             f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip
     sims: dict[str, O.RunMetrics] = {}
     for mode in cfg.runs:
-        delay, period = sim_timing(cfg, mode, latency[mode])
+        timing = sim_timing(cfg, mode, latency[mode])
+        delay = timing.start_delay_s
         # Noise seeds move only the allocator's samples: plain Slurm's twin (fifo) has
         # none, so one seed is all of it.
         seeds = [cfg.seed + k for k in range(cfg.sim_seeds if mode == "coda" else 1)]
         log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s, "
-            f"{len(seeds)} noise seeds)")  # fmt: skip
+            f"cycle {timing.cycle_period_s:g} s, {len(seeds)} noise seeds)")  # fmt: skip
         per_seed = []
         for seed in seeds:
-            r = run_sim(prepared, mode, delay, period, seed)
+            r = run_sim(prepared, mode, timing, seed)
             per_seed.append(O.sim_metrics(jobs, r.jobs, r.summary, delay))
         sims[mode] = O.mean_of(per_seed)
         each = [O.jct_rel_error_median(reals[mode], m) for m in per_seed]
         errs = [e for e in each if e is not None]
         result["sim"][mode] = {
-            "policy": SIM_POLICY[mode], "start_delay_s": delay, "control_period_s": period,
+            "policy": SIM_POLICY[mode], **dataclasses.asdict(timing),
             "reclaim": SIM_RECLAIM[mode], "seeds": seeds, **sims[mode].as_dict(),
             "jct_s": sims[mode].jct_s,
             "per_seed": [{"gpu_util_effective": m.gpu_util_effective,

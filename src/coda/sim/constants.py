@@ -4,6 +4,7 @@ FINISH = 0
 TICK = 1  # node control (the eliminator)
 SAMPLE = 2  # throughput samples for the job control (the allocator)
 LAUNCH = 3  # a started job begins to work (after the start delay)
+CYCLE = 4  # a periodic scheduler's next pass (the cycle period)
 EPS = 1e-9
 # An interference episode: a DNN job runs this much below its speed from cores
 # because of memory-bandwidth pressure (the eliminator's detect/recover times).

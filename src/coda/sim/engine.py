@@ -24,10 +24,10 @@ from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
-from coda.policy.options import MAX_PERIOD_S
+from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S
 from coda.policy.state import Job, Node
 from coda.sim import controls, meters, physics
-from coda.sim.constants import EPS, FINISH, LAUNCH, SAMPLE, TICK
+from coda.sim.constants import CYCLE, EPS, FINISH, LAUNCH, SAMPLE, TICK
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
@@ -64,6 +64,10 @@ class Simulator:
     ``start_delay_s``: a started job holds its GPUs and cores at once but works only
     this long after (a real stack's launch: Slurm's scheduler pass, prolog,
     slurmstepd, the job's own start-up); 0 starts it working the instant it fits.
+    ``cycle_period_s``: the scheduling cycle runs only every this many seconds (at
+    whole multiples of it), as a periodic scheduler does (CODA's Slurm controller);
+    jobs that arrive or fit meanwhile wait for it, holding nothing. 0: the cycle runs
+    after every event that could start something.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Simulator:
         noise: float = 0.0,
         seed: int = 0,
         start_delay_s: float = 0.0,
+        cycle_period_s: float = 0.0,
     ) -> None:
         self.workload = workload
         self.policy = policy
@@ -147,6 +152,16 @@ class Simulator:
                 f"{est.start_delay_s} s, the simulator has {self.start_delay} s: build the "
                 "policy with PolicyOptions(start_delay_s=...) alike"
             )
+        if isinstance(cycle_period_s, bool) or not isinstance(cycle_period_s, int | float):
+            raise ValueError(f"cycle_period_s must be a number, got {cycle_period_s!r}")
+        if not (cycle_period_s == 0.0 or MIN_CONTROL_PERIOD_S <= cycle_period_s <= MAX_PERIOD_S):
+            raise ValueError(
+                f"cycle_period_s must be 0 or within [{MIN_CONTROL_PERIOD_S}, {MAX_PERIOD_S:g}],"
+                f" got {cycle_period_s}"
+            )
+        self.cycle_period = float(cycle_period_s)
+        self._cycle_armed = False  # a CYCLE event is in the heap
+        self._cycle_due = False  # this instant is one of the periodic cycle's
         # Jobs started but not yet working: job -> when it begins (physics gives it no
         # speed until then; see bind and _launch).
         self._launching: dict[Job, float] = {}
@@ -239,6 +254,9 @@ class Simulator:
                 elif kind == LAUNCH:
                     assert obj is not None  # a launch event names its job
                     self._launch(obj, t)
+                elif kind == CYCLE:
+                    self._cycle_armed = False
+                    self._cycle_due = True
                 else:
                     self.events += 1
                     self._armed[kind] = False
@@ -255,9 +273,19 @@ class Simulator:
                         self._armed[kind] = True
                         self._push(t + period, kind, None, 0)
             if sched.pending():
-                sched.cycle(self.now, self)
-                if self.check:
-                    sched.check_no_waiting_fit()
+                period = self.cycle_period
+                if period > 0.0 and not self._cycle_due:
+                    # A periodic scheduler: its passes are at whole multiples of the period.
+                    nxt = math.ceil(t / period) * period
+                    self._cycle_due = nxt <= t
+                    if not self._cycle_due and not self._cycle_armed:
+                        self._cycle_armed = True
+                        self._push(nxt, CYCLE, None, 0)
+                if period <= 0.0 or self._cycle_due:
+                    sched.cycle(self.now, self)
+                    if self.check:
+                        sched.check_no_waiting_fit()
+            self._cycle_due = False
         # Stopped by the horizon or out of events: integrate up to where we stopped.
         self._advance(self.horizon if math.isfinite(self.horizon) else max(self.now, self.w1))
         if self.progress is not None:

@@ -100,6 +100,7 @@ class RunConfig:
     # the allocator's throughput windows), None for the policy's own (10 s).
     start_delay_s: float = 0.0
     control_period_s: float | None = None
+    cycle_period_s: float = 0.0  # a periodic scheduler's (CODA's Slurm controller: 1 s)
     # How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or
     # requeue whole jobs, as on Slurm (coda.policy.options.RECLAIMS).
     reclaim: str = "shrink"
@@ -118,6 +119,9 @@ class RunConfig:
         _integer("samples", self.samples, 2, MAX_SAMPLES)
         _number("default_time_limit_s", self.default_time_limit_s, 0.0, MAX_HORIZON_S, True, False)
         _number("start_delay_s", self.start_delay_s, 0.0, MAX_PERIOD_S, False, False)
+        if self.cycle_period_s != 0.0:
+            _number("cycle_period_s", self.cycle_period_s, MIN_CONTROL_PERIOD_S, MAX_PERIOD_S,
+                    False, False)  # fmt: skip
         if self.control_period_s is not None:
             _number("control_period_s", self.control_period_s, MIN_CONTROL_PERIOD_S, MAX_PERIOD_S,
                     False, False)  # fmt: skip
@@ -294,6 +298,7 @@ def run_policy(
         noise=config.noise,
         seed=config.seed,
         start_delay_s=config.start_delay_s,
+        cycle_period_s=config.cycle_period_s,
     )
     result = sim.run()
     head = {
