@@ -48,8 +48,10 @@ def _job(i: int, spec: tuple, node: Node) -> Job:
 def test_a_jobs_own_view_gives_the_simulators_speed_and_draw(specs: list, node_bw: float) -> None:
     node = Node(0, "n0", 8, 64, 0, node_bw)
     jobs = [_job(i + 1, s, node) for i, s in enumerate(specs)]
-    sim = SimpleNamespace(
-        policy=SimpleNamespace(ideal_isolation=False), workload=SimpleNamespace(profiles=PROFILES)
+    sim = SimpleNamespace(  # the parts of a Simulator physics reads (no job launching)
+        policy=SimpleNamespace(ideal_isolation=False),
+        workload=SimpleNamespace(profiles=PROFILES),
+        _launching={},
     )
     for j in jobs:
         j.bw_pn = physics._bw_demand(sim, j)  # type: ignore[arg-type]
