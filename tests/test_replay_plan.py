@@ -225,11 +225,14 @@ def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
     assert "start latency s (probes' median)" in text and "twin: cycle s" in text
     assert "| 0.050 | 0.75 | 0.70 | 0 |" in text
     run["jct_rel_error_range"] = [0.04, 0.09]
-    sim["seeds"] = [0, 1, 2]
+    sim["seeds"] = [0]
     r["gain_real"], r["gain_sim"] = 0.1, 0.08
+    r["coda"] = run
+    r["sim"]["coda"] = {**sim, "policy": "coda", "seeds": [0, 1, 2]}
     text = markdown(r)
     assert "| 0.050 (0.040-0.090) | 0.75 | 0.70 | 0 |" in text
-    assert "mean over noise seeds 0-2" in text
+    assert "mean over noise seeds 0-2" in text  # CODA's, not plain Slurm's one
+    assert "holding its GPUs and cores meanwhile" in text
 
 
 def test_the_twin_over_seeds_is_their_mean_and_each_job_s_median() -> None:

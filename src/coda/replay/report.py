@@ -22,12 +22,12 @@ def _range(r: Any) -> str:
 
 
 def _seeds(r: dict[str, Any]) -> str:
-    seeds = next((v.get("seeds") for v in r.get("sim", {}).values() if v.get("seeds")), None)
-    if not seeds:
+    seeds = max((v.get("seeds") or [] for v in r.get("sim", {}).values()), key=len, default=[])
+    if len(seeds) < 2:
         return ""
-    return (f" Simulated figures are the mean over noise seeds {seeds[0]}-{seeds[-1]}; the JCT "
-            "error is the median over those seeds of each seed's median over jobs (its range "
-            "in brackets).")  # fmt: skip
+    return (f" CODA's simulated figures are the mean over noise seeds {seeds[0]}-{seeds[-1]} "
+            "(plain Slurm's twin has no allocator: one seed); its JCT error is the median over "
+            "those seeds of each seed's median over jobs (its range in brackets).")  # fmt: skip
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -86,12 +86,10 @@ def markdown(r: dict[str, Any]) -> str:
         "- Start latency: before each run, probe jobs on its idle cluster measure the time "
         "from `sbatch` to the job's own start line (Slurm's scheduler pass, or CODA's "
         f"controller every {s['controller_period_s']:g} s; the prolog, slurmstepd, the job's "
-        "start-up). Plain Slurm's twin places a job the instant it fits and starts its work "
-        "the probes' median later, holding its GPUs and cores meanwhile. CODA's twin runs "
-        "its scheduling cycle once per controller period, as the controller does (jobs "
-        "wait for it holding nothing), and starts a placed job's work the probes' median "
-        "less half a period later (the probes waited that for the cycle, on average). A "
-        "probe meets an idle cluster; under load a start may take longer.",
+        "start-up). Each twin places a job the instant it fits and starts its work its "
+        "probes' median later, holding its GPUs and cores meanwhile. A real job waiting for "
+        "CODA's controller's next cycle holds nothing yet, and a probe meets an idle "
+        "cluster: under load a start may take longer.",
         f"- Control period: the agents judge a core count over {s['agent_window_s']:g} s "
         "windows and the eliminator acts once per window; the simulated `coda` uses the "
         "same period.",

@@ -391,7 +391,7 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         }  # fmt: skip
         # The JCT error: per seed, the median over jobs; reported, the median over seeds.
         result[mode]["jct_rel_error_median"] = statistics.median(errs) if errs else None
-        result[mode]["jct_rel_error_range"] = [min(errs), max(errs)] if errs else None
+        result[mode]["jct_rel_error_range"] = [min(errs), max(errs)] if len(errs) > 1 else None
     if "plain" in reals and "coda" in reals:
         result["gain_real"] = O.gain(reals["plain"], reals["coda"])
         result["gain_sim"] = O.gain(sims["plain"], sims["coda"])
