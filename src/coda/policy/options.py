@@ -23,6 +23,17 @@ MIN_CONTROL_PERIOD_S = 0.01
 MAX_PERIOD_S = 86400.0
 
 
+def checked_seconds(name: str, v: object, *, at_least: float = 0.0, or_zero: bool = False) -> float:
+    """``v`` as seconds within [at_least, a day] (or exactly 0 where ``or_zero``): a
+    period or delay of the simulator's or a policy's, checked alike wherever it enters."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{name} must be a number of seconds, got {v!r}")
+    if not (at_least <= v <= MAX_PERIOD_S or (or_zero and v == 0.0)):  # NaN fails both
+        span = f"[{at_least:g}, {MAX_PERIOD_S:g}]" + (" or 0" if or_zero else "")
+        raise ValueError(f"{name} must be within {span} s, got {v}")
+    return float(v)
+
+
 @dataclass(frozen=True)
 class PolicyOptions:
     """``estimates``: exact | time-limits | none (``default_time_limit_s`` for jobs
@@ -67,20 +78,9 @@ class PolicyOptions:
             )
         if self.reclaim not in RECLAIMS:
             raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
-        for name, v in (("control_period_s", self.control_period_s or 1.0),
-                        ("start_delay_s", self.start_delay_s)):  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ValueError(f"{name} must be a number, got {v!r}")
-        period = self.control_period_s
-        if period is not None and not MIN_CONTROL_PERIOD_S <= period <= MAX_PERIOD_S:
-            raise ValueError(
-                f"control period must be within [{MIN_CONTROL_PERIOD_S}, {MAX_PERIOD_S:g}] s, "
-                f"got {period}"
-            )
-        if not 0.0 <= self.start_delay_s <= MAX_PERIOD_S:
-            raise ValueError(
-                f"start delay must be within [0, {MAX_PERIOD_S:g}] s, got {self.start_delay_s}"
-            )
+        if self.control_period_s is not None:
+            checked_seconds("control period", self.control_period_s, at_least=MIN_CONTROL_PERIOD_S)
+        checked_seconds("start_delay_s", self.start_delay_s)
         if not self.default_time_limit_s > 0:
             raise ValueError(f"default time limit must be > 0 s, got {self.default_time_limit_s}")
 

@@ -24,7 +24,7 @@ from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
-from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S
+from coda.policy.options import MIN_CONTROL_PERIOD_S, checked_seconds
 from coda.policy.state import Job, Node
 from coda.sim import controls, meters, physics
 from coda.sim.constants import CYCLE, EPS, FINISH, LAUNCH, SAMPLE, TICK
@@ -137,13 +137,7 @@ class Simulator:
             raise ValueError(f"noise must be >= 0, got {noise}")
         self.noise = float(noise)
         self.rng = np.random.default_rng([seed, 11])
-        if isinstance(start_delay_s, bool) or not isinstance(start_delay_s, int | float):
-            raise ValueError(f"start_delay_s must be a number, got {start_delay_s!r}")
-        if not 0.0 <= start_delay_s <= MAX_PERIOD_S:  # also refuses NaN
-            raise ValueError(
-                f"start_delay_s must be within [0, {MAX_PERIOD_S:g}], got {start_delay_s}"
-            )
-        self.start_delay = float(start_delay_s)
+        self.start_delay = checked_seconds("start_delay_s", start_delay_s)
         est = policy.estimates
         if isinstance(est, ExactProjection) and est.start_delay_s != self.start_delay:
             # Backfill would plan every start as if it worked at once (or late).
@@ -152,14 +146,9 @@ class Simulator:
                 f"{est.start_delay_s} s, the simulator has {self.start_delay} s: build the "
                 "policy with PolicyOptions(start_delay_s=...) alike"
             )
-        if isinstance(cycle_period_s, bool) or not isinstance(cycle_period_s, int | float):
-            raise ValueError(f"cycle_period_s must be a number, got {cycle_period_s!r}")
-        if not (cycle_period_s == 0.0 or MIN_CONTROL_PERIOD_S <= cycle_period_s <= MAX_PERIOD_S):
-            raise ValueError(
-                f"cycle_period_s must be 0 or within [{MIN_CONTROL_PERIOD_S}, {MAX_PERIOD_S:g}],"
-                f" got {cycle_period_s}"
-            )
-        self.cycle_period = float(cycle_period_s)
+        self.cycle_period = checked_seconds(
+            "cycle_period_s", cycle_period_s, at_least=MIN_CONTROL_PERIOD_S, or_zero=True
+        )
         self._cycle_armed = False  # a CYCLE event is in the heap
         self._cycle_due = False  # this instant is one of the periodic cycle's
         # Jobs started but not yet working: job -> when it begins (physics gives it no
