@@ -4,7 +4,8 @@
         [--nodes 1000] [--queued 1000,10000] [--changes 0,10,100] [--cycles 10]
 
 A fake Slurm (``FakeSlurm``) answers the controller's commands from memory, in
-Slurm 22.05's formats (``squeue --json``, ``scontrol show -o -d node``), and plays
+Slurm 22.05's formats (the controller's ``squeue -O`` listing and names query,
+``scontrol show -o -d node``), and plays
 Slurm's part between cycles: a job CODA released starts on the node it was placed
 on. Half the nodes have 8 GPUs, all have 64 cores; running jobs fill most of them
 and ``--queued`` jobs are held for CODA. Before each measured cycle K things
@@ -17,7 +18,8 @@ Per case, in one controller's life:
 - decide: ``Controller.decide()`` alone (sync the mirror, run the scheduling
   cycle): no Slurm command and no parsing;
 - parse: turning Slurm's output into ``SlurmJob``/``SlurmNode``
-  (``SlurmClient.jobs()``/``nodes()``, the fake's own time taken out);
+  (the controller's ``JobListing.jobs()`` and ``SlurmClient.nodes()``, the fake's
+  own time taken out);
 - cycle: the whole ``Controller.cycle()`` less the time the fake Slurm took to
   answer (Slurm's own commands excluded; our parsing and writing included).
 
@@ -30,7 +32,6 @@ progress to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -40,8 +41,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
+from coda.slurm import fake_squeue
 from coda.slurm.client import SlurmClient, SlurmError
 from coda.slurm.controller import Controller
+from coda.slurm.listing import LISTING
 
 T = TypeVar("T")
 
@@ -95,7 +98,7 @@ class FakeSlurm:
     next_id: int = 1
     answer_s: float = 0.0
     ended: list[int] = field(default_factory=list)  # ended at the last tick
-    # Each job's squeue record as JSON, dropped when the job changes: a cycle's
+    # Each job's line of the listing, dropped when the job changes: a cycle's
     # answers cost what changed, so the benchmark's own run stays short.
     _text: dict[int, str] = field(default_factory=dict)
 
@@ -129,7 +132,8 @@ class FakeSlurm:
         return s
 
     def _job(self, cores: int, gpus: int) -> dict[str, Any]:
-        """A new job record as ``squeue --json`` (API v0.0.38) lists it, pending."""
+        """A new job record, pending, in ``squeue --json``'s shape (API v0.0.38): the
+        fake prints it as the listing (``coda.slurm.fake_squeue``)."""
         jid = self.next_id
         self.next_id += 1
         j = {
@@ -254,12 +258,17 @@ class FakeSlurm:
             self.answer_s += time.perf_counter() - t0
 
     def _answer(self, argv: list[str]) -> str:
-        if argv == ["squeue", "--json"]:
+        if argv == list(LISTING):  # each job's line made once per change of its record
             text = self._text
             for jid, j in self.jobs.items():
                 if jid not in text:
-                    text[jid] = json.dumps(j)
-            return '{"jobs": [' + ",".join(text[jid] for jid in self.jobs) + "]}"
+                    text[jid] = fake_squeue.line_of(j)
+            return "".join(text[jid] + "\n" for jid in sorted(self.jobs))
+        if argv[0] == "squeue":  # some jobs: their lines, or names and excluded nodes
+            ids = {int(x) for x in argv[4].removeprefix("--jobs=").split(",")}
+            listed = fake_squeue.answer(argv, [self.jobs[i] for i in ids if i in self.jobs])
+            if listed is not None:
+                return listed
         if argv == ["scontrol", "show", "-o", "-d", "node"]:
             return "\n".join(n.line() for n in self.nodes.values()) + "\n"
         if argv[:2] == ["scontrol", "update"] and argv[2].startswith("JobId="):
@@ -336,9 +345,10 @@ class Bench:
         self._decide_s: list[float] = []
         self._parse_s = 0.0  # jobs()/nodes(), less the fake's answers inside them
         # The bound methods are wrapped on the instances: the controller calls them.
-        self.client.jobs = self._parsing(self.client.jobs)  # type: ignore[method-assign]
         self.client.nodes = self._parsing(self.client.nodes)  # type: ignore[method-assign]
         self.ctl = Controller(self.client, state_dir, wall=lambda: self.slurm.now)
+        listing = self.ctl.listing
+        listing.jobs = self._parsing(listing.jobs)  # type: ignore[method-assign]
         self.ctl.decide = timed(self.ctl.decide, self._decide_s)  # type: ignore[method-assign]
 
     def _parsing(self, fn: Callable[[], T]) -> Callable[[], T]:

@@ -4,6 +4,7 @@ on tiny clusters (speed itself is measured by running the benchmark, never asser
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coda.slurm.client import SlurmClient, SlurmError
+from coda.slurm.listing import JobListing
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_slurm_controller.py"
 _spec = importlib.util.spec_from_file_location("bench_slurm_controller", BENCH)
@@ -44,7 +46,10 @@ def test_backed_up_cluster_reads_back_through_the_client() -> None:
     nodes = client.nodes()
     assert [n.gpus for n in nodes] == [8, 8, 8, 0, 0, 0]
     assert all(n.cpus == 64 and n.cpus_alloc >= 48 and n.usable for n in nodes)
-    jobs = client.jobs()
+    jobs = JobListing(s).jobs()
+    # The controller's listing reads what --json would of the same records.
+    as_json = SlurmClient(lambda argv: json.dumps({"jobs": list(s.jobs.values())}))
+    assert jobs == as_json.jobs()
     held = [j for j in jobs if j.held_for_coda]
     assert len(held) == 20
     assert all(j.time_limit_s is not None and j.time_limit_s > 0 for j in jobs)
@@ -108,12 +113,12 @@ def test_requeuehold_only_for_requeueable_running_jobs() -> None:
 
 def test_squeue_text_follows_every_change() -> None:
     s = bench.FakeSlurm.backed_up(2, 3, seed=0)
-    client = SlurmClient(s)
-    held = next(j for j in client.jobs() if j.held_for_coda)
+    listing = JobListing(s)
+    held = next(j for j in listing.jobs() if j.held_for_coda)
     s(["scontrol", "update", f"JobId={held.job_id}", "ReqNodeList=node00000", "NumCPUs=3",
        "AdminComment=coda:placing,req=4,grant=3"])  # fmt: skip
     s(["scontrol", "release", str(held.job_id)])
-    got = next(j for j in client.jobs() if j.job_id == held.job_id)
+    got = next(j for j in listing.jobs() if j.job_id == held.job_id)
     assert (got.cpus, got.required_nodes, got.priority) == (3, ["node00000"], 1000)
     assert got.mark is not None and got.mark["state"] == "placing"
 

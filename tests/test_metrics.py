@@ -458,7 +458,14 @@ def slurm_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [job]}))
     node = "NodeName=c1 CPUAlloc=0 CPUTot=8 CPUEfctv=8 Gres=(null) State=IDLE Partitions=main"
     scripts = {
-        "squeue": f"#!/bin/sh\ncat {tmp_path / 'jobs.json'}\n",
+        # The --json listing, or the controller's narrow listing of the same job.
+        "squeue": (
+            f"#!{sys.executable}\nimport json, sys\n"
+            "from coda.slurm.fake_squeue import answer\n"
+            f"jobs = json.load(open({str(tmp_path / 'jobs.json')!r}))['jobs']\n"
+            "out = answer(['squeue', *sys.argv[1:]], jobs)\n"
+            "sys.stdout.write(json.dumps({'jobs': jobs}) if out is None else out)\n"
+        ),
         "scontrol": f'#!/bin/sh\ncase "$1" in show) echo "{node}";; esac\n',
     }
     for name, text in scripts.items():

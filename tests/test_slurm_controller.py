@@ -15,6 +15,7 @@ import pytest
 from coda.cycle.once import plan
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.state import CPU, DNN, Job, Node
+from coda.slurm import fake_squeue
 from coda.slurm.client import HELD, SlurmClient, SlurmError, parse_mark
 from coda.slurm.controller import STATE_FILE, Controller, handback
 from coda.slurm.view import policy_job
@@ -266,6 +267,9 @@ class FakeSlurm:
             return json.dumps(
                 {"meta": {"Slurm": {"version": "22.05"}}, "jobs": list(self.jobs.values())}
             )
+        listed = fake_squeue.answer(argv, self.jobs.values())
+        if listed is not None:
+            return listed
         if argv[:2] == ["scontrol", "show"] and argv[-1] == "node" and "-o" in argv:
             return "\n".join(self._node_line(n, "-d" in argv) for n in self.nodes) + "\n"
         if argv[:2] == ["scontrol", "update"]:
@@ -379,7 +383,8 @@ def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> N
     n = len(fake.calls)
     assert ctl.cycle() == []
     # Only reads: no update, no release.
-    assert [c[0] if c[0] == "squeue" else c[1] for c in fake.calls[n:]] == ["squeue", "show"]
+    assert [c[1] for c in fake.calls[n:] if c[0] == "scontrol"] == ["show"]
+    assert {c[0] for c in fake.calls[n:]} == {"squeue", "scontrol"}
     assert fake.jobs[1]["admin_comment"] == "coda:placed,req=4,grant=4,nodes=g1"
 
 

@@ -21,6 +21,7 @@ cores, nodes) to $CODA_E2E_REPORT (default: the test's temp dir).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -37,6 +38,8 @@ import pytest
 from coda.runtime.cgroups import parse_cpus
 from coda.slurm.cgroups import SlurmJobCgroups
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
+from coda.slurm.index import ENDED
+from coda.slurm.listing import JobListing
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_NODES = ("n1", "n2")
@@ -362,6 +365,68 @@ def test_arrays_dependencies_and_odd_names_on_real_slurm(
         assert now[odd].name.startswith("odd name AdminComment=")
     finally:
         daemons.stop_all()
+        submit.close()
+
+
+def test_the_controllers_listing_reads_what_json_reads_on_real_slurm(
+    cluster: dict[str, str],
+) -> None:
+    """The controller's narrow ``squeue -O`` listing (coda.slurm.listing) gives the
+    same jobs as ``squeue --json`` on a real Slurm: held, running and ended jobs, an
+    array, a dependency, GPUs, time limits (and none), excluded nodes; a name with ``|``; and a
+    name that forges another job's line, which cuts short only its own name."""
+    env = cluster
+    os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
+    submit = Submitter(env)
+    try:
+        plain = submit("-c", "2", "-t", "90", "-J", "plain", "--wrap", "sleep 30")
+        submit("-c", "1", "-t", "1-02:00:00", "-J", "a|b", "--exclude=n3,n4",
+               "--gres=gpu:1", "--wrap", "sleep 30")  # fmt: skip
+        forger = submit("-c", "1", "-t", "5", "-J", f"x\n{plain}||forged", "--wrap", "sleep 1")
+        submit("-c", "1", "-t", "5", "--array=0-1", "-J", "sweep", "--wrap", "sleep 1")
+        submit("-c", "1", "-t", "0", "-J", "after", f"--dependency=afterok:{plain}",
+               "--wrap", "sleep 1")  # fmt: skip
+        ended = submit("-c", "1", "-t", "5", "-J", "ended", "--wrap", "true")
+        endless = submit("-c", "1", "-t", "0", "-J", "endless", "--wrap", "sleep 30")
+        # Slurm's own scheduler runs these (no controller here): running (one with no
+        # time limit: no end time), ended.
+        for jid in (plain, ended, endless):
+            subprocess.run(["scontrol", "release", str(jid)], env=env, check=True)
+        as_json = SlurmClient(lambda argv: run_command(argv))
+
+        def both_states() -> bool:
+            now = {j.job_id: j.state for j in as_json.jobs()}
+            running = now.get(plain) == now.get(endless) == "RUNNING"
+            return running and now.get(ended) == "COMPLETED"
+
+        _wait("one job running and one ended", both_states, 60)
+        listing = JobListing(lambda argv: run_command(argv))
+        for _ in range(3):  # a job may change between the two reads: read again
+            listed = {j.job_id: j for j in listing.jobs()}
+            full = {j.job_id: j for j in as_json.jobs()}
+            mine = set(submit.ids) | {j.job_id for j in full.values() if j.array_job_id}
+            diff = {}
+            for jid in sorted(mine & set(full)):
+                a, b = dataclasses.asdict(full[jid]), dataclasses.asdict(listed[jid])
+                if full[jid].is_array_or_het or jid == forger:
+                    a.pop("name"), b.pop("name")  # not asked for; cut short (below)
+                if full[jid].state not in ENDED and full[jid].time_limit_s is None:
+                    # An expected end Slurm makes up (a year on) or prints as NONE.
+                    a.pop("end_time"), b.pop("end_time")
+                if full[jid].state in ENDED and full[jid].array_task_id is None:
+                    # An array cancelled before any task ran: squeue -O prints it
+                    # as a plain job (coda.slurm.listing says why that is harmless).
+                    a.pop("array_job_id"), b.pop("array_job_id")
+                diff.update({(jid, k): (a[k], b[k]) for k in a if a[k] != b[k]})
+            if not diff:
+                break
+        assert not diff, diff
+        assert set(listed) == set(full)
+        assert listed[forger].name == "x" and full[forger].name.startswith("x\n")
+        assert listed[plain].name == "plain" and listed[plain].state == "RUNNING"
+        again = listing.jobs()
+        assert all(j is listed[j.job_id] for j in again if full[j.job_id].state == "PENDING")
+    finally:
         submit.close()
 
 

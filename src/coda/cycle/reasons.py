@@ -6,6 +6,7 @@ only a word (Slurm's AdminComment mark, metrics labels) and a sentence for peopl
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # Codes, each a kind of refusal.
@@ -30,12 +31,7 @@ class Reason:
     @property
     def token(self) -> str:
         """One word of [A-Za-z0-9_.:+-]: ``cores``, ``reservation:12``, ``filter:X``."""
-        if self.code in (RESERVATION, FIFO) and self.behind is not None:
-            # The node agent and Slurm name jobs ``name#id``: the id is what people use.
-            return f"{self.code}:{_safe(self.behind.rpartition('#')[2])}"
-        if self.code == FILTER and self.detail:
-            return f"{FILTER}:{_safe(self.detail)}"
-        return self.code
+        return _token(self)
 
     def __str__(self) -> str:
         if self.code == GPUS:
@@ -57,6 +53,17 @@ class Reason:
         if self.code == NEW:
             return "queued since the last cycle"
         return self.code
+
+
+# A queue of thousands waits for a few dozen distinct reasons: each word made once.
+@functools.lru_cache(maxsize=4096)
+def _token(r: Reason) -> str:
+    if r.code in (RESERVATION, FIFO) and r.behind is not None:
+        # The node agent and Slurm name jobs ``name#id``: the id is what people use.
+        return f"{r.code}:{_safe(r.behind.rpartition('#')[2])}"
+    if r.code == FILTER and r.detail:
+        return f"{FILTER}:{_safe(r.detail)}"
+    return r.code
 
 
 def _safe(text: str) -> str:

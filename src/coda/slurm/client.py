@@ -20,13 +20,16 @@ Taking a running job back: ``scontrol requeuehold`` (batch jobs with Requeue=1 o
 kills it and puts it back PENDING with priority 0; once released, ``scontrol update
 StartTime=now`` lifts the ~120 s BeginTime Slurm puts on a requeued job.
 
-Jobs are read from ``squeue --json`` only: its fields are structured, so a job name
-or command line cannot pass itself off as another field.
+``jobs()`` reads ``squeue --json``: its fields are structured, so a job name or command
+line cannot pass itself off as another field. The controller's cycle reads a narrow
+``squeue -O`` listing instead (``coda.slurm.listing``: same jobs, a fraction of the
+cost, names asked for apart).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable, Sequence
@@ -43,11 +46,29 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or printed something CODA cannot read."""
 
 
+def slurm_env() -> dict[str, str]:
+    """The environment Slurm's commands run in: times in UTC and Slurm's standard
+    format, and none of the ``SQUEUE_*`` variables (they would filter or reshape
+    what squeue lists)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SQUEUE_") and k != "SLURM_TIME_FORMAT"
+    }
+    env["TZ"] = "UTC"
+    return env
+
+
 def run_command(argv: Sequence[str], timeout_s: float = 30.0) -> str:
     """Run one Slurm command (no shell); its stdout, or SlurmError with its stderr."""
     try:
         p = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=slurm_env(),
         )
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: not found (is Slurm's client installed?)") from None
@@ -389,6 +410,7 @@ class SlurmClient:
 
     def __init__(self, runner: Runner = run_command) -> None:
         self.run = runner
+        self._node_lines: dict[str, SlurmNode] = {}  # the last read: each line's node
 
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld remembers (squeue --json ignores filters in 22.05)."""
@@ -403,14 +425,20 @@ class SlurmClient:
         # -d: slurmctld reports GresUsed (GPUs taken) only on a detailed request.
         text = self.run(["scontrol", "show", "-o", "-d", "node"])
         out = []
+        last, now = self._node_lines, {}
         for line in text.splitlines():
             if line.strip():
-                try:
-                    out.append(_node_from_fields(parse_scontrol_line(line)))
-                except (KeyError, ValueError) as e:
-                    raise SlurmError(
-                        f"scontrol show node: cannot read {line[:80]!r} ({e})"
-                    ) from None
+                node = last.get(line)  # a node whose line did not change: read before
+                if node is None:
+                    try:
+                        node = _node_from_fields(parse_scontrol_line(line))
+                    except (KeyError, ValueError) as e:
+                        raise SlurmError(
+                            f"scontrol show node: cannot read {line[:80]!r} ({e})"
+                        ) from None
+                now[line] = node
+                out.append(node)
+        self._node_lines = now
         return out
 
     def update(self, job_id: int, **fields: object) -> None:

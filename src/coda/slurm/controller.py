@@ -1,7 +1,8 @@
 """CODA as Slurm's decision maker: places held jobs, then lets Slurm run them.
 
-Every cycle the controller reads Slurm's state (``squeue --json``, ``scontrol show
-node``), brings its policy view up to date (``SlurmView``: only what changed) and
+Every cycle the controller reads Slurm's state (the narrow ``squeue -O`` listing of
+``coda.slurm.listing``, ``scontrol show node``), brings its policy view up to date
+(``SlurmView``: only the jobs whose line changed, ``coda.slurm.index``) and
 runs the scheduling cycle the simulator and the node agent run (``coda.cycle``):
 arrays, queue order, core count, backfill from Slurm's time limits, filters,
 scores, and reclaim. Each placement is written to the pending job with ``scontrol
@@ -51,6 +52,8 @@ from coda.slurm.client import (
     mark_fields,
     model_key,
 )
+from coda.slurm.index import ENDED, JobIndex
+from coda.slurm.listing import JobListing
 from coda.slurm.view import SlurmView
 
 STATE_FILE = "controller.json"
@@ -64,8 +67,6 @@ Placement = Start
 WAIT_MARKS_PER_CYCLE = 20
 
 
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-         "PREEMPTED", "BOOT_FAIL", "DEADLINE")  # fmt: skip
 _DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
 
 
@@ -138,10 +139,26 @@ class SlurmLimits:
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
+    _seen: dict[int, SlurmJob] = field(default_factory=dict)  # the jobs last observed
 
     def observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> None:
-        self.job_partitions = {j.job_id: set(j.partitions) for j in jobs if j.partitions}
-        self.job_excluded = {j.job_id: set(j.excluded_nodes) for j in jobs if j.excluded_nodes}
+        """``jobs``: those the cycle may place (a job read before is not read again)."""
+        seen, parts, excl = self._seen, self.job_partitions, self.job_excluded
+        now: dict[int, SlurmJob] = {}
+        for j in jobs:
+            now[j.job_id] = j
+            if seen.get(j.job_id) is j:
+                continue
+            parts.pop(j.job_id, None)
+            excl.pop(j.job_id, None)
+            if j.partitions:
+                parts[j.job_id] = set(j.partitions)
+            if j.excluded_nodes:
+                excl[j.job_id] = set(j.excluded_nodes)
+        for jid in [k for k in seen if k not in now]:
+            parts.pop(jid, None)
+            excl.pop(jid, None)
+        self._seen = now
         self.node_partitions = {n.name: set(n.partitions) for n in nodes}
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
@@ -190,6 +207,14 @@ class Controller:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = client
+        # Each cycle reads the narrow listing: unchanged jobs come back as the same
+        # objects, so the passes below cost what changed.
+        self.listing = JobListing(client.run)
+        self.index = JobIndex()
+        # What changed at this cycle's read (None: ``decide`` called alone, as in tests
+        # and the benchmark's first cycle: every job is looked at).
+        self._delta: tuple[list[SlurmJob], list[int]] | None = None
+        self._mirror_current = False  # the mirror has seen the index's last read
         self.state_dir = Path(state_dir)
         self.limits = SlurmLimits()
         # What Slurm knows and can do: time limits to backfill with, requeue (it cannot
@@ -275,20 +300,26 @@ class Controller:
                 self.stats.times.observe(time.perf_counter() - t0)
 
     def _cycle(self) -> list[Placement]:
-        jobs = self.slurm.jobs()
-        self._count_marks(jobs)
+        jobs = self.listing.jobs()
+        changed = self.index.update(jobs)
+        # The mirror takes only what changed, if it saw the read before this one.
+        self._delta = (changed, self.index.gone) if self._mirror_current else None
+        self._mirror_current = False  # until this read reaches it (a cycle may fail first)
+        self.stats.jobs_by_mark = {s: self.index.marks.get(s, 0) for s in MARK_STATES}
         snodes = self.slurm.nodes()
-        if self._learn(jobs):
+        if self._learn(changed):
             self._save()
         usable = {n.name for n in snodes if n.usable}
-        self._finish_interrupted(jobs)
-        self._rehold_stranded(jobs, usable)
-        deps = Dependencies(jobs)
-        ready = {j.job_id: deps.met(j.dependency) for j in jobs if j.held_for_coda}
-        self._pass_through(jobs, ready)
-        self.limits.observe(jobs, snodes)
-        queued = [j for j in jobs if j.held_for_coda and not j.is_array_or_het and ready[j.job_id]]
-        by_id = {j.job_id: j for j in jobs}
+        self._finish_interrupted(list(self.index.placing.values()))
+        self._rehold_stranded(list(self.index.placed_pending.values()), usable)
+        held = [j for j in jobs if j.job_id in self.index.held]  # Slurm's order (by id)
+        # Dependencies are judged against every job: indexed only when some held job has one.
+        deps = Dependencies(jobs) if any(j.dependency for j in held) else None
+        ready = {j.job_id: deps.met(j.dependency) if deps else True for j in held}
+        self._pass_through(held, ready)
+        queued = [j for j in held if not j.is_array_or_het and ready[j.job_id]]
+        self.limits.observe(queued, snodes)
+        by_id = self.index.by_id
         self.decide(snodes, jobs, queued, self.wall())
         self._requeue(by_id)
         marked: list[tuple[SlurmJob, Placement]] = []
@@ -311,8 +342,10 @@ class Controller:
         cycle run over it (no Slurm command). Its starts and requeues are in
         ``_starts`` and ``_requeues`` (what ``bench_slurm_controller`` times)."""
         self._starts, self._requeues = [], []
-        if self.mirror.sync(snodes, jobs, queued, now):
+        delta, self._delta = self._delta, None
+        if self.mirror.sync(snodes, jobs, queued, now, delta):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
+        self._mirror_current = True
         self._decisions = self.sched.cycle(now, self) if self.sched.pending() else []
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
@@ -403,12 +436,6 @@ class Controller:
             except SlurmError as e:
                 self.stats.refusals["wait_mark"] += 1
                 self.log(f"job {sj.job_id}: wait mark not written: {e}")
-
-    def _count_marks(self, jobs: Sequence[SlurmJob]) -> None:
-        marks = Counter(
-            (j.mark or {}).get("state", "") for j in jobs if j.mark and j.state not in ENDED
-        )
-        self.stats.jobs_by_mark = {s: marks.get(s, 0) for s in MARK_STATES}
 
     def _learn(self, jobs: Sequence[SlurmJob]) -> bool:
         alloc = self.allocator
@@ -533,7 +560,7 @@ class Controller:
         and placed again next cycle."""
         if not marked:
             return []
-        now = {j.job_id: j for j in self.slurm.jobs()}
+        now = self.listing.some([sj.job_id for sj, _ in marked])
         done: list[Placement] = []
         for sj, p in marked:
             names = [n.name for n in p.nodes]

@@ -11,7 +11,7 @@ nodes x jobs, and the same ``coda.cycle.Scheduler`` as in the simulator decides.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from coda.cycle import Reason, Scheduler
@@ -56,6 +56,7 @@ class _Usage:
     names: list[str]
     held_g: int
     held_c: int
+    sj: SlurmJob  # the record it was read from
 
 
 class SlurmView:
@@ -64,6 +65,8 @@ class SlurmView:
         self.nodes: dict[str, Node] = {}
         self.jobs: dict[int, Job] = {}
         self._shapes: dict[int, tuple[object, ...]] = {}
+        self._read: dict[int, SlurmJob] = {}  # the record each Job was last checked against
+        self._reread: set[int] = set()  # forgotten: looked at at the next sync, changed or not
         self._next_idx = 0
         self.queued: dict[int, Job] = {}  # held jobs in the scheduler's queue
         # Running and placed jobs as last seen, and what they hold on each node.
@@ -76,8 +79,11 @@ class SlurmView:
 
     def job(self, sj: SlurmJob) -> Job:
         """The one Job object of a Slurm job (made again only if its request changed)."""
-        shape = _shape(sj)
         job = self.jobs.get(sj.job_id)
+        if job is not None and self._read.get(sj.job_id) is sj:
+            return job  # the same record as last time (JobListing): nothing changed
+        shape = _shape(sj)
+        self._read[sj.job_id] = sj
         if job is None or self._shapes[sj.job_id] != shape:
             if job is not None:
                 self.sched.withdraw(job)
@@ -92,18 +98,36 @@ class SlurmView:
         sjobs: Sequence[SlurmJob],
         ready: Sequence[SlurmJob],
         now: float,
+        delta: tuple[Sequence[SlurmJob], Sequence[int]] | None = None,
     ) -> bool:
         """Bring the scheduler in line with Slurm. ``ready``: held jobs CODA places
-        now. Returns whether the set of usable nodes changed."""
+        now. ``delta``: the jobs new or changed since the last sync and the ids gone
+        (``JobIndex``), so only those are looked at; None: look at every job.
+        Returns whether the set of usable nodes changed."""
         changed = self._sync_nodes(snodes)
         if changed:
             self.never.clear()  # a job that could never run may fit now: ask again
-        self._sync_usage(sjobs, now)
+        if changed:
+            delta = None  # a node came or went: jobs skipped for want of it count now
+        if delta is not None:
+            by_id = {j.job_id: j for j in delta[0]}
+            # Forgotten ones too (``forget``): their last reading was stale.
+            more = [j for j in sjobs if j.job_id in self._reread and j.job_id not in by_id]
+            self._sync_usage([*delta[0], *more], now, gone=delta[1])
+        else:
+            self._sync_usage(sjobs, now)
+        self._reread.clear()
         self._sync_queue(ready)
-        live = {j.job_id for j in sjobs}
-        for jid in [j for j in self.jobs if j not in live]:  # Slurm forgot it
+        gone: Iterable[int]
+        if delta is not None:
+            gone = [jid for jid in delta[1] if jid in self.jobs]
+        else:
+            live = {j.job_id for j in sjobs}
+            gone = [j for j in self.jobs if j not in live]
+        for jid in gone:  # Slurm forgot it
             self.sched.withdraw(self.jobs.pop(jid))
             self._shapes.pop(jid, None)
+            self._read.pop(jid, None)
             self.queued.pop(jid, None)
             self.never.pop(jid, None)
         return changed
@@ -138,6 +162,7 @@ class SlurmView:
 
     def forget(self, jid: int) -> None:
         """Look at a job's record again at the next sync (its last reading is stale)."""
+        self._reread.add(jid)
         if jid in self._usage:
             self._drop_usage(jid, self.touched)
 
@@ -148,23 +173,31 @@ class SlurmView:
         for jid in [k for k, u in self._usage.items() if name in u.names]:
             self._drop_usage(jid, self.touched)
 
-    def _sync_usage(self, sjobs: Sequence[SlurmJob], now: float) -> None:
+    def _sync_usage(
+        self, sjobs: Sequence[SlurmJob], now: float, gone: Sequence[int] | None = None
+    ) -> None:
         """Free capacity and jobs of each node: Slurm's allocations, minus what CODA
         placed that Slurm has not started yet. A job whose record did not change since
         the last cycle is not looked at again; only nodes whose jobs changed (or that a
-        cycle booked onto) get their job lists rebuilt."""
+        cycle booked onto) get their job lists rebuilt. ``gone``: ``sjobs`` are only the
+        jobs that changed, and these ids are the jobs Slurm no longer lists."""
         changed = self.touched
         self.touched = set()
         seen: set[int] = set()
+        usage, jobs_now = self._usage, self.jobs
         for j in sjobs:
+            prev = usage.get(j.job_id)
+            if prev is not None and prev.sj is j and jobs_now.get(j.job_id) is prev.job:
+                seen.add(j.job_id)  # the very record of last time (JobListing)
+                continue
             running = j.state in RUNNING
             placed = j.state == "PENDING" and j.placed_by_coda
             if not (running or placed):
                 continue
             fp = (j.state, j.nodes if running else j.required_nodes, j.cpus, j.priority,
                   j.reason, j.admin_comment, j.start_time, j.gpus_per_node)  # fmt: skip
-            prev = self._usage.get(j.job_id)
             if prev is not None and prev.fp == fp and self.jobs.get(j.job_id) is prev.job:
+                prev.sj = j
                 seen.add(j.job_id)
                 continue
             if prev is not None:
@@ -191,14 +224,19 @@ class SlurmView:
             job.start = float(j.start_time) if running and j.start_time else now
             job.cores_pn = max(1, j.cpus // len(names))
             job.placement = [self.nodes[x] for x in names]
-            use = _Usage(fp, job, names, held_g, held_c)
+            use = _Usage(fp, job, names, held_g, held_c, j)
             self._usage[j.job_id] = use
             for x in names:
                 self._held[x][0] += held_g
                 self._held[x][1] += held_c
                 self._on[x][job.idx] = job
                 changed.add(x)
-        for jid in [k for k in self._usage if k not in seen]:
+        if gone is None:
+            dropped = [k for k in self._usage if k not in seen]
+        else:  # changed jobs no longer running or placed, and those Slurm forgot
+            dropped = [j.job_id for j in sjobs if j.job_id not in seen and j.job_id in usage]
+            dropped += [k for k in gone if k in usage]
+        for jid in dropped:
             self._drop_usage(jid, changed)
         for name, node in self.nodes.items():
             sn = self._slurm_nodes[name]

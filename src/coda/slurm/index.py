@@ -1,0 +1,76 @@
+"""Slurm's jobs as the controller's cycle walks them, kept up to date from what changed.
+
+``JobListing`` gives back the same ``SlurmJob`` object for a job whose line did not
+change, so a job is looked at again only when it is new or different: the sets a
+cycle walks (held for CODA, mid-placement, placed and not started) and the count of
+marks follow from the changed jobs alone, and a cycle's passes cost what changed
+plus those (small) sets, not every job Slurm remembers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from coda.slurm.client import SlurmJob
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE")  # fmt: skip
+
+
+def _mark_state(j: SlurmJob) -> str | None:
+    """The mark state counted for a job (None: ended, or no mark of CODA's)."""
+    if not j.mark or j.state in ENDED:
+        return None
+    return j.mark.get("state", "")
+
+
+class JobIndex:
+    def __init__(self) -> None:
+        self.by_id: dict[int, SlurmJob] = {}
+        self.held: dict[int, SlurmJob] = {}  # held for CODA to place
+        self.placing: dict[int, SlurmJob] = {}  # marked ``placing``: not finished
+        self.placed_pending: dict[int, SlurmJob] = {}  # placed, released, not started
+        self.marks: Counter[str] = Counter()  # mark states of jobs not ended
+        self.gone: list[int] = []  # ids the last update no longer saw
+
+    def update(self, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
+        """Take this read of Slurm's jobs; returns those new or changed since the last
+        (``gone``: the ids of those Slurm no longer lists)."""
+        old = self.by_id
+        new = {j.job_id: j for j in jobs}
+        old_get = old.get
+        changed = [j for j in jobs if old_get(j.job_id) is not j]
+        self.gone = list(old.keys() - new.keys())
+        for jid in self.gone:
+            self._drop(old[jid])
+        for j in changed:
+            prev = old_get(j.job_id)
+            if prev is not None:
+                self._drop(prev)
+            self._add(j)
+        self.by_id = new
+        return changed
+
+    def _add(self, j: SlurmJob) -> None:
+        jid = j.job_id
+        if j.held_for_coda:
+            self.held[jid] = j
+        if j.mark is not None and j.mark.get("state") == "placing":
+            self.placing[jid] = j
+        if j.state == "PENDING" and j.placed_by_coda and j.priority != 0:
+            self.placed_pending[jid] = j
+        state = _mark_state(j)
+        if state is not None:
+            self.marks[state] += 1
+
+    def _drop(self, j: SlurmJob) -> None:
+        jid = j.job_id
+        for d in (self.held, self.placing, self.placed_pending):
+            if d.get(jid) is j:
+                del d[jid]
+        state = _mark_state(j)
+        if state is not None:
+            self.marks[state] -= 1
+            if self.marks[state] <= 0:
+                del self.marks[state]

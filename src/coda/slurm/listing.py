@@ -1,0 +1,296 @@
+"""The controller's read of Slurm's jobs each cycle: a narrow ``squeue -O`` listing.
+
+``squeue --json`` prints about a hundred fields of every job (and ignores filters in
+22.05); turning it into objects was most of a cycle on a big queue (about 1 s at
+19,000 jobs, see README "Slurm controller"). This listing asks for the fields CODA
+reads, one line per job, ``|`` between fields, and keeps each job's last line: a line
+that did not change gives back the very same ``SlurmJob`` object, so the cycle's later
+passes skip it by identity and the work grows with what changed.
+
+Free text a user writes is never in the listing: a job's name may hold ``|`` and
+newlines. The name and the excluded nodes (which ``-O`` cannot print in 22.05) come
+from a second query for the jobs whose line changed, ``squeue -j IDS -o %A|%x|%j``,
+the name last. A line starts a job's record only if it begins with an asked-for id
+not yet seen; a name that forges such a line makes that id appear twice, and each
+id seen twice is asked for again alone (``-j ID -o %x|%j``: the whole answer is that
+one job's). A forger can only cut short its own job's name. Array and
+heterogeneous jobs (passed to Slurm's own scheduler) are not asked for.
+
+One known difference from ``--json``: an array cancelled before any of its tasks
+ran is printed by ``-O`` as a plain job (no task id), so it reads as one. Such a job
+has ended; it only matters to a dependency on the array, which then reads the same
+state from that one record.
+
+The AdminComment comes last on a line: only administrators and CODA write it, and a
+``|`` in it stays in it. Times are read in UTC: ``run_command`` runs Slurm's
+commands with ``TZ=UTC`` and without ``SLURM_TIME_FORMAT`` or ``SQUEUE_*`` (which
+would filter or reformat the listing).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from collections.abc import Iterable, Sequence
+
+from coda.slurm.client import (
+    Runner,
+    SlurmError,
+    SlurmJob,
+    expand_hostlist,
+    gres_gpus,
+    parse_mark,
+)
+
+# squeue -O's names, in the order of a line; admin_comment last (it may hold '|').
+FIELDS = (
+    "JobID", "ArrayJobID", "ArrayTaskID", "HetJobID", "UserID", "State", "Reason",
+    "NumCPUs", "NumNodes", "NumTasks", "tres-per-node", "tres-per-job", "tres-per-task",
+    "NodeList", "ReqNodes", "Dependency", "PriorityLong", "SubmitTime", "StartTime",
+    "EndTime", "exit_code", "RestartCnt", "TimeLimit", "Requeue", "Partition",
+    "admin_comment",
+)  # fmt: skip
+FORMAT = ",".join(f"{f}:0|" for f in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
+LISTING = ("squeue", "--noheader", "--all", "--states=all", "--sort=i", f"--Format={FORMAT}")
+# Names and excluded nodes: asked for in batches (one argv word of ids each).
+NAMES_BATCH = 2000
+_START = re.compile(r"(\d+)\|")
+_NAME_START = re.compile(r"(\d+)\|([^|\n]*)\|")
+_EMPTY = ("", "(null)", "N/A")
+
+
+def listing_argv() -> list[str]:
+    return list(LISTING)
+
+
+def some_argv(ids: Sequence[int]) -> list[str]:
+    """The listing of some jobs only (their ids)."""
+    return [*LISTING[:4], f"--jobs={','.join(map(str, ids))}", *LISTING[4:]]
+
+
+def names_argv(ids: Sequence[int]) -> list[str]:
+    return ["squeue", "--noheader", "--all", "--states=all",
+            f"--jobs={','.join(map(str, ids))}", "--format=%A|%x|%j"]  # fmt: skip
+
+
+def name_argv(job_id: int) -> list[str]:
+    return ["squeue", "--noheader", "--all", "--states=all", f"--jobs={job_id}",
+            "--format=%x|%j"]  # fmt: skip
+
+
+def _text(v: str) -> str:
+    return "" if v in _EMPTY else v
+
+
+def _int(v: str, what: str, default: int = 0) -> int:
+    if v in _EMPTY:
+        return default
+    if not v.isascii() or not v.isdigit():
+        raise ValueError(f"{what} {v!r} is not a whole number")
+    return int(v)
+
+
+def _epoch(v: str, what: str) -> int:
+    """``2026-12-02T06:56:34`` (UTC) in epoch seconds; 0 for none (``NONE``: a
+    running job without a time limit has no end time; ``Unknown``)."""
+    if v in _EMPTY or v in ("Unknown", "None", "NONE", "INFINITE"):
+        return 0
+    try:
+        return calendar.timegm(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        raise ValueError(f"{what} {v!r} is not a time (YYYY-MM-DDTHH:MM:SS)") from None
+
+
+def time_limit_s(v: str) -> float | None:
+    """``[D-][HH:]MM:SS`` in seconds; None for no limit (UNLIMITED, 0)."""
+    if v in _EMPTY or v in ("UNLIMITED", "INFINITE", "NOT_SET"):
+        return None
+    days, dash, rest = v.rpartition("-")
+    parts = rest.split(":")
+    if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise ValueError(f"TimeLimit {v!r} is not [D-][HH:]MM:SS")
+    if dash and not (days.isascii() and days.isdigit()):
+        raise ValueError(f"TimeLimit {v!r} is not [D-][HH:]MM:SS")
+    h, m, s = ([0] + [int(p) for p in parts])[-3:]
+    total = (int(days or 0) * 24 + h) * 3600 + m * 60 + s
+    return float(total) if total else None
+
+
+def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> SlurmJob:
+    """One line of the listing (its name and excluded nodes from the second query)."""
+    f = line.split("|", len(FIELDS) - 1)
+    if len(f) != len(FIELDS):
+        raise ValueError(f"{len(f)} fields, not {len(FIELDS)}")
+    (jid, array_jid, array_tid, het_jid, uid, state, reason, cpus, n_nodes, tasks,
+     tpn, tpj, tpt, nodelist, reqnodes, dep, prio, submit, start, end, exit_code,
+     restarts, limit, requeue, partition, comment) = f  # fmt: skip
+    job_id = _int(jid, "JobID")
+    if job_id < 1:
+        raise ValueError("no JobID")
+    nodes_n = max(1, _int(n_nodes, "NumNodes", 1))
+    gpus_pn = gres_gpus(_text(tpn))
+    if not gpus_pn:
+        per_job = gres_gpus(_text(tpj))
+        per_task = gres_gpus(_text(tpt)) * max(1, _int(tasks, "NumTasks", 1))
+        gpus_pn = -(-(per_job or per_task) // nodes_n)
+    running = state != "PENDING"
+    if requeue not in ("0", "1"):
+        raise ValueError(f"Requeue {requeue!r} is not 0 or 1")
+    in_array = array_tid not in _EMPTY
+    comment = _text(comment)
+    return SlurmJob(
+        job_id=job_id,
+        name=name,
+        user_id=_int(uid, "UserID"),
+        state=state,
+        reason=_text(reason),
+        cpus=max(1, _int(cpus, "NumCPUs", 1)),
+        node_count=nodes_n,
+        gpus_per_node=gpus_pn,
+        nodes=expand_hostlist(_text(nodelist)) if running else [],
+        required_nodes=expand_hostlist(_text(reqnodes)),
+        dependency=_text(dep),
+        priority=_int(prio, "PriorityLong"),
+        mark=parse_mark(comment),
+        admin_comment=comment,
+        submit_time=_epoch(submit, "SubmitTime"),
+        start_time=float(_epoch(start, "StartTime")) or None if running else None,
+        end_time=_epoch(end, "EndTime"),
+        exit_code=int(exit_code) if exit_code.isascii() and exit_code.isdigit() else None,
+        restarts=_int(restarts, "RestartCnt"),
+        time_limit_s=time_limit_s(limit),
+        requeueable=requeue == "1",
+        array_job_id=_int(array_jid, "ArrayJobID") if in_array else 0,
+        array_task_id=int(array_tid) if array_tid.isascii() and array_tid.isdigit() else None,
+        het_job_id=_int(het_jid, "HetJobID"),
+        partitions=[x for x in _text(partition).split(",") if x],
+        excluded_nodes=list(excluded),
+    )
+
+
+def split_records(text: str) -> list[str]:
+    """The listing's lines, one per job: a line that does not start with an id and
+    ``|`` continues the AdminComment above it (an administrator's newline)."""
+    out: list[str] = []
+    for line in text.removesuffix("\n").split("\n") if text.strip() else []:
+        if _START.match(line) is not None or not out:
+            out.append(line)
+        else:
+            out[-1] += "\n" + line
+    return out
+
+
+def parse_names(text: str, asked: Iterable[int]) -> tuple[dict[int, tuple[str, str]], set[int]]:
+    """``%A|%x|%j`` lines for the ids asked: {id: (excluded nodes, name)}, and the ids
+    seen more than once (a name forging a line: ask for those alone)."""
+    want = set(asked)
+    got: dict[int, tuple[str, str]] = {}
+    twice: set[int] = set()
+    last: int | None = None
+    for line in text.removesuffix("\n").split("\n") if text else []:
+        m = _NAME_START.match(line)
+        jid = int(m.group(1)) if m is not None else None
+        if m is not None and jid in want and jid not in got:
+            got[jid] = (m.group(2), line[m.end() :])
+            last = jid
+        elif m is not None and jid in got:
+            twice.add(jid)
+            last = None  # what follows belongs to no record we can trust
+        elif last is not None:
+            exc, name = got[last]
+            got[last] = (exc, name + "\n" + line)
+    return got, twice
+
+
+class JobListing:
+    """Slurm's jobs, read with the narrow listing; the same object for a job whose
+    line did not change since the last read (objects are shared: read-only)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.run = runner
+        self._by_line: dict[str, SlurmJob] = {}  # the last read: each line's job
+        self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
+        self.parsed = 0  # lines parsed anew, over this listing's life
+
+    def jobs(self) -> list[SlurmJob]:
+        text = self.run(listing_argv())
+        lines = text.removesuffix("\n").split("\n") if text.strip() else []
+        if not all(line[:1].isdigit() for line in lines):
+            lines = split_records(text)  # an AdminComment with a newline in it
+        by_line = self._by_line
+        out: list[SlurmJob | None] = [by_line.get(line) for line in lines]
+        fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
+                 if sj is None]  # fmt: skip
+        if fresh:
+            self._learn_names([line for _, line in fresh])
+        for i, line in fresh:
+            jid = line.partition("|")[0]
+            excluded, name = self._names.get(int(jid) if jid.isdigit() else 0, ([], ""))
+            try:
+                out[i] = parse_line(line, name, excluded)
+            except (ValueError, SlurmError) as e:
+                raise SlurmError(f"squeue: cannot read the line of job {jid or '?'} "
+                                 f"({e}): {line[:120]!r}") from None  # fmt: skip
+        jobs: list[SlurmJob] = out  # type: ignore[assignment]  # every None filled in
+        self.parsed += len(fresh)
+        self._by_line = dict(zip(lines, jobs, strict=True))
+        if fresh:
+            live = {sj.job_id for sj in jobs}
+            for gone in [k for k in self._names if k not in live]:
+                del self._names[gone]
+        return jobs
+
+    def some(self, ids: Sequence[int]) -> dict[int, SlurmJob]:
+        """Some jobs read again now (a read-back after writing to them), by id: their
+        names as last learned; the listing's memory is left as it was."""
+        if not ids:
+            return {}
+        text = self._ask(some_argv(ids))
+        lines = text.removesuffix("\n").split("\n") if text.strip() else []
+        if not all(line[:1].isdigit() for line in lines):
+            lines = split_records(text)
+        want = set(ids)
+        out: dict[int, SlurmJob] = {}
+        for line in lines:
+            jid = line.partition("|")[0]
+            if not jid.isdigit() or int(jid) not in want:
+                continue  # an array's tasks, listed under its id
+            excluded, name = self._names.get(int(jid), ([], ""))
+            try:
+                out[int(jid)] = parse_line(line, name, excluded)
+            except (ValueError, SlurmError) as e:
+                raise SlurmError(f"squeue: cannot read the line of job {jid} ({e}): "
+                                 f"{line[:120]!r}") from None  # fmt: skip
+        return out
+
+    def _learn_names(self, fresh: Sequence[str]) -> None:
+        """Names and excluded nodes of the jobs whose line changed (array and
+        heterogeneous jobs left out: Slurm's own scheduler runs them)."""
+        ids: list[int] = []
+        for line in fresh:
+            f = line.split("|", 4)
+            if len(f) < 5 or not f[0].isascii() or not f[0].isdigit():
+                continue
+            if f[2] not in _EMPTY or f[3] not in _EMPTY:  # array task or het job
+                continue
+            ids.append(int(f[0]))
+        for k in range(0, len(ids), NAMES_BATCH):
+            batch = ids[k : k + NAMES_BATCH]
+            got, twice = parse_names(self._ask(names_argv(batch)), batch)
+            for jid in twice:
+                exc, sep, name = self._ask(name_argv(jid)).removesuffix("\n").partition("|")
+                got[jid] = (exc, name) if sep else ("", "")
+            for jid in batch:
+                exc, name = got.get(jid, ("", ""))
+                self._names[jid] = (expand_hostlist(_text(exc)), name)
+
+    def _ask(self, argv: list[str]) -> str:
+        """squeue for some jobs; "" when the one job asked for is gone (squeue fails
+        for a single unknown id, and prints nothing for several)."""
+        try:
+            return self.run(argv)
+        except SlurmError as e:
+            if "Invalid job id" in str(e):
+                return ""
+            raise

@@ -1,0 +1,247 @@
+"""The controller's narrow squeue listing (coda.slurm.listing) and the index of what
+changed (coda.slurm.index): parsed from output recorded on Slurm 22.05.8, hostile
+names, and the cycle's mirror kept by changes alone equal to one rebuilt from
+every job. The same reader against real Slurm: tests/test_slurm_e2e.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coda.cycle import Scheduler
+from coda.slurm.client import SlurmError, SlurmJob, SlurmNode
+from coda.slurm.index import JobIndex
+from coda.slurm.listing import (
+    LISTING,
+    JobListing,
+    names_argv,
+    parse_line,
+    parse_names,
+    time_limit_s,
+)
+from coda.slurm.view import SlurmView
+
+# Recorded from Slurm 22.05.8 (deploy/slurm-test-cluster, TZ=UTC): the listing, then the
+# names query for some of its jobs. Job 9's name forges a line of job 2:
+# ``sbatch -J $'x\n2||fake'``; job 10's is ``a|b`` with ``--exclude=n3``; job 1's is
+# ``evil\nname|x``; 3, 6, 7 are an array's tasks, 8 a pending array.
+LISTED = (
+    "1|1|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|main|(null)\n"
+    "2|2|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|main|coda:held\n"
+    "6|3|1|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
+    "7|3|2|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
+    "3|3|3|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n2||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
+    "4|4|N/A|N/A|0|PENDING|BadConstraints|2|1|1|gres:gpu:2|N/A|N/A|||(null)|0|2026-12-02T06:56:34|N/A|N/A|0|0|2:00|1|main|coda:held\n"
+    "5|5|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||afterok:2(unfulfilled)|0|2026-12-02T06:56:34|N/A|N/A|0|0|UNLIMITED|1|main|coda:held\n"
+    "8|8|1-2|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:58:50|N/A|N/A|0|0|5:00|1|main|coda:held\n"
+    "9|9|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1:30:00|1|main|coda:held\n"
+    "10|10|N/A|N/A|0|PENDING|JobHeldUser|2|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1-02:00:00|1|main|coda:held\n"
+    "12|12|N/A|N/A|65534|CANCELLED|None|2|1|1|N/A|N/A|N/A|n1||(null)|4294901758|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|15|0|1:30:00|1|main|coda:held\n"
+    "13|13|N/A|N/A|65534|CANCELLED|JobHeldUser|1|1|4294967294|gres:gpu:1|N/A|N/A|||(null)|0|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|0|0|1-02:00:00|1|main|coda:held\n"
+)  # fmt: skip
+NAMES = "10|n3|a|b\n9||x\n2||fake\n5||j.sh\n4||j.sh\n2||aaaa\n1||evil\nname|x\n12||p\n13||q\n"
+
+
+class Recorded:
+    """A runner answering the listing and names queries from recorded text."""
+
+    def __init__(self, listed: str = LISTED, names: str = NAMES) -> None:
+        self.listed, self.names = listed, names
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv == list(LISTING):
+            return self.listed
+        if argv[-1] == "--format=%A|%x|%j":
+            return self.names
+        if argv[-1] == "--format=%x|%j":  # one job alone
+            return {"--jobs=2": "|aaaa\n", "--jobs=9": "|x\n2||fake\n"}.get(argv[4], "")
+        raise AssertionError(argv)
+
+
+def test_recorded_listing_reads_every_field() -> None:
+    runner = Recorded()
+    jobs = {j.job_id: j for j in JobListing(runner).jobs()}
+    assert sorted(jobs) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13]
+    held = jobs[4]
+    assert (held.state, held.reason, held.cpus, held.gpus_per_node, held.priority) == (
+        "PENDING", "BadConstraints", 2, 1 * 2, 0)  # fmt: skip
+    assert held.held_for_coda and held.mark == {"state": "held"}
+    assert held.time_limit_s == 120.0 and held.requeueable and held.partitions == ["main"]
+    assert held.submit_time == 1796194594 and held.start_time is None
+    assert jobs[5].dependency == "afterok:2(unfulfilled)" and jobs[5].time_limit_s is None
+    assert jobs[9].time_limit_s == 5400.0 and jobs[10].time_limit_s == 26 * 3600.0
+    task = jobs[6]
+    assert (task.array_job_id, task.array_task_id, task.is_array_or_het) == (3, 1, True)
+    assert task.nodes == ["n1"] and task.start_time == 1796194607.0 and task.exit_code == 15
+    assert jobs[8].array_job_id == 8 and jobs[8].array_task_id is None
+    assert jobs[1].mark is None and jobs[1].admin_comment == ""
+    assert jobs[12].user_id == 65534 and jobs[12].end_time == 1796194996
+    # Names: asked for once, for the jobs that are not an array's.
+    names = [c for c in runner.calls if c[-1] == "--format=%A|%x|%j"]
+    assert len(names) == 1 and names[0][4] == "--jobs=1,2,4,5,9,10,12,13"
+    assert jobs[10].name == "a|b" and jobs[10].excluded_nodes == ["n3"]
+    assert jobs[1].name == "evil\nname|x" and jobs[4].name == "j.sh"
+    # Job 9's name forged a line of job 2: job 2 is asked for alone and keeps its
+    # name; job 9's own name is cut short at the forgery.
+    assert jobs[2].name == "aaaa" and jobs[9].name == "x"
+    alone = [c[4:] for c in runner.calls if c[-1] == "--format=%x|%j"]
+    assert alone == [["--jobs=2", "--format=%x|%j"]]
+    assert jobs[6].name == "" and jobs[8].name == ""
+
+
+def test_an_unchanged_line_gives_back_the_same_job_and_asks_nothing_more() -> None:
+    runner = Recorded()
+    listing = JobListing(runner)
+    first = listing.jobs()
+    n = len(runner.calls)
+    second = listing.jobs()
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    assert len(runner.calls) == n + 1  # the listing only: no names query
+    runner.listed = LISTED.replace(
+        "|2:00|1|main|coda:held\n", "|2:00|1|main|coda:held,wait=cores\n"
+    )
+    third = listing.jobs()
+    assert [j.job_id for a, j in zip(first, third, strict=True) if a is not j] == [4]
+    assert runner.calls[-1][4] == "--jobs=4" and third[5].mark == {"state": "held", "wait": "cores"}
+
+
+def test_an_admin_comment_with_a_newline_or_a_pipe_stays_in_its_job() -> None:
+    line = LISTED.splitlines()[1].replace("|coda:held", "|note: a|b\nsecond line")
+    runner = Recorded(listed=line + "\n", names="2||n\n")
+    [job] = JobListing(runner).jobs()
+    assert job.admin_comment == "note: a|b\nsecond line" and job.mark is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "x|2|N/A",  # not a job id
+        LISTED.splitlines()[1].replace("|1|main|", "|yes|main|"),  # Requeue
+        LISTED.splitlines()[1].replace("|5:00|", "|5 min|"),  # TimeLimit
+        LISTED.splitlines()[1].replace("2026-12-02T06:54:55", "yesterday"),  # SubmitTime
+        LISTED.splitlines()[1].replace("|JobHeldUser|1|", "|JobHeldUser|٣|"),  # NumCPUs
+        "2|2|N/A",  # too few fields
+    ],
+)
+def test_a_line_it_cannot_read_is_one_error_naming_the_job(bad: str) -> None:
+    with pytest.raises(SlurmError, match=r"squeue: cannot read the line of job"):
+        JobListing(Recorded(listed=bad + "\n", names="")).jobs()
+
+
+def test_time_limits() -> None:
+    assert time_limit_s("5:00") == 300.0 and time_limit_s("1:30:00") == 5400.0
+    assert time_limit_s("2-00:00:00") == 172800.0 and time_limit_s("UNLIMITED") is None
+    assert time_limit_s("0:00") is None
+    for bad in ("5", "1:2:3:4", "a-1:00", "-1:00:00", "1:xx"):
+        with pytest.raises(ValueError):
+            time_limit_s(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.text(st.sampled_from("ab|\n12x"), max_size=12), min_size=1, max_size=6))
+def test_names_never_read_one_job_as_another(names: list[str]) -> None:
+    """Whatever the names (pipes, newlines, forged lines), a job's name as read is its
+    own name or a prefix of it, except where an id shows up twice (asked for again)."""
+    ids = list(range(1, len(names) + 1))
+    text = "".join(f"{i}||{n}\n" for i, n in zip(ids, names, strict=True))
+    got, twice = parse_names(text, ids)
+    for i, n in zip(ids, names, strict=True):
+        if i in got and i not in twice:
+            assert n.startswith(got[i][1]) or got[i][1] == n, (i, n, got[i])
+
+
+def test_names_are_asked_for_in_batches() -> None:
+    assert names_argv([1, 2, 3])[4] == "--jobs=1,2,3"
+    many = "".join(
+        LISTED.splitlines()[1].replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in range(1, 4502)
+    )
+    runner = Recorded(listed=many, names="")
+    jobs = JobListing(runner).jobs()
+    assert len(jobs) == 4501
+    assert len([c for c in runner.calls if c[-1] == "--format=%A|%x|%j"]) == 3
+
+
+def test_the_index_follows_what_changed() -> None:
+    listing = JobListing(Recorded())
+    index = JobIndex()
+    jobs = listing.jobs()
+    changed = index.update(jobs)
+    assert changed == jobs and index.gone == []
+    assert sorted(index.held) == [2, 4, 5, 8, 9, 10]
+    assert index.marks == {"held": 6}
+    assert index.update(listing.jobs()) == [] and index.gone == []
+    runner = Recorded(listed="".join(x + "\n" for x in LISTED.splitlines()[1:]))
+    index2 = JobIndex()
+    index2.update(JobListing(Recorded()).jobs())
+    index2.update(JobListing(runner).jobs())
+    assert index2.gone == [1] and 1 not in index2.by_id
+
+
+# ---------------------------------------------------------------- the mirror, by changes
+def _bench() -> object:
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_slurm_controller.py"
+    spec = importlib.util.spec_from_file_location("bench_slurm_controller", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_slurm_controller"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _state(view: SlurmView) -> list[tuple[object, ...]]:
+    return [
+        (n.name, n.free_gpus, n.free_cores, n.cpu_job_cores, sorted(j.idx for j in n.jobs))
+        for n in sorted(view.nodes.values(), key=lambda n: n.name)
+    ]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_mirror_kept_by_changes_equals_one_built_from_every_job(seed: int) -> None:
+    """Each cycle's mirror, brought up to date from the jobs that changed, holds what a
+    mirror built afresh from every job would (free GPUs and cores, jobs per node), over
+    cycles where jobs end, arrive, start and are requeued."""
+    bench = _bench()
+    checked: list[int] = []
+    with tempfile.TemporaryDirectory() as d:
+        b = bench.Bench(12, 60, seed, d)  # type: ignore[attr-defined]
+        ctl = b.ctl
+        sync = ctl.mirror.sync
+
+        def checking(
+            snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob], queued: Sequence[SlurmJob],
+            now: float, delta: object = None,
+        ) -> bool:  # fmt: skip
+            out = sync(snodes, jobs, queued, now, delta)  # type: ignore[arg-type]
+            fresh = SlurmView(Scheduler(ctl.policy))
+            fresh.sync(snodes, jobs, queued, now)
+            assert _state(ctl.mirror) == _state(fresh)
+            assert sorted(ctl.mirror.queued) == sorted(fresh.queued)
+            checked.append(delta is not None)
+            return out
+
+        ctl.mirror.sync = checking  # type: ignore[method-assign]
+        b.cycle(None)
+        for k in (0, 3, 5, 5, 2, 8, 1, 0):
+            b.cycle(k)
+        assert ctl.stats.placed > 0
+    assert checked[0] is False and sum(checked) >= 6  # the first full, then by changes
+
+
+def test_a_running_job_without_a_time_limit_has_no_end_time() -> None:
+    # Recorded (22.05.8): `sbatch -t 0`, running; squeue -O prints its EndTime as NONE.
+    line = ("18|18|N/A|N/A|65534|RUNNING|None|2|1|1|gres:gpu:1|N/A|N/A|n1|n1|(null)|"
+            "4294901755|2026-12-02T07:13:20|2026-12-02T07:13:21|NONE|0|0|UNLIMITED|1|main|"
+            "coda:placed,req=2,grant=2,nodes=n1")  # fmt: skip
+    job = parse_line(line, "tiny")
+    assert (job.state, job.end_time, job.time_limit_s, job.nodes) == ("RUNNING", 0, None, ["n1"])
+    assert job.start_time == 1796195601.0 and job.gpus_per_node == 1
