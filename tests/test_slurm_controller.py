@@ -725,7 +725,7 @@ def test_partitions_and_excluded_nodes_limit_placement() -> None:
         SlurmNode("g3", 16, 0, 2, 0, "IDLE", ["gpu"]),
     ]
     limits = SlurmLimits()
-    limits.observe([sjob(1, ["gpu"]), sjob(2, ["gpu"], ["g2"]), sjob(3, [])], snodes)
+    limits.observe([sjob(1, ["gpu"]), sjob(2, ["gpu"], ["g2"]), sjob(3, [])], [], snodes)
     policy = make_policy("coda")
     policy.filters.append(limits)
     nodes = [gpu_node(0, "g1", cores=6), gpu_node(1, "g2", cores=8), gpu_node(2, "g3")]

@@ -245,3 +245,46 @@ def test_a_running_job_without_a_time_limit_has_no_end_time() -> None:
     job = parse_line(line, "tiny")
     assert (job.state, job.end_time, job.time_limit_s, job.nodes) == ("RUNNING", 0, None, ["n1"])
     assert job.start_time == 1796195601.0 and job.gpus_per_node == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reads=st.lists(
+        st.dictionaries(
+            st.integers(1, 12), st.sampled_from(["held", "placed", "held,wait=x"]), max_size=12
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_what_a_listing_remembers_never_changes_what_it_reads(
+    reads: list[dict[int, str]],
+) -> None:
+    """Over any sequence of reads (jobs coming, changing, going, in any order), a
+    listing that remembers the last read returns the jobs a fresh one reads, and its
+    ``changed`` and ``gone`` say exactly what differs from the read before."""
+    template = LISTED.splitlines()[1]  # job 2, held
+    listing = JobListing(Recorded())
+    before: dict[int, SlurmJob] = {}
+    for read in reads:
+        text = "".join(
+            template.replace("2|2|", f"{jid}|{jid}|", 1).replace("coda:held", f"coda:{mark}") + "\n"
+            for jid, mark in read.items()
+        )
+
+        def slurm(argv: Sequence[str], text: str = text) -> str:
+            if list(argv) == list(LISTING):
+                return text
+            asked = argv[4].removeprefix("--jobs=").split(",")  # like squeue: those only
+            return "".join(f"{jid}||n{jid}\n" for jid in asked)
+
+        listing.run = slurm
+        got = listing.jobs()
+        fresh = JobListing(slurm).jobs()
+        assert got == fresh
+        now = {j.job_id: j for j in got}
+        assert {j.job_id for j in listing.changed} == {
+            jid for jid, j in now.items() if before.get(jid) is not j
+        }
+        assert sorted(listing.gone) == sorted(before.keys() - now.keys())
+        before = now

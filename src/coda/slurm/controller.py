@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coda.cycle import Decision, Reclaimed, Scheduler, Start
+from coda.cycle import Decision, Reason, Reclaimed, Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Preempt
@@ -139,26 +139,23 @@ class SlurmLimits:
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
-    _seen: dict[int, SlurmJob] = field(default_factory=dict)  # the jobs last observed
 
-    def observe(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> None:
-        """``jobs``: those the cycle may place (a job read before is not read again)."""
-        seen, parts, excl = self._seen, self.job_partitions, self.job_excluded
-        now: dict[int, SlurmJob] = {}
-        for j in jobs:
-            now[j.job_id] = j
-            if seen.get(j.job_id) is j:
-                continue
+    def observe(
+        self, changed: Sequence[SlurmJob], gone: Sequence[int], nodes: Sequence[SlurmNode]
+    ) -> None:
+        """The jobs new or changed since the last call, and the ids Slurm forgot (the
+        first call: every job)."""
+        parts, excl = self.job_partitions, self.job_excluded
+        for jid in gone:
+            parts.pop(jid, None)
+            excl.pop(jid, None)
+        for j in changed:
             parts.pop(j.job_id, None)
             excl.pop(j.job_id, None)
             if j.partitions:
                 parts[j.job_id] = set(j.partitions)
             if j.excluded_nodes:
                 excl[j.job_id] = set(j.excluded_nodes)
-        for jid in [k for k in seen if k not in now]:
-            parts.pop(jid, None)
-            excl.pop(jid, None)
-        self._seen = now
         self.node_partitions = {n.name: set(n.partitions) for n in nodes}
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
@@ -301,7 +298,7 @@ class Controller:
 
     def _cycle(self) -> list[Placement]:
         jobs = self.listing.jobs()
-        changed = self.index.update(jobs)
+        changed = self.index.update(jobs, self.listing.changed, self.listing.gone)
         # The mirror takes only what changed, if it saw the read before this one.
         self._delta = (changed, self.index.gone) if self._mirror_current else None
         self._mirror_current = False  # until this read reaches it (a cycle may fail first)
@@ -312,13 +309,22 @@ class Controller:
         usable = {n.name for n in snodes if n.usable}
         self._finish_interrupted(list(self.index.placing.values()))
         self._rehold_stranded(list(self.index.placed_pending.values()), usable)
-        held = [j for j in jobs if j.job_id in self.index.held]  # Slurm's order (by id)
-        # Dependencies are judged against every job: indexed only when some held job has one.
-        deps = Dependencies(jobs) if any(j.dependency for j in held) else None
-        ready = {j.job_id: deps.met(j.dependency) if deps else True for j in held}
-        self._pass_through(held, ready)
-        queued = [j for j in held if not j.is_array_or_het and ready[j.job_id]]
-        self.limits.observe(queued, snodes)
+        held_ids = self.index.held
+        held = [j for j in jobs if j.job_id in held_ids]  # Slurm's order (by id)
+        # Dependencies are judged against every job: indexed only when some held job has
+        # one. ``ready``: those jobs only (a job without one is ready).
+        with_deps = [j for j in held if j.dependency]
+        deps = Dependencies(jobs) if with_deps else None
+        ready = {j.job_id: deps.met(j.dependency) for j in with_deps} if deps else {}
+        is_ready = ready.get
+        self._pass_through(
+            [j for j in held if j.array_job_id or j.het_job_id or is_ready(j.job_id, True) is None],
+            ready,
+        )
+        queued = [
+            j for j in held if not (j.array_job_id or j.het_job_id) and is_ready(j.job_id, True)
+        ]
+        self.limits.observe(changed, self.index.gone, snodes)
         by_id = self.index.by_id
         self.decide(snodes, jobs, queued, self.wall())
         self._requeue(by_id)
@@ -415,20 +421,23 @@ class Controller:
 
     def _mark_waits(self, queued: Sequence[SlurmJob]) -> None:
         """Why each held job waits, into its mark (a few per cycle, queue order)."""
-        reasons: dict[int, str] = {}
+        reasons: dict[int, Reason] = {}
+        reason_of = self.sched.reason_of
         for jid, job in self.mirror.queued.items():  # O(1) each, no sort of the queue
-            why = self.sched.reason_of(job)
+            why = reason_of(job)
             if why is not None:
-                reasons[jid] = why.token
-        for jid, never in self.mirror.never.items():
-            reasons[jid] = never.token
-        self.stats.waits = Counter(r.split(":", 1)[0] for r in reasons.values())
+                reasons[jid] = why
+        reasons.update(self.mirror.never)
+        self.stats.waits = Counter(r.code for r in reasons.values())  # a token's first word
         budget = WAIT_MARKS_PER_CYCLE
         for sj in queued:
-            token = reasons.get(sj.job_id)
-            if token is None or budget <= 0 or (sj.mark or {}).get("wait") == token:
+            if budget <= 0:
+                break
+            why = reasons.get(sj.job_id)
+            if why is None or sj.mark is None or sj.mark.get("state") != "held":
                 continue
-            if (sj.mark or {}).get("state") != "held":
+            token = why.token
+            if sj.mark.get("wait") == token:
                 continue
             budget -= 1
             try:
@@ -517,7 +526,7 @@ class Controller:
                 continue
             if j.is_array_or_het:
                 why = "array" if j.array_job_id else "heterogeneous"
-            elif ready[j.job_id] is None:
+            elif ready.get(j.job_id, True) is None:
                 why = "dependency"
             else:
                 continue

@@ -34,23 +34,36 @@ class JobIndex:
         self.marks: Counter[str] = Counter()  # mark states of jobs not ended
         self.gone: list[int] = []  # ids the last update no longer saw
 
-    def update(self, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
+    def update(
+        self,
+        jobs: Sequence[SlurmJob],
+        changed: Sequence[SlurmJob] | None = None,
+        gone: Sequence[int] | None = None,
+    ) -> list[SlurmJob]:
         """Take this read of Slurm's jobs; returns those new or changed since the last
-        (``gone``: the ids of those Slurm no longer lists)."""
+        (``gone``: the ids of those Slurm no longer lists). ``changed`` and ``gone``
+        given (``JobListing`` knows them): only those are looked at."""
         old = self.by_id
-        new = {j.job_id: j for j in jobs}
         old_get = old.get
-        changed = [j for j in jobs if old_get(j.job_id) is not j]
-        self.gone = list(old.keys() - new.keys())
+        if changed is None or gone is None:
+            new = {j.job_id: j for j in jobs}
+            changed = [j for j in jobs if old_get(j.job_id) is not j]
+            gone = list(old.keys() - new.keys())
+        else:
+            new = old
+        self.gone = list(gone)
         for jid in self.gone:
-            self._drop(old[jid])
+            prev = old.pop(jid, None)
+            if prev is not None:
+                self._drop(prev)
         for j in changed:
             prev = old_get(j.job_id)
             if prev is not None:
                 self._drop(prev)
             self._add(j)
+            new[j.job_id] = j
         self.by_id = new
-        return changed
+        return list(changed)
 
     def _add(self, j: SlurmJob) -> None:
         jid = j.job_id

@@ -55,8 +55,9 @@ FORMAT = ",".join(f"{f}:0|" for f in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
 LISTING = ("squeue", "--noheader", "--all", "--states=all", "--sort=i", f"--Format={FORMAT}")
 # Names and excluded nodes: asked for in batches (one argv word of ids each).
 NAMES_BATCH = 2000
-_START = re.compile(r"(\d+)\|")
-_NAME_START = re.compile(r"(\d+)\|([^|\n]*)\|")
+_START = re.compile(r"([0-9]+)\|")
+_NAME_START = re.compile(r"([0-9]+)\|([^|\n]*)\|")
+_ID = re.compile(r"[0-9]{1,18}")
 _EMPTY = ("", "(null)", "N/A")
 
 
@@ -210,36 +211,73 @@ class JobListing:
     def __init__(self, runner: Runner) -> None:
         self.run = runner
         self._by_line: dict[str, SlurmJob] = {}  # the last read: each line's job
+        self._text = ""  # the last read's whole text, and its jobs
+        self._jobs: list[SlurmJob] = []
+        self._line_of: dict[int, str] = {}  # each job's line in the last read
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
         self.parsed = 0  # lines parsed anew, over this listing's life
+        # What the last read found new or changed (new objects), and the ids it no
+        # longer saw: what a reader that keeps its own state needs to look at.
+        self.changed: list[SlurmJob] = []
+        self.gone: list[int] = []
 
     def jobs(self) -> list[SlurmJob]:
         text = self.run(listing_argv())
-        lines = text.removesuffix("\n").split("\n") if text.strip() else []
-        if not all(line[:1].isdigit() for line in lines):
-            lines = split_records(text)  # an AdminComment with a newline in it
+        if text == self._text:  # nothing changed at all: the very jobs of last time
+            self.changed, self.gone = [], []
+            return list(self._jobs)
+        lines = text.removesuffix("\n").split("\n") if text and not text.isspace() else []
         by_line = self._by_line
         out: list[SlurmJob | None] = [by_line.get(line) for line in lines]
         fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
                  if sj is None]  # fmt: skip
+        if any(_START.match(line) is None for _, line in fresh):
+            # An AdminComment with a newline in it: read the whole text line by line.
+            lines = split_records(text)
+            out = [by_line.get(line) for line in lines]
+            fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
+                     if sj is None]  # fmt: skip
         if fresh:
             self._learn_names([line for _, line in fresh])
         for i, line in fresh:
             jid = line.partition("|")[0]
-            excluded, name = self._names.get(int(jid) if jid.isdigit() else 0, ([], ""))
+            excluded, name = self._names.get(int(jid) if _ID.fullmatch(jid) else 0, ([], ""))
             try:
                 out[i] = parse_line(line, name, excluded)
             except (ValueError, SlurmError) as e:
-                raise SlurmError(f"squeue: cannot read the line of job {jid or '?'} "
+                raise SlurmError(f"squeue: cannot read the line of job {jid[:20] or '?'} "
                                  f"({e}): {line[:120]!r}") from None  # fmt: skip
         jobs: list[SlurmJob] = out  # type: ignore[assignment]  # every None filled in
         self.parsed += len(fresh)
-        self._by_line = dict(zip(lines, jobs, strict=True))
-        if fresh:
-            live = {sj.job_id for sj in jobs}
-            for gone in [k for k in self._names if k not in live]:
-                del self._names[gone]
-        return jobs
+        self.changed = [jobs[i] for i, _ in fresh]
+        self.gone = self._remember(lines, jobs, fresh)
+        self._text, self._jobs = text, jobs
+        return list(jobs)
+
+    def _remember(
+        self, lines: list[str], jobs: list[SlurmJob], fresh: list[tuple[int, str]]
+    ) -> list[int]:
+        """Keep this read's lines for the next, touching only what changed; returns
+        the ids no longer listed."""
+        by_line, line_of = self._by_line, self._line_of
+        for i, line in fresh:
+            sj = jobs[i]
+            old = line_of.get(sj.job_id)
+            if old is not None:
+                by_line.pop(old, None)
+            by_line[line] = sj
+            line_of[sj.job_id] = line
+        if len(line_of) == len(lines):
+            return []  # every id listed once, none missing
+        live = {sj.job_id for sj in jobs}
+        gone = [jid for jid in line_of if jid not in live]
+        for jid in gone:
+            by_line.pop(line_of.pop(jid), None)
+            self._names.pop(jid, None)
+        if len(line_of) != len(lines) or len(by_line) != len(lines):  # an id listed twice
+            self._by_line = dict(zip(lines, jobs, strict=True))
+            self._line_of = {sj.job_id: line for line, sj in self._by_line.items()}
+        return gone
 
     def some(self, ids: Sequence[int]) -> dict[int, SlurmJob]:
         """Some jobs read again now (a read-back after writing to them), by id: their
@@ -248,13 +286,13 @@ class JobListing:
             return {}
         text = self._ask(some_argv(ids))
         lines = text.removesuffix("\n").split("\n") if text.strip() else []
-        if not all(line[:1].isdigit() for line in lines):
+        if any(_START.match(line) is None for line in lines):
             lines = split_records(text)
         want = set(ids)
         out: dict[int, SlurmJob] = {}
         for line in lines:
             jid = line.partition("|")[0]
-            if not jid.isdigit() or int(jid) not in want:
+            if not _ID.fullmatch(jid) or int(jid) not in want:
                 continue  # an array's tasks, listed under its id
             excluded, name = self._names.get(int(jid), ([], ""))
             try:

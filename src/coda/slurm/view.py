@@ -275,10 +275,14 @@ class SlurmView:
 
     def _sync_queue(self, ready: Sequence[SlurmJob]) -> None:
         want: dict[int, Job] = {}
+        jobs, read, nevers, is_queued = self.jobs, self._read, self.never, self.sched.is_queued
         for sj in ready:
-            job = self.job(sj)
-            want[sj.job_id] = job
-            if self.sched.is_queued(job) or sj.job_id in self.never:
+            jid = sj.job_id
+            job = jobs.get(jid)
+            if job is None or read.get(jid) is not sj:
+                job = self.job(sj)
+            want[jid] = job
+            if jid in nevers or is_queued(job):
                 continue
             job.start, job.placement = -1.0, []
             job.preemptions = sj.restarts
