@@ -265,7 +265,8 @@ class FakeSlurm:
                     text[jid] = fake_squeue.line_of(j)
             return "".join(text[jid] + "\n" for jid in sorted(self.jobs))
         if argv[0] == "squeue":  # some jobs: their lines, or names and excluded nodes
-            ids = {int(x) for x in argv[4].removeprefix("--jobs=").split(",")}
+            jobs = next(a for a in argv if a.startswith("--jobs="))
+            ids = {int(x) for x in jobs.removeprefix("--jobs=").split(",")}
             listed = fake_squeue.answer(argv, [self.jobs[i] for i in ids if i in self.jobs])
             if listed is not None:
                 return listed

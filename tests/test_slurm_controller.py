@@ -373,7 +373,7 @@ def test_cycle_places_held_jobs_and_releases_them(fake: FakeSlurm, tmp_path: Pat
         2: (CPU, ["c1"], 2),
     }
     assert ctl.placed == 2 and ctl.cycles == 1
-    assert any("job 1 (resnet, dnn) -> g1" in m for m in logs)
+    assert any("job 1 ('resnet', dnn) -> g1" in m for m in logs)  # names quoted: repr
 
 
 def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> None:
@@ -617,7 +617,7 @@ def test_a_failing_squeue_is_a_slurm_error(fake: FakeSlurm, tmp_path: Path) -> N
 
 def test_run_retries_after_slurm_errors(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.job(1, "resnet", 4, gpus_pn=1)
-    fake.fail.append(lambda argv: argv[0] == "squeue" and len(fake.calls) < 2)
+    fake.fail.append(lambda argv: argv[0] == "squeue" and len(fake.calls) < 3)  # the first
     logs: list[str] = []
     ctl = controller(fake, tmp_path, log=logs.append)
     ctl.run(lambda: ctl.cycles >= 2, period_s=0.0)

@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coda.cycle import Scheduler
-from coda.slurm.client import SlurmError, SlurmJob, SlurmNode
+from coda.slurm.client import SlurmJob, SlurmNode
 from coda.slurm.index import JobIndex
 from coda.slurm.listing import (
     LISTING,
+    MAX_ALONE,
+    NAMES_REFRESH_S,
     JobListing,
     names_argv,
     parse_line,
@@ -46,13 +48,16 @@ LISTED = (
     "12|12|N/A|N/A|65534|CANCELLED|None|2|1|1|N/A|N/A|N/A|n1||(null)|4294901758|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|15|0|1:30:00|1|main|coda:held\n"
     "13|13|N/A|N/A|65534|CANCELLED|JobHeldUser|1|1|4294967294|gres:gpu:1|N/A|N/A|||(null)|0|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|0|0|1-02:00:00|1|main|coda:held\n"
 )  # fmt: skip
-NAMES = "10|n3|a|b\n9||x\n2||fake\n5||j.sh\n4||j.sh\n2||aaaa\n1||evil\nname|x\n12||p\n13||q\n"
+# Each job's part of the names query's answer (squeue prints the asked ones, in this order).
+NAMES_OF = {10: "10|n3|a|b", 9: "9||x\n2||fake", 5: "5||j.sh", 4: "4||j.sh", 2: "2||aaaa",
+            1: "1||evil\nname|x", 12: "12||p", 13: "13||q"}  # fmt: skip
+NAMES = "".join(v + "\n" for v in NAMES_OF.values())
 
 
 class Recorded:
     """A runner answering the listing and names queries from recorded text."""
 
-    def __init__(self, listed: str = LISTED, names: str = NAMES) -> None:
+    def __init__(self, listed: str = LISTED, names: str | dict[int, str] = NAMES) -> None:
         self.listed, self.names = listed, names
         self.calls: list[list[str]] = []
 
@@ -62,9 +67,13 @@ class Recorded:
         if argv == list(LISTING):
             return self.listed
         if argv[-1] == "--format=%A|%x|%j":
-            return self.names
+            if isinstance(self.names, str):
+                return self.names
+            asked = {int(x) for x in argv[4].removeprefix("--jobs=").split(",")}
+            return "".join(v + "\n" for k, v in self.names.items() if k in asked)
         if argv[-1] == "--format=%x|%j":  # one job alone
-            return {"--jobs=2": "|aaaa\n", "--jobs=9": "|x\n2||fake\n"}.get(argv[4], "")
+            alone = {"--jobs=2": "|aaaa\n", "--jobs=4": "|j.sh\n", "--jobs=9": "|x\n2||fake\n"}
+            return alone.get(argv[4], "")
         raise AssertionError(argv)
 
 
@@ -92,10 +101,11 @@ def test_recorded_listing_reads_every_field() -> None:
     assert jobs[10].name == "a|b" and jobs[10].excluded_nodes == ["n3"]
     assert jobs[1].name == "evil\nname|x" and jobs[4].name == "j.sh"
     # Job 9's name forged a line of job 2: job 2 is asked for alone and keeps its
-    # name; job 9's own name is cut short at the forgery.
+    # name, and so is job 4, whose record ran into job 2's second line; job 9's own
+    # name is cut short at the forgery.
     assert jobs[2].name == "aaaa" and jobs[9].name == "x"
-    alone = [c[4:] for c in runner.calls if c[-1] == "--format=%x|%j"]
-    assert alone == [["--jobs=2", "--format=%x|%j"]]
+    alone = [c[4] for c in runner.calls if c[-1] == "--format=%x|%j"]
+    assert alone == ["--jobs=2", "--jobs=4"]
     assert jobs[6].name == "" and jobs[8].name == ""
 
 
@@ -133,14 +143,22 @@ def test_an_admin_comment_with_a_newline_or_a_pipe_stays_in_its_job() -> None:
         "2|2|N/A",  # too few fields
     ],
 )
-def test_a_line_it_cannot_read_is_one_error_naming_the_job(bad: str) -> None:
-    with pytest.raises(SlurmError, match=r"squeue: cannot read the line of job"):
-        JobListing(Recorded(listed=bad + "\n", names="")).jobs()
+def test_a_line_it_cannot_read_is_left_out_and_said_and_read_again(bad: str) -> None:
+    """One job's unreadable line must not stop the reading of everyone's jobs."""
+    good = LISTED.splitlines()[5]  # job 4
+    runner = Recorded(listed=bad + "\n" + good + "\n", names="4||j.sh\n")
+    listing = JobListing(runner)
+    assert [j.job_id for j in listing.jobs()] == [4]
+    assert len(listing.unreadable) == 1 and listing.unreadable[0].startswith("job ")
+    n = len(runner.calls)
+    assert [j.job_id for j in listing.jobs()] == [4]  # read again, not taken as unchanged
+    assert len(listing.unreadable) == 1 and len(runner.calls) > n
 
 
 def test_time_limits() -> None:
     assert time_limit_s("5:00") == 300.0 and time_limit_s("1:30:00") == 5400.0
     assert time_limit_s("2-00:00:00") == 172800.0 and time_limit_s("UNLIMITED") is None
+    assert time_limit_s("INVALID") is None  # squeue's word for a limit over a year
     assert time_limit_s("0:00") is None
     for bad in ("5", "1:2:3:4", "a-1:00", "-1:00:00", "1:xx"):
         with pytest.raises(ValueError):
@@ -288,3 +306,73 @@ def test_what_a_listing_remembers_never_changes_what_it_reads(
         }
         assert sorted(listing.gone) == sorted(before.keys() - now.keys())
         before = now
+
+
+def test_what_squeue_prints_unlike_json_reads_as_json_would() -> None:
+    """Slurm's no-value numbers are absent; a reason's description reads as its code;
+    an end time that is not a time is none (nothing decides by it)."""
+    line = LISTED.splitlines()[-1]  # job 13: NumTasks 4294967294 (no value)
+    job = parse_line(line.replace("|0|2026-12-02T07:03:15|", "|4294967295|2026-12-02T07:03:15|"))
+    assert job.priority == 0 and job.gpus_per_node == 1  # not 4294967294 GPUs
+    why = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority"
+    placed = LISTED.splitlines()[1].replace("|JobHeldUser|", f"|{why} partitions|")
+    placed = placed.replace("|N/A|N/A|0|0|5:00|", "|N/A|soon|0|0|5:00|")
+    job = parse_line(placed)
+    assert job.reason == "Resources" and job.end_time == 0
+
+
+def test_an_unasked_line_in_the_names_is_never_part_of_another_name() -> None:
+    # squeue lists an array's task under its array's id (a cancelled array, here 121,
+    # reads as a plain job): the task's line (122, not asked for) follows job 123's.
+    got, suspect = parse_names("123||rootvictim\n122||x\nEVIL\n121||atk\n", [121, 123])
+    assert got[123] == ("", "rootvictim") and 123 in suspect
+    assert got[121] == ("", "atk")
+
+
+def test_a_flood_of_forged_lines_costs_a_bounded_number_of_queries() -> None:
+    ids = list(range(1, 201))
+    forged = "".join(f"\n{i}||fake" for i in ids)
+    names = "".join(f"{i}||n{i}\n" for i in ids[1:]) + f"1||evil{forged}\n"
+    line = LISTED.splitlines()[1]
+    listed = "".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids)
+    alone: list[str] = []
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return listed
+        if argv[-1] == "--format=%x|%j":
+            alone.append(argv[4])
+            return "|" + argv[4].removeprefix("--jobs=") + "\n"
+        return names
+
+    listing = JobListing(slurm)
+    listing.jobs()
+    assert len(alone) == MAX_ALONE  # the rest wait for the next read
+    listing.jobs()
+    assert len(alone) == 2 * MAX_ALONE
+
+
+def test_names_and_exclusions_are_asked_again_every_so_often() -> None:
+    """A user may rename a pending job or change what it excludes: its line does not
+    change, so the listing asks every pending job's name again each NAMES_REFRESH_S."""
+    now = [0.0]
+    runner = Recorded()
+    listing = JobListing(runner, clock=lambda: now[0])
+    first = {j.job_id: j for j in listing.jobs()}
+    runner.names = {**NAMES_OF, 10: "10|n1|c"}
+    assert {j.job_id: j for j in listing.jobs()}[10] is first[10]
+    now[0] = NAMES_REFRESH_S
+    again = {j.job_id: j for j in listing.jobs()}
+    assert again[10].name == "c" and again[10].excluded_nodes == ["n1"]
+    assert again[5] is first[5]  # unchanged ones stay the same objects
+    assert 10 in {j.job_id for j in listing.changed}
+
+
+def test_forget_reads_a_job_afresh() -> None:
+    runner = Recorded()
+    listing = JobListing(runner)
+    first = {j.job_id: j for j in listing.jobs()}
+    runner.names = {**NAMES_OF, 10: "10||renamed"}
+    listing.forget(10)
+    again = {j.job_id: j for j in listing.jobs()}
+    assert again[10].name == "renamed" and again[4] is first[4]

@@ -62,10 +62,11 @@ def slurm_env() -> dict[str, str]:
 def run_command(argv: Sequence[str], timeout_s: float = 30.0) -> str:
     """Run one Slurm command (no shell); its stdout, or SlurmError with its stderr."""
     try:
+        # Bytes, decoded leniently: a job name is a user's bytes, and one that is not
+        # UTF-8 must not stop the reading of everyone's jobs.
         p = subprocess.run(
             list(argv),
             capture_output=True,
-            text=True,
             timeout=timeout_s,
             check=False,
             env=slurm_env(),
@@ -74,18 +75,25 @@ def run_command(argv: Sequence[str], timeout_s: float = 30.0) -> str:
         raise SlurmError(f"{argv[0]}: not found (is Slurm's client installed?)") from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{' '.join(argv)}: no answer in {timeout_s:.0f} s") from None
+    out = p.stdout.decode("utf-8", "replace")
     if p.returncode != 0:
-        msg = (p.stderr or p.stdout).strip().splitlines()
+        msg = (p.stderr.decode("utf-8", "replace") or out).strip().splitlines()
         raise SlurmError(f"{' '.join(argv)}: {msg[-1] if msg else f'exit {p.returncode}'}")
-    return p.stdout
+    return out
 
 
 # ------------------------------------------------------------------ host lists
 
 
+# No cluster has more nodes than this: a host list that names more is not Slurm's.
+MAX_HOSTS = 100_000
+
+
 def expand_hostlist(text: str) -> list[str]:
     """``n[1-3,5],gpu7`` -> ``[n1, n2, n3, n5, gpu7]`` (Slurm's compressed form,
-    zero padding kept)."""
+    zero padding kept). SlurmError for one naming more than ``MAX_HOSTS`` nodes."""
+    if _hostlist_size(text) > MAX_HOSTS:
+        raise SlurmError(f"cannot read host list {text[:60]!r}: more than {MAX_HOSTS} nodes")
     out: list[str] = []
     depth = 0
     for ch in text or "":
@@ -108,6 +116,29 @@ def expand_hostlist(text: str) -> list[str]:
                 for rest in expand_hostlist(suffix) if "[" in suffix else [suffix]:
                     out.append(f"{prefix}{i:0{len(lo)}d}{rest}")
     return out
+
+
+def _hostlist_size(text: str) -> int:
+    """How many names a host list expands to, counted without expanding it (brackets
+    multiply: ``a[1-3]b[1-2]`` is 6); 0 for one it cannot read (the expansion says why)."""
+    total = 0
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*|\[[^\]]*\][^,\[]*", text or ""):
+        n = 1
+        for ranges in re.findall(r"\[([^\]]*)\]", part):
+            count = 0
+            for r in ranges.split(","):
+                lo, _, hi = r.partition("-")
+                hi = hi or lo
+                if not (lo + hi).isascii() or not lo.isdigit() or not hi.isdigit():
+                    continue  # not a range: the expansion says why
+                if len(hi) > 9:  # a billion names or more
+                    return MAX_HOSTS + 1
+                count += max(0, int(hi) - int(lo) + 1)
+            n *= max(1, count)
+            if n > MAX_HOSTS:
+                return n
+        total += n
+    return total
 
 
 # ------------------------------------------------------------------ marks

@@ -132,7 +132,8 @@ def _dep_ok(kind: str, j: SlurmJob) -> bool:
 @dataclass
 class SlurmLimits:
     """Filter plugin: a job may only go to nodes of its partitions and not to nodes
-    it excluded (Slurm would refuse the update). Refreshed from Slurm every cycle."""
+    it excluded (Slurm 22.05 takes a ReqNodeList that names an excluded node: CODA must
+    not write one). Kept up to date from the jobs that changed each cycle."""
 
     static: bool = True  # depends on the job and node only, not on what is free
     by_shape: bool = False  # each job has its own partitions and excluded nodes
@@ -208,6 +209,7 @@ class Controller:
         # objects, so the passes below cost what changed.
         self.listing = JobListing(client.run)
         self.index = JobIndex()
+        self._unreadable: list[str] = []  # the listing's unreadable lines, as last said
         # What changed at this cycle's read (None: ``decide`` called alone, as in tests
         # and the benchmark's first cycle: every job is looked at).
         self._delta: tuple[list[SlurmJob], list[int]] | None = None
@@ -297,14 +299,22 @@ class Controller:
                 self.stats.times.observe(time.perf_counter() - t0)
 
     def _cycle(self) -> list[Placement]:
+        snodes = self.slurm.nodes()
         jobs = self.listing.jobs()
+        if self.listing.unreadable != self._unreadable:  # said once, not every cycle
+            for msg in self.listing.unreadable:
+                self.log(f"squeue: a line left out: {msg}")
+            self._unreadable = self.listing.unreadable
         changed = self.index.update(jobs, self.listing.changed, self.listing.gone)
+        # What only the changed jobs tell is taken at once, before anything can fail:
+        # the same jobs are not handed over again.
+        self.limits.observe(changed, self.index.gone, snodes)
+        learned = self._learn(changed)
         # The mirror takes only what changed, if it saw the read before this one.
         self._delta = (changed, self.index.gone) if self._mirror_current else None
         self._mirror_current = False  # until this read reaches it (a cycle may fail first)
         self.stats.jobs_by_mark = {s: self.index.marks.get(s, 0) for s in MARK_STATES}
-        snodes = self.slurm.nodes()
-        if self._learn(changed):
+        if learned:
             self._save()
         usable = {n.name for n in snodes if n.usable}
         self._finish_interrupted(list(self.index.placing.values()))
@@ -324,7 +334,6 @@ class Controller:
         queued = [
             j for j in held if not (j.array_job_id or j.het_job_id) and is_ready(j.job_id, True)
         ]
-        self.limits.observe(changed, self.index.gone, snodes)
         by_id = self.index.by_id
         self.decide(snodes, jobs, queued, self.wall())
         self._requeue(by_id)
@@ -416,7 +425,7 @@ class Controller:
                 sj.job_id, "requeue", {"ran_s": round(ran, 1), "lost_core_s": round(lost, 1)}
             )
             self.log(
-                f"job {sj.job_id} ({sj.name}): requeued for a DNN job ({lost:.0f} core-s lost)"
+                f"job {sj.job_id} ({sj.name!r}): requeued for a DNN job ({lost:.0f} core-s lost)"
             )
 
     def _mark_waits(self, queued: Sequence[SlurmJob]) -> None:
@@ -453,7 +462,9 @@ class Controller:
         new = False
         for j in jobs:
             settled = (j.mark or {}).get("settled", "")
-            if j.job_id in self.learned_from or not j.is_dnn:
+            # Array tasks and heterogeneous jobs: their names are not read (one record
+            # stands for several jobs), so there is no model to learn for.
+            if j.job_id in self.learned_from or not j.is_dnn or j.is_array_or_het:
                 continue
             if not settled.isdigit() or int(settled) < 1:
                 if settled:
@@ -535,7 +546,7 @@ class Controller:
                 self.slurm.release(j.job_id)
                 self.stats.passed[why] += 1
                 self._decide(j.job_id, "pass", {"why": why})
-                self.log(f"job {j.job_id} ({j.name}): {why} job, left to Slurm's scheduler")
+                self.log(f"job {j.job_id} ({j.name!r}): {why} job, left to Slurm's scheduler")
             except SlurmError as e:
                 self.stats.refusals["pass_through"] += 1
                 self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
@@ -558,6 +569,7 @@ class Controller:
             )
         except SlurmError as e:
             self.stats.refusals["placement_update"] += 1
+            self.listing.forget(sj.job_id)  # what CODA knows of it may be stale: ask again
             self.log(f"job {sj.job_id}: placement on {','.join(names)} failed: {e}")
             self._decide(sj.job_id, "error", {"error": str(e)})
             return False
@@ -613,7 +625,7 @@ class Controller:
                  "granted": p.cores_pn, "gpus_per_node": sj.gpus_per_node},
             )  # fmt: skip
             self.log(
-                f"job {sj.job_id} ({sj.name}, {p.job.kind}) -> {','.join(names)}: "
+                f"job {sj.job_id} ({sj.name!r}, {p.job.kind}) -> {','.join(names)}: "
                 f"{p.cores_pn} of {req} cores asked"
                 + (f", {sj.gpus_per_node} GPUs" if sj.gpus_per_node else "")
             )
@@ -660,6 +672,6 @@ def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
         ):
             client.update(j.job_id, AdminComment=format_mark("passed", why="handback"))
             client.release(j.job_id)
-            log(f"job {j.job_id} ({j.name}): handed back to Slurm")
+            log(f"job {j.job_id} ({j.name!r}): handed back to Slurm")
             n += 1
     return n

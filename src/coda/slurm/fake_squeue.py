@@ -79,8 +79,8 @@ def answer(argv: Sequence[str], records: Iterable[dict[str, Any]]) -> str | None
     if argv == list(LISTING):
         rows = sorted(records, key=lambda d: int(d["job_id"]))
         return "".join(line_of(d) + "\n" for d in rows)
-    if len(argv) == len(LISTING) + 1 and argv[:4] + argv[5:] == list(LISTING):
-        ids = {int(x) for x in argv[4].removeprefix("--jobs=").split(",")}
+    if len(argv) == len(LISTING) + 1 and argv[:5] + argv[6:] == list(LISTING):
+        ids = {int(x) for x in argv[5].removeprefix("--jobs=").split(",")}
         rows = sorted((d for d in records if int(d["job_id"]) in ids), key=lambda d: d["job_id"])
         if not rows and len(ids) == 1:
             raise SlurmError("squeue: slurm_load_jobs error: Invalid job id specified")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from coda.slurm.client import (
     Runner,
@@ -52,9 +52,17 @@ FIELDS = (
     "admin_comment",
 )  # fmt: skip
 FORMAT = ",".join(f"{f}:0|" for f in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
-LISTING = ("squeue", "--noheader", "--all", "--states=all", "--sort=i", f"--Format={FORMAT}")
-# Names and excluded nodes: asked for in batches (one argv word of ids each).
+# --array-unique: a pending array task split off its array keeps its own line (squeue
+# would otherwise fold it into the array's).
+LISTING = ("squeue", "--noheader", "--all", "--array-unique", "--states=all", "--sort=i",
+           f"--Format={FORMAT}")  # fmt: skip
+# Names and excluded nodes: asked for in batches (one argv word of ids each); at most
+# MAX_ALONE jobs a read asked for alone (suspect readings); every pending job's asked
+# for again each NAMES_REFRESH_S (a user may rename a job, or change what it excludes,
+# without changing its line).
 NAMES_BATCH = 2000
+MAX_ALONE = 32
+NAMES_REFRESH_S = 60.0
 _START = re.compile(r"([0-9]+)\|")
 _NAME_START = re.compile(r"([0-9]+)\|([^|\n]*)\|")
 _ID = re.compile(r"[0-9]{1,18}")
@@ -67,7 +75,7 @@ def listing_argv() -> list[str]:
 
 def some_argv(ids: Sequence[int]) -> list[str]:
     """The listing of some jobs only (their ids)."""
-    return [*LISTING[:4], f"--jobs={','.join(map(str, ids))}", *LISTING[4:]]
+    return [*LISTING[:5], f"--jobs={','.join(map(str, ids))}", *LISTING[5:]]
 
 
 def names_argv(ids: Sequence[int]) -> list[str]:
@@ -84,12 +92,18 @@ def _text(v: str) -> str:
     return "" if v in _EMPTY else v
 
 
+# Slurm's 32-bit "no value" and "infinite" (NO_VAL, INFINITE): printed as numbers by
+# -O where --json gives null.
+_NO_VALUE = (0xFFFFFFFE, 0xFFFFFFFF)
+
+
 def _int(v: str, what: str, default: int = 0) -> int:
     if v in _EMPTY:
         return default
-    if not v.isascii() or not v.isdigit():
+    if not _ID.fullmatch(v):
         raise ValueError(f"{what} {v!r} is not a whole number")
-    return int(v)
+    n = int(v)
+    return default if n in _NO_VALUE else n
 
 
 def _epoch(v: str, what: str) -> int:
@@ -103,10 +117,27 @@ def _epoch(v: str, what: str) -> int:
         raise ValueError(f"{what} {v!r} is not a time (YYYY-MM-DDTHH:MM:SS)") from None
 
 
+def _lenient_epoch(v: str) -> int:
+    """An end time (nothing CODA decides by): 0 where it is not a time."""
+    try:
+        return _epoch(v, "EndTime")
+    except ValueError:
+        return 0
+
+
+def _reason(v: str) -> str:
+    """Slurm's reason code. ``-O Reason`` prints a job's description instead where it
+    has one (``--json`` never does), e.g. "Nodes required for job are DOWN, DRAINED or
+    reserved for jobs in higher priority partitions", which Slurm sets with the code
+    Resources: a description (words, not a code) reads as Resources, so a placed job
+    waiting for its nodes keeps them spoken for."""
+    return "Resources" if " " in v else v
+
+
 def time_limit_s(v: str) -> float | None:
-    """``[D-][HH:]MM:SS`` in seconds; None for no limit (UNLIMITED, 0)."""
-    if v in _EMPTY or v in ("UNLIMITED", "INFINITE", "NOT_SET"):
-        return None
+    """``[D-][HH:]MM:SS`` in seconds; None for no limit (UNLIMITED, 0, INVALID)."""
+    if v in _EMPTY or v in ("UNLIMITED", "INFINITE", "NOT_SET", "INVALID"):
+        return None  # INVALID: squeue's word for a limit over a year (no limit, in effect)
     days, dash, rest = v.rpartition("-")
     parts = rest.split(":")
     if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
@@ -145,7 +176,7 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         name=name,
         user_id=_int(uid, "UserID"),
         state=state,
-        reason=_text(reason),
+        reason=_reason(_text(reason)),
         cpus=max(1, _int(cpus, "NumCPUs", 1)),
         node_count=nodes_n,
         gpus_per_node=gpus_pn,
@@ -157,8 +188,8 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         admin_comment=comment,
         submit_time=_epoch(submit, "SubmitTime"),
         start_time=float(_epoch(start, "StartTime")) or None if running else None,
-        end_time=_epoch(end, "EndTime"),
-        exit_code=int(exit_code) if exit_code.isascii() and exit_code.isdigit() else None,
+        end_time=_lenient_epoch(end),
+        exit_code=int(exit_code) if _ID.fullmatch(exit_code) else None,
         restarts=_int(restarts, "RestartCnt"),
         time_limit_s=time_limit_s(limit),
         requeueable=requeue == "1",
@@ -184,84 +215,135 @@ def split_records(text: str) -> list[str]:
 
 def parse_names(text: str, asked: Iterable[int]) -> tuple[dict[int, tuple[str, str]], set[int]]:
     """``%A|%x|%j`` lines for the ids asked: {id: (excluded nodes, name)}, and the ids
-    seen more than once (a name forging a line: ask for those alone)."""
+    whose reading cannot be trusted (ask for those alone): an id seen twice (a name
+    forged its line), and the job whose name runs into a line that starts like a
+    record of an id not asked for (a forged line, or a line squeue adds, such as an
+    array's task under its array's id: it must not become part of another's name)."""
     want = set(asked)
     got: dict[int, tuple[str, str]] = {}
-    twice: set[int] = set()
+    suspect: set[int] = set()
     last: int | None = None
     for line in text.removesuffix("\n").split("\n") if text else []:
         m = _NAME_START.match(line)
-        jid = int(m.group(1)) if m is not None else None
+        jid = int(m.group(1)) if m is not None and _ID.fullmatch(m.group(1)) else None
         if m is not None and jid in want and jid not in got:
             got[jid] = (m.group(2), line[m.end() :])
             last = jid
-        elif m is not None and jid in got:
-            twice.add(jid)
+        elif m is not None:
+            if jid in got:
+                suspect.add(jid)
+            if last is not None:
+                suspect.add(last)
             last = None  # what follows belongs to no record we can trust
         elif last is not None:
             exc, name = got[last]
             got[last] = (exc, name + "\n" + line)
-    return got, twice
+    return got, suspect
 
 
 class JobListing:
     """Slurm's jobs, read with the narrow listing; the same object for a job whose
     line did not change since the last read (objects are shared: read-only)."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, clock: Callable[[], float] = time.monotonic) -> None:
         self.run = runner
+        self.clock = clock
         self._by_line: dict[str, SlurmJob] = {}  # the last read: each line's job
+        self._line_of: dict[int, str] = {}  # each job's line in the last read
         self._text = ""  # the last read's whole text, and its jobs
         self._jobs: list[SlurmJob] = []
-        self._line_of: dict[int, str] = {}  # each job's line in the last read
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
+        self._refreshed_at = clock()
         self.parsed = 0  # lines parsed anew, over this listing's life
         # What the last read found new or changed (new objects), and the ids it no
         # longer saw: what a reader that keeps its own state needs to look at.
         self.changed: list[SlurmJob] = []
         self.gone: list[int] = []
+        # Lines the last read could not read ("job N: why"): left out, read again next time.
+        self.unreadable: list[str] = []
+
+    def forget(self, job_id: int) -> None:
+        """Read this job afresh next time, its name and excluded nodes asked again
+        (Slurm refused what CODA wrote for it: what CODA knows may be stale)."""
+        line = self._line_of.pop(job_id, None)
+        if line is not None:
+            self._by_line.pop(line, None)
+        self._names.pop(job_id, None)
+        self._text = ""
 
     def jobs(self) -> list[SlurmJob]:
         text = self.run(listing_argv())
-        if text == self._text:  # nothing changed at all: the very jobs of last time
+        now = self.clock()
+        refresh = now - self._refreshed_at >= NAMES_REFRESH_S
+        if text == self._text and not refresh:  # nothing changed: the jobs of last time
             self.changed, self.gone = [], []
             return list(self._jobs)
         lines = text.removesuffix("\n").split("\n") if text and not text.isspace() else []
         by_line = self._by_line
+        if any(_START.match(line) is None for line in lines if line not in by_line):
+            lines = split_records(text)  # an AdminComment with a newline in it
+        retry: set[int] = set()  # ids to read afresh next time (names not settled)
+        if refresh:
+            self._refreshed_at = now
+            retry |= self._refresh(lines)
         out: list[SlurmJob | None] = [by_line.get(line) for line in lines]
         fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
                  if sj is None]  # fmt: skip
-        if any(_START.match(line) is None for _, line in fresh):
-            # An AdminComment with a newline in it: read the whole text line by line.
-            lines = split_records(text)
-            out = [by_line.get(line) for line in lines]
-            fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
-                     if sj is None]  # fmt: skip
         if fresh:
-            self._learn_names([line for _, line in fresh])
+            retry |= self._learn_names([line for _, line in fresh])
+        bad: set[int] = set()
+        self.unreadable = []
         for i, line in fresh:
             jid = line.partition("|")[0]
             excluded, name = self._names.get(int(jid) if _ID.fullmatch(jid) else 0, ([], ""))
             try:
                 out[i] = parse_line(line, name, excluded)
             except (ValueError, SlurmError) as e:
-                raise SlurmError(f"squeue: cannot read the line of job {jid[:20] or '?'} "
-                                 f"({e}): {line[:120]!r}") from None  # fmt: skip
+                # One job's line must not stop the reading of everyone's: left out
+                # (said in ``unreadable``), and read again next time.
+                bad.add(i)
+                self.unreadable.append(f"job {jid[:20] or '?'}: {e}: {line[:120]!r}")
+        pairs = [(line, sj) for i, line in fresh if (sj := out[i]) is not None and i not in bad]
+        if bad:
+            lines = [x for i, x in enumerate(lines) if i not in bad]
+            out = [x for i, x in enumerate(out) if i not in bad]
         jobs: list[SlurmJob] = out  # type: ignore[assignment]  # every None filled in
         self.parsed += len(fresh)
-        self.changed = [jobs[i] for i, _ in fresh]
-        self.gone = self._remember(lines, jobs, fresh)
-        self._text, self._jobs = text, jobs
+        self.changed = [sj for _, sj in pairs]
+        self.gone = self._remember(lines, jobs, pairs)
+        for again in retry:
+            stale = self._line_of.pop(again, None)
+            if stale is not None:
+                self._by_line.pop(stale, None)
+        # Something left to read again: the next read must not take the shortcut.
+        self._text, self._jobs = ("" if retry or bad else text), jobs
         return list(jobs)
 
+    def _refresh(self, lines: Sequence[str]) -> set[int]:
+        """Ask again for the names and excluded nodes of every pending job; those that
+        changed are read afresh now (their lines forgotten). Returns the unsettled."""
+        pending: list[str] = []
+        for line in lines:
+            f = line.split("|", 6)
+            if len(f) > 6 and f[5] == "PENDING" and _ID.fullmatch(f[0]):
+                pending.append(line)
+        old = {int(line.partition("|")[0]): self._names.get(int(line.partition("|")[0]))
+               for line in pending}  # fmt: skip
+        unsettled = self._learn_names(pending)
+        for jid, was in old.items():
+            if self._names.get(jid) != was:
+                stale = self._line_of.pop(jid, None)
+                if stale is not None:
+                    self._by_line.pop(stale, None)
+        return unsettled
+
     def _remember(
-        self, lines: list[str], jobs: list[SlurmJob], fresh: list[tuple[int, str]]
+        self, lines: list[str], jobs: list[SlurmJob], fresh: list[tuple[str, SlurmJob]]
     ) -> list[int]:
         """Keep this read's lines for the next, touching only what changed; returns
         the ids no longer listed."""
         by_line, line_of = self._by_line, self._line_of
-        for i, line in fresh:
-            sj = jobs[i]
+        for line, sj in fresh:
             old = line_of.get(sj.job_id)
             if old is not None:
                 by_line.pop(old, None)
@@ -302,26 +384,36 @@ class JobListing:
                                  f"{line[:120]!r}") from None  # fmt: skip
         return out
 
-    def _learn_names(self, fresh: Sequence[str]) -> None:
+    def _learn_names(self, fresh: Sequence[str]) -> set[int]:
         """Names and excluded nodes of the jobs whose line changed (array and
-        heterogeneous jobs left out: Slurm's own scheduler runs them)."""
+        heterogeneous jobs left out: Slurm's own scheduler runs them). Returns the ids
+        left unsettled: more suspect readings than ``MAX_ALONE`` single queries (a
+        flood of forged lines); those are asked for again at the next read."""
         ids: list[int] = []
         for line in fresh:
             f = line.split("|", 4)
-            if len(f) < 5 or not f[0].isascii() or not f[0].isdigit():
+            if len(f) < 5 or not _ID.fullmatch(f[0]):
                 continue
             if f[2] not in _EMPTY or f[3] not in _EMPTY:  # array task or het job
                 continue
             ids.append(int(f[0]))
+        unsettled: set[int] = set()
+        alone = MAX_ALONE
         for k in range(0, len(ids), NAMES_BATCH):
             batch = ids[k : k + NAMES_BATCH]
-            got, twice = parse_names(self._ask(names_argv(batch)), batch)
-            for jid in twice:
+            got, suspect = parse_names(self._ask(names_argv(batch)), batch)
+            for jid in sorted(suspect):
+                if alone <= 0:
+                    unsettled.add(jid)
+                    got.pop(jid, None)
+                    continue
+                alone -= 1
                 exc, sep, name = self._ask(name_argv(jid)).removesuffix("\n").partition("|")
                 got[jid] = (exc, name) if sep else ("", "")
             for jid in batch:
                 exc, name = got.get(jid, ("", ""))
                 self._names[jid] = (expand_hostlist(_text(exc)), name)
+        return unsettled
 
     def _ask(self, argv: list[str]) -> str:
         """squeue for some jobs; "" when the one job asked for is gone (squeue fails
