@@ -280,15 +280,17 @@ class JobListing:
             return list(self._jobs)
         lines = text.removesuffix("\n").split("\n") if text and not text.isspace() else []
         by_line = self._by_line
-        if any(_START.match(line) is None for line in lines if line not in by_line):
+        out: list[SlurmJob | None] = list(map(by_line.get, lines))
+        fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
+        if any(_START.match(line) is None for _, line in fresh):
             lines = split_records(text)  # an AdminComment with a newline in it
+            out = list(map(by_line.get, lines))
         retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if refresh:
             self._refreshed_at = now
-            retry |= self._refresh(lines)
-        out: list[SlurmJob | None] = [by_line.get(line) for line in lines]
-        fresh = [(i, line) for i, (sj, line) in enumerate(zip(out, lines, strict=True))
-                 if sj is None]  # fmt: skip
+            retry |= self._refresh(lines)  # may forget some lines: look them up again
+            out = list(map(by_line.get, lines))
+        fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         if fresh:
             retry |= self._learn_names([line for _, line in fresh])
         bad: set[int] = set()
