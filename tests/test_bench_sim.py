@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_sim.py"
-_spec = importlib.util.spec_from_file_location("bench_sim", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_sim"] = bench
-_spec.loader.exec_module(bench)
+from tests.bench_module import load_bench
+
+bench = load_bench("bench_sim")
 
 
 @pytest.mark.parametrize(

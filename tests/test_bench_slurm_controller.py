@@ -3,12 +3,10 @@ on tiny clusters (speed itself is measured by running the benchmark, never asser
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,13 +14,10 @@ from hypothesis import strategies as st
 
 from coda.slurm.client import SlurmClient, SlurmError
 from coda.slurm.listing import JobListing
+from tests.bench_module import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_slurm_controller.py"
-_spec = importlib.util.spec_from_file_location("bench_slurm_controller", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_slurm_controller"] = bench
-_spec.loader.exec_module(bench)
+bench = load_bench("bench_slurm_controller")
+BENCH = bench.__file__
 
 
 def _consistent(s: bench.FakeSlurm) -> None:

@@ -5,11 +5,8 @@ every job. The same reader against real Slurm: tests/test_slurm_e2e.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -29,6 +26,7 @@ from coda.slurm.listing import (
     time_limit_s,
 )
 from coda.slurm.view import SlurmView
+from tests.bench_module import load_bench
 
 # Recorded from Slurm 22.05.8 (deploy/slurm-test-cluster, TZ=UTC): the listing, then the
 # names query for some of its jobs. Job 9's name forges a line of job 2:
@@ -206,16 +204,6 @@ def test_the_index_follows_what_changed() -> None:
 
 
 # ---------------------------------------------------------------- the mirror, by changes
-def _bench() -> object:
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_slurm_controller.py"
-    spec = importlib.util.spec_from_file_location("bench_slurm_controller", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_slurm_controller"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _state(view: SlurmView) -> list[tuple[object, ...]]:
     return [
         (n.name, n.free_gpus, n.free_cores, n.cpu_job_cores, sorted(j.idx for j in n.jobs))
@@ -228,7 +216,7 @@ def test_the_mirror_kept_by_changes_equals_one_built_from_every_job(seed: int) -
     """Each cycle's mirror, brought up to date from the jobs that changed, holds what a
     mirror built afresh from every job would (free GPUs and cores, jobs per node), over
     cycles where jobs end, arrive, start and are requeued."""
-    bench = _bench()
+    bench = load_bench("bench_slurm_controller")
     checked: list[int] = []
     with tempfile.TemporaryDirectory() as d:
         b = bench.Bench(12, 60, seed, d)  # type: ignore[attr-defined]

@@ -17,14 +17,11 @@ made in both, a change of speed only in the optimised code.
 from __future__ import annotations
 
 import heapq
-import importlib.util
 import math
 import random
-import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,13 +44,9 @@ from coda.sim.run import run_policy
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.jobs import JobTable
 from coda.workload.perf import build_workload, load_profile_set
+from tests.bench_module import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_sim.py"
-_spec = importlib.util.spec_from_file_location("bench_sim_for_equivalence", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_sim_for_equivalence"] = bench
-_spec.loader.exec_module(bench)
+bench = load_bench("bench_sim", "bench_sim_for_equivalence")
 
 PROFILES = load_profile_set("coda")
 

@@ -91,9 +91,8 @@ MAX_HOSTS = 100_000
 
 def expand_hostlist(text: str) -> list[str]:
     """``n[1-3,5],gpu7`` -> ``[n1, n2, n3, n5, gpu7]`` (Slurm's compressed form,
-    zero padding kept). SlurmError for one naming more than ``MAX_HOSTS`` nodes."""
-    if _hostlist_size(text) > MAX_HOSTS:
-        raise SlurmError(f"cannot read host list {text[:60]!r}: more than {MAX_HOSTS} nodes")
+    zero padding kept). SlurmError for one naming more than ``MAX_HOSTS`` nodes
+    (checked before each range is written out, so a hostile list costs nothing)."""
     out: list[str] = []
     depth = 0
     for ch in text or "":
@@ -108,37 +107,25 @@ def expand_hostlist(text: str) -> list[str]:
             out.append(part)
             continue
         prefix, ranges, suffix = m.groups()
+        rests = expand_hostlist(suffix) if "[" in suffix else [suffix]  # once per part
         for r in ranges.split(","):
             lo, _, hi = r.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            hi = hi or lo
+            if not (lo + hi).isascii() or not lo.isdigit() or not hi.isdigit():
                 raise SlurmError(f"cannot read host list {text!r}")
-            for i in range(int(lo), int(hi or lo) + 1):
-                for rest in expand_hostlist(suffix) if "[" in suffix else [suffix]:
+            if (
+                max(len(lo), len(hi)) > 9
+                or len(out) + (int(hi) - int(lo) + 1) * len(rests) > MAX_HOSTS
+            ):
+                raise SlurmError(
+                    f"cannot read host list {text[:60]!r}: more than {MAX_HOSTS} nodes"
+                )
+            if int(hi) < int(lo):
+                raise SlurmError(f"cannot read host list {text!r}")
+            for i in range(int(lo), int(hi) + 1):
+                for rest in rests:
                     out.append(f"{prefix}{i:0{len(lo)}d}{rest}")
     return out
-
-
-def _hostlist_size(text: str) -> int:
-    """How many names a host list expands to, counted without expanding it (brackets
-    multiply: ``a[1-3]b[1-2]`` is 6); 0 for one it cannot read (the expansion says why)."""
-    total = 0
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*|\[[^\]]*\][^,\[]*", text or ""):
-        n = 1
-        for ranges in re.findall(r"\[([^\]]*)\]", part):
-            count = 0
-            for r in ranges.split(","):
-                lo, _, hi = r.partition("-")
-                hi = hi or lo
-                if not (lo + hi).isascii() or not lo.isdigit() or not hi.isdigit():
-                    continue  # not a range: the expansion says why
-                if len(hi) > 9:  # a billion names or more
-                    return MAX_HOSTS + 1
-                count += max(0, int(hi) - int(lo) + 1)
-            n *= max(1, count)
-            if n > MAX_HOSTS:
-                return n
-        total += n
-    return total
 
 
 # ------------------------------------------------------------------ marks

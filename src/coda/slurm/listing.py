@@ -10,11 +10,13 @@ passes skip it by identity and the work grows with what changed.
 Free text a user writes is never in the listing: a job's name may hold ``|`` and
 newlines. The name and the excluded nodes (which ``-O`` cannot print in 22.05) come
 from a second query for the jobs whose line changed, ``squeue -j IDS -o %A|%x|%j``,
-the name last. A line starts a job's record only if it begins with an asked-for id
-not yet seen; a name that forges such a line makes that id appear twice, and each
-id seen twice is asked for again alone (``-j ID -o %x|%j``: the whole answer is that
-one job's). A forger can only cut short its own job's name. Array and
-heterogeneous jobs (passed to Slurm's own scheduler) are not asked for.
+the name last, and every pending job's once a minute (a user may rename a job or
+change what it excludes without changing its line). A line starts a job's record only
+if it begins with an asked-for id not yet seen; a line that starts like a record of
+another id (a forged one, or one squeue adds) ends the record before it, and both
+are asked for again alone (``-j ID -o %x|%j``: the whole answer is that one job's),
+at most ``MAX_ALONE`` a read. A forger can only cut short its own job's name. Array
+and heterogeneous jobs (passed to Slurm's own scheduler) are not asked for.
 
 One known difference from ``--json``: an array cancelled before any of its tasks
 ran is printed by ``-O`` as a plain job (no task id), so it reads as one. Such a job
@@ -201,11 +203,16 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
     )
 
 
+def _split(text: str) -> list[str]:
+    """squeue's output as lines (none for an empty answer)."""
+    return text.removesuffix("\n").split("\n") if text and not text.isspace() else []
+
+
 def split_records(text: str) -> list[str]:
     """The listing's lines, one per job: a line that does not start with an id and
     ``|`` continues the AdminComment above it (an administrator's newline)."""
     out: list[str] = []
-    for line in text.removesuffix("\n").split("\n") if text.strip() else []:
+    for line in _split(text):
         if _START.match(line) is not None or not out:
             out.append(line)
         else:
@@ -223,7 +230,7 @@ def parse_names(text: str, asked: Iterable[int]) -> tuple[dict[int, tuple[str, s
     got: dict[int, tuple[str, str]] = {}
     suspect: set[int] = set()
     last: int | None = None
-    for line in text.removesuffix("\n").split("\n") if text else []:
+    for line in _split(text):
         m = _NAME_START.match(line)
         jid = int(m.group(1)) if m is not None and _ID.fullmatch(m.group(1)) else None
         if m is not None and jid in want and jid not in got:
@@ -250,7 +257,7 @@ class JobListing:
         self.clock = clock
         self._by_line: dict[str, SlurmJob] = {}  # the last read: each line's job
         self._line_of: dict[int, str] = {}  # each job's line in the last read
-        self._text = ""  # the last read's whole text, and its jobs
+        self._last_text = ""  # the last read's whole text, and its jobs
         self._jobs: list[SlurmJob] = []
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
         self._refreshed_at = clock()
@@ -269,42 +276,42 @@ class JobListing:
         if line is not None:
             self._by_line.pop(line, None)
         self._names.pop(job_id, None)
-        self._text = ""
+        self._last_text = ""
 
     def jobs(self) -> list[SlurmJob]:
         text = self.run(listing_argv())
         now = self.clock()
         refresh = now - self._refreshed_at >= NAMES_REFRESH_S
-        if text == self._text and not refresh:  # nothing changed: the jobs of last time
+        if text == self._last_text and not refresh:  # nothing changed: last time's jobs
             self.changed, self.gone = [], []
             return list(self._jobs)
-        lines = text.removesuffix("\n").split("\n") if text and not text.isspace() else []
         by_line = self._by_line
+        lines = _split(text)
         out: list[SlurmJob | None] = list(map(by_line.get, lines))
         fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
+        look_again = False
         if any(_START.match(line) is None for _, line in fresh):
-            lines = split_records(text)  # an AdminComment with a newline in it
-            out = list(map(by_line.get, lines))
+            lines, look_again = split_records(text), True  # an AdminComment's newline
         retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if refresh:
             self._refreshed_at = now
-            retry |= self._refresh(lines)  # may forget some lines: look them up again
+            retry |= self._refresh(lines)
+            look_again = True  # it may have forgotten lines
+        if look_again:
             out = list(map(by_line.get, lines))
-        fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
+            fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         if fresh:
             retry |= self._learn_names([line for _, line in fresh])
         bad: set[int] = set()
         self.unreadable = []
         for i, line in fresh:
-            jid = line.partition("|")[0]
-            excluded, name = self._names.get(int(jid) if _ID.fullmatch(jid) else 0, ([], ""))
             try:
-                out[i] = parse_line(line, name, excluded)
-            except (ValueError, SlurmError) as e:
+                out[i] = self._parse(line)
+            except ValueError as e:
                 # One job's line must not stop the reading of everyone's: left out
                 # (said in ``unreadable``), and read again next time.
                 bad.add(i)
-                self.unreadable.append(f"job {jid[:20] or '?'}: {e}: {line[:120]!r}")
+                self.unreadable.append(str(e))
         pairs = [(line, sj) for i, line in fresh if (sj := out[i]) is not None and i not in bad]
         if bad:
             lines = [x for i, x in enumerate(lines) if i not in bad]
@@ -318,8 +325,18 @@ class JobListing:
             if stale is not None:
                 self._by_line.pop(stale, None)
         # Something left to read again: the next read must not take the shortcut.
-        self._text, self._jobs = ("" if retry or bad else text), jobs
+        self._last_text, self._jobs = ("" if retry or bad else text), jobs
         return list(jobs)
+
+    def _parse(self, line: str) -> SlurmJob:
+        """One line, with the name and excluded nodes last learned for its job;
+        ValueError naming the job for a line it cannot read."""
+        jid = line.partition("|")[0]
+        excluded, name = self._names.get(int(jid) if _ID.fullmatch(jid) else 0, ([], ""))
+        try:
+            return parse_line(line, name, excluded)
+        except (ValueError, SlurmError) as e:
+            raise ValueError(f"job {jid[:20] or '?'}: {e}: {line[:120]!r}") from None
 
     def _refresh(self, lines: Sequence[str]) -> set[int]:
         """Ask again for the names and excluded nodes of every pending job; those that
@@ -329,8 +346,7 @@ class JobListing:
             f = line.split("|", 6)
             if len(f) > 6 and f[5] == "PENDING" and _ID.fullmatch(f[0]):
                 pending.append(line)
-        old = {int(line.partition("|")[0]): self._names.get(int(line.partition("|")[0]))
-               for line in pending}  # fmt: skip
+        old = {jid: self._names.get(jid) for jid in (int(x.partition("|")[0]) for x in pending)}
         unsettled = self._learn_names(pending)
         for jid, was in old.items():
             if self._names.get(jid) != was:
@@ -368,22 +384,16 @@ class JobListing:
         names as last learned; the listing's memory is left as it was."""
         if not ids:
             return {}
-        text = self._ask(some_argv(ids))
-        lines = text.removesuffix("\n").split("\n") if text.strip() else []
-        if any(_START.match(line) is None for line in lines):
-            lines = split_records(text)
         want = set(ids)
         out: dict[int, SlurmJob] = {}
-        for line in lines:
+        for line in split_records(self._ask(some_argv(ids))):
             jid = line.partition("|")[0]
             if not _ID.fullmatch(jid) or int(jid) not in want:
                 continue  # an array's tasks, listed under its id
-            excluded, name = self._names.get(int(jid), ([], ""))
             try:
-                out[int(jid)] = parse_line(line, name, excluded)
-            except (ValueError, SlurmError) as e:
-                raise SlurmError(f"squeue: cannot read the line of job {jid} ({e}): "
-                                 f"{line[:120]!r}") from None  # fmt: skip
+                out[int(jid)] = self._parse(line)
+            except ValueError:
+                continue  # unreadable: not read back (the next listing says why)
         return out
 
     def _learn_names(self, fresh: Sequence[str]) -> set[int]:

@@ -107,12 +107,12 @@ class SlurmView:
         changed = self._sync_nodes(snodes)
         if changed:
             self.never.clear()  # a job that could never run may fit now: ask again
-        if changed:
-            delta = None  # a node came or went: jobs skipped for want of it count now
+            delta = None  # and jobs skipped for want of a node count now: read them all
         if delta is not None:
-            by_id = {j.job_id: j for j in delta[0]}
-            # Forgotten ones too (``forget``): their last reading was stale.
-            more = [j for j in sjobs if j.job_id in self._reread and j.job_id not in by_id]
+            more: list[SlurmJob] = []
+            if self._reread:  # forgotten ones too (``forget``): their reading was stale
+                have = {j.job_id for j in delta[0]}
+                more = [j for j in sjobs if j.job_id in self._reread and j.job_id not in have]
             self._sync_usage([*delta[0], *more], now, gone=delta[1])
         else:
             self._sync_usage(sjobs, now)
@@ -275,14 +275,10 @@ class SlurmView:
 
     def _sync_queue(self, ready: Sequence[SlurmJob]) -> None:
         want: dict[int, Job] = {}
-        jobs, read, nevers, is_queued = self.jobs, self._read, self.never, self.sched.is_queued
         for sj in ready:
-            jid = sj.job_id
-            job = jobs.get(jid)
-            if job is None or read.get(jid) is not sj:
-                job = self.job(sj)
-            want[jid] = job
-            if jid in nevers or is_queued(job):
+            job = self.job(sj)
+            want[sj.job_id] = job
+            if sj.job_id in self.never or self.sched.is_queued(job):
                 continue
             job.start, job.placement = -1.0, []
             job.preemptions = sj.restarts
