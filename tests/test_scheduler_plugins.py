@@ -22,6 +22,7 @@ from coda.policy.coda import (
     IdleGpuReserve,
     OracleCores,
     PreemptedFirst,
+    RequeueOnly,
     ShrinkThenPreempt,
     SpreadPcieHeavy,
 )
@@ -284,6 +285,42 @@ def test_reclaim_leaves_dnn_jobs_and_floor_level_jobs_alone():
     apply(actions)
     assert dnn in node.jobs and dnn.cores_pn == 4 and one.cores_pn == 1
     assert_books(node)
+
+
+# ---------------------------------------------------------------- RequeueOnly
+def test_requeue_only_keeps_the_new_jobs_an_older_one_covers():
+    """The replay's case: 12 cores needed; newest first takes 4+2+2 and then the old
+    8-core job; with it, the two 2-core jobs are not needed and keep running."""
+    node = gpu_node(cores=28)
+    old = run_on(cpu_job(25, 8), node, 8, start=0.0)
+    run_on(cpu_job(29, 2), node, 2, start=5.0)
+    run_on(cpu_job(31, 2), node, 2, start=8.0)
+    new = run_on(cpu_job(33, 4), node, 4, start=9.0)
+    assert RequeueOnly().reclaim(dnn_job(34), node, 12, 10.8) == [Preempt(new), Preempt(old)]
+    # Needing 8, the newest three (4+2+2) suffice: the old job is not touched.
+    assert [a.job.idx for a in RequeueOnly().reclaim(dnn_job(34), node, 8, 10.8)] == [33, 31, 29]
+
+
+@settings(max_examples=300, deadline=None)
+@given(reclaim_cases())
+def test_requeue_only_frees_enough_with_no_job_to_spare(case):
+    _, node, need = case
+    order = newest_first(node)
+    actions = RequeueOnly().reclaim(dnn_job(99), node, need, 100.0)
+    taken = [a.job for a in actions]
+    assert all(isinstance(a, Preempt) for a in actions) and len(set(taken)) == len(taken)
+    # In the plugin's order (jobs requeued fewer times, then newest, first) ...
+    assert taken == [j for j in order if j in taken]
+    freed = sum(j.cores_pn for j in taken)
+    if need <= sum(j.cores_pn for j in order):
+        assert freed >= need
+        # ... and every job taken is needed: without any one, the rest fall short.
+        assert all(freed - j.cores_pn < need for j in taken)
+        # The oldest taken is the first at which newest first covers the need.
+        last = order.index(taken[-1])
+        assert sum(j.cores_pn for j in order[:last]) < need
+    else:
+        assert taken == order  # all it may take
 
 
 def test_reclaim_needing_nothing_does_nothing():
