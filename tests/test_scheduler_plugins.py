@@ -302,21 +302,28 @@ def test_requeue_only_keeps_the_new_jobs_an_older_one_covers():
 
 
 @settings(max_examples=300, deadline=None)
-@given(reclaim_cases())
-def test_requeue_only_frees_enough_with_no_job_to_spare(case):
+@given(reclaim_cases(), st.data())
+def test_requeue_only_frees_enough_with_no_job_to_spare(case, data):
     _, node, need = case
-    order = newest_first(node)
+    cpu = newest_first(node)
+    for j in cpu:  # some jobs requeued before, some Slurm may not requeue
+        j.preemptions = data.draw(st.integers(0, 2))
+        j.preemptible = data.draw(st.booleans() | st.just(True))
+    need = data.draw(st.integers(1, max(1, node.cpu_job_cores + 4)))  # maybe beyond reach
+    # The plugin's order: jobs requeued fewer times first, then the newest.
+    order = sorted(
+        (j for j in cpu if j.preemptible), key=lambda j: (j.preemptions, -j.start, -j.idx)
+    )
     actions = RequeueOnly().reclaim(dnn_job(99), node, need, 100.0)
     taken = [a.job for a in actions]
     assert all(isinstance(a, Preempt) for a in actions) and len(set(taken)) == len(taken)
-    # In the plugin's order (jobs requeued fewer times, then newest, first) ...
-    assert taken == [j for j in order if j in taken]
+    assert taken == [j for j in order if j in taken]  # in that order, requeueable only
     freed = sum(j.cores_pn for j in taken)
     if need <= sum(j.cores_pn for j in order):
         assert freed >= need
-        # ... and every job taken is needed: without any one, the rest fall short.
+        # Every job taken is needed: without any one, the rest fall short.
         assert all(freed - j.cores_pn < need for j in taken)
-        # The oldest taken is the first at which newest first covers the need.
+        # The last taken is the first at which that order covers the need.
         last = order.index(taken[-1])
         assert sum(j.cores_pn for j in order[:last]) < need
     else:
