@@ -705,7 +705,7 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
 
 
 # ------------------------------------------------------------------ reclaim edge cases
-def test_a_cpu_job_requeued_by_reclaim_may_restart_in_the_same_cycle(env) -> None:
+def test_reclaim_requeues_only_the_cpu_jobs_it_needs_and_loses_none(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent(cpus=list(range(4)), gpus=2, reclaim="requeue")
     j2 = submit(store, ["sleep", "60"], name="j2", cores=2)
@@ -715,13 +715,16 @@ def test_a_cpu_job_requeued_by_reclaim_may_restart_in_the_same_cycle(env) -> Non
     dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
     agent.tick()
     assert store.job(dnn).state == "running"
-    # Both CPU jobs were requeued for its 3 cores; j1 fits the one left and starts again
-    # at once (its row read afresh), j2 waits with a reason, neither is lost.
-    tick_until(agent, lambda: store.job(j1).state == "running", timeout=5)
-    assert store.job(j1).preemptions == 1
+    # One core was free and the training job needs 3: requeueing j2 (2 cores) covers it,
+    # so j1, the newer, keeps running; j2 waits with a reason and is not lost.
+    assert store.job(j1).state == "running" and store.job(j1).preemptions == 0
     row = store.job(j2)
-    assert row.state == "queued" and row.wait_reason
+    assert row.state == "queued" and row.wait_reason and row.preemptions == 1
     assert agent.sched is not None and agent.sched.is_queued(agent._queued_jobs[j2])
+    # Once the training job is gone, the requeued job starts again.
+    store.request_cancel(dnn)
+    tick_until(agent, lambda: store.job(j2).state == "running", timeout=5)
+    assert store.job(j2).preemptions == 1 and store.job(j1).state == "running"
 
 
 def test_a_preemption_that_cannot_happen_leaves_the_dnn_job_waiting(env, monkeypatch) -> None:
