@@ -5,10 +5,10 @@ job finishes and periodic node-control ticks. After every batch of events at one
 instant the scheduling cycle runs the policy's extension points over the queues.
 Whenever a node's set of co-runners changes, every job on it gets its speed
 recomputed from the performance model and its finish time rescheduled; stale
-finish events are recognised by a per-job version number. Stale ones outnumber the
-live some 15 to 1, and the loop wakes at their times too (a cycle runs there when jobs
-wait): when they fill the heap, their times move to a sorted list (``_compact``), so
-the heap stays the size of the live events and the loop wakes at the same instants.
+finish events are recognised by a per-job version number. Stale ones far outnumber
+the live, and the loop wakes at their times too (a cycle runs there when jobs wait):
+when they fill the heap, their times move to a sorted list (``_compact``), so the
+heap stays the size of the live events and the loop wakes at the same instants.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from coda.workload.tenants import users_of
 # Kept under their old names: tests read the heap's event kinds.
 _FINISH, _TICK, _SAMPLE = FINISH, TICK, SAMPLE
 # The heap is compacted once it holds this many events and twice as many as after
-# the last compaction. Each compaction walks the heap and merges the retired times
-# still ahead (some 15 per live event): a constant share of the pushes since the last.
+# the last compaction. Each compaction walks the heap and sorts in the retired times
+# still ahead (several per live event): a constant share of the pushes since the last.
 COMPACT_MIN = 4096
 
 
@@ -318,11 +318,8 @@ class Simulator:
                 live.append(e)
         heap[:] = live  # the same list: the loop holds it
         heapq.heapify(heap)
-        gone.sort()
-        rest = self._retired[ri:]
-        rest += gone
-        rest.sort()  # two sorted runs: one linear merge
-        self._retired = rest
+        self._retired = rest = self._retired[ri:] + gone
+        rest.sort()  # a sorted run and the new times: Timsort merges them
         return rest
 
     def _push(self, t: float, kind: int, obj: Job | None, version: int) -> None:
