@@ -75,7 +75,10 @@ def test_sbatch_runs_the_script_with_options_as_arguments(planned: tuple, tmp_pa
     b = sbatch_argv(cpu, script, tmp_path, 56.0, 1.0)
     assert "--requeue" in b and not any(x.startswith("--gres") for x in b)
     assert b[b.index("--checkpoint") + 1] == str(tmp_path / f"{cpu.name}.ckpt")
-    assert "--wrap" not in a + b
+    assert "--wrap" not in a + b and "-w" not in a + b
+    # Pinned (the node-choice scenes' fillers): -w before the script, not after it.
+    c = sbatch_argv(cpu, script, tmp_path, 56.0, 1.0, nodelist="n2")
+    assert c[c.index("-w") + 1] == "n2" and c.index("-w") < c.index(str(script))
 
 
 def _job(idx: int, kind: str = "dnn", submit: float = 0.0, work: float = 10.0) -> ReplayJob:
@@ -215,7 +218,7 @@ def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
     run = {"gpu_util_effective": 0.5, "cpu_queue_delay_mean_s": 3.0, "jobs_finished": 2,
            "jobs_unfinished": 0, "jobs_lost": 0, "jobs_started_twice": 0,
            "jct_rel_error_median": 0.05, "start_latency_s": [0.7, 0.8]}  # fmt: skip
-    sim = {"policy": "fifo", "gpu_util_effective": 0.55, "cpu_queue_delay_mean_s": 2.5,
+    sim = {"policy": "slurm", "gpu_util_effective": 0.55, "cpu_queue_delay_mean_s": 2.5,
            "start_delay_s": 0.7, "cycle_period_s": 0.0}  # fmt: skip
     r = {"setting": {"jobs": 2, "trace": "t", "speed": 300.0, "load": 0.9, "cluster": "c",
                      "seed": 0, "users": ["u"], "arrival_span_s": 5.0,
@@ -233,6 +236,12 @@ def test_the_report_shows_the_start_latency_the_twin_was_given() -> None:
     assert "| 0.050 (0.040-0.090) | 0.75 | 0.70 | 0 |" in text
     assert "mean over noise seeds 0-2" in text  # CODA's, not plain Slurm's one
     assert "holding its GPUs and cores meanwhile" in text
+    assert "Node choice" not in text  # no scenes probed
+    run["node_choice"] = [{"scene": "a", "slurm": "n1", "twin": "n1"},
+                          {"scene": "b", "slurm": "n2", "twin": ""}]  # fmt: skip
+    text = markdown(r)
+    assert "twin `slurm` put the probe on the same node in 1 of 2 scenes" in text
+    assert "(a: Slurm n1, twin n1; b: Slurm n2, twin none)" in text
 
 
 def test_the_twin_over_seeds_is_their_mean_and_each_job_s_median() -> None:

@@ -15,14 +15,15 @@ from bisect import bisect_right
 from typing import Any
 
 from coda.cycle import reasons as R
+from coda.cycle.every_job import EveryJobReservations
 from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
 from coda.cycle.reasons import Reason
-from coda.cycle.reservations import Hold, Reservations
+from coda.cycle.reservations import Hold
 from coda.policy.framework import CoreBound
 from coda.policy.state import DNN, Job, Node
 
 
-class Backfill(Reservations):
+class Backfill(EveryJobReservations):
     """The backfill half of the cycle; ``Scheduler`` holds the queue and the attempt."""
 
     buckets: dict[str, dict[tuple[Any, ...], Bucket]]

@@ -17,6 +17,9 @@ def check_no_waiting_fit(self: Scheduler) -> None:
     """After a cycle no queued job may fit anywhere, unless a reservation of
     an earlier-queued job forbids it (or, without backfill, it is not first)."""
     active: dict[int, list[Hold]] = {}
+    if self.policy.reserves_every_job:
+        for idx, held in self.every_job_holds.items():
+            active[idx] = [h for h in held if h[2].start < 0]
     for resv in self.reservations.values():
         if resv is not None and resv.job.start < 0:
             for node in resv.nodes:

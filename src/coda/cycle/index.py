@@ -8,6 +8,7 @@ lowest-set-bit, whatever the cluster size.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 
 from coda.policy.state import Node
@@ -96,6 +97,26 @@ class PoolIndex:
                 low = m & -m
                 yield from level[cores + low.bit_length() - 1]
                 m ^= low
+
+    def fewest_cores(self, gpus: int, cores: int) -> Iterator[Node]:
+        """The same nodes, fewest free cores first whatever their free GPUs, then in node
+        order (Slurm's select/cons_tres; the ``fewest-cores`` node order).
+
+        The caller must not change nodes while iterating."""
+        levels = range(gpus, self.max_gpus + 1)
+        m = 0
+        for g in levels:
+            m |= self.masks[g]
+        m >>= cores
+        while m:
+            low = m & -m
+            c = cores + low.bit_length() - 1
+            # Popped lazily: the first node often serves.
+            same = [(n.idx, n) for g in levels for n in self.buckets[g].get(c, ())]
+            heapq.heapify(same)
+            while same:
+                yield heapq.heappop(same)[1]
+            m ^= low
 
     def most_free(self) -> Iterator[Node]:
         """Nodes with the most free GPUs (then cores) first."""

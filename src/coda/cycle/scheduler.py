@@ -9,6 +9,8 @@ reservation and which nodes gained room since the last cycle. A cycle
    policy's runtime estimates); heads settle in queue order across arrays;
 2. backfills (``backfill.py``): jobs behind the heads, in queue order, start where
    they do not delay a reservation (without runtime estimates: none, strict FIFO);
+   where the policy asks (``reservations="every-job"``), every job that does not fit
+   is planned instead, as Slurm does (``every_job.py``);
 3. for a DNN job where the policy reclaims, counts cores CPU jobs hold on a GPU
    node as free, and takes them back through the reclaim plugin when it starts.
 
@@ -58,6 +60,7 @@ class Scheduler(Backfill):
         self._queues = TenantQueues(arrays, policy.fair_share, self._live_entry)
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
+        self.every_job_holds: dict[int, list[Hold]] = {}
         self._bucket_of: dict[Job, Bucket] = {}
         self.queued = {DNN: 0, CPU: 0}
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search
@@ -318,6 +321,10 @@ class Scheduler(Backfill):
         return self._decisions
 
     def _round(self, dirty: list[Node], fresh: set[Job]) -> None:
+        if self.policy.reserves_every_job:
+            # Slurm's sched/backfill: the whole queue, every job planned (every_job.py).
+            self._every_job_round()
+            return
         # Nodes that gain room during the round (a reservation spent or moved)
         # join `dirty` at once, so the jobs kept off them are retried now.
         self._live, self._live_set = dirty, set(dirty)
@@ -463,7 +470,9 @@ class Scheduler(Backfill):
                 self._note(job, self._short_of(job, cores_pn, pools))
                 self._alike = True
                 return None
-            if len(cands) > 1:
+            if len(cands) > 1 and policy.node_order == "fewest-cores":
+                cands.sort(key=lambda n: (pools.index(n.pool), n.free_cores, n.idx))
+            elif len(cands) > 1:
                 cands.sort(
                     # Nodes where it would have to reclaim CPU jobs' cores come last.
                     key=lambda n: (
@@ -481,7 +490,11 @@ class Scheduler(Backfill):
             streams = []
             for p in pools:
                 if p in self.index:
-                    streams.append(self.index[p].best_fit(job.gpus_pn, cores_pn))
+                    index = self.index[p]
+                    if policy.node_order == "fewest-cores":
+                        streams.append(index.fewest_cores(job.gpus_pn, cores_pn))
+                    else:
+                        streams.append(index.best_fit(job.gpus_pn, cores_pn))
                     if reclaim and p == GPU_POOL:
                         # Then the nodes that fit only once CPU jobs give cores back.
                         streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))

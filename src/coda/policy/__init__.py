@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coda.policy.baselines import drf, fifo, static_separate, static_shared
+from coda.policy.baselines import drf, fifo, slurm, static_separate, static_shared
 from coda.policy.coda import (
     coda,
     coda_no_colocation,
@@ -21,6 +21,7 @@ POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "static-shared": static_shared,
     "fifo": fifo,
     "drf": drf,
+    "slurm": slurm,
     "coda": coda,
     "coda-no-slimming": coda_no_slimming,
     "coda-no-colocation": coda_no_colocation,

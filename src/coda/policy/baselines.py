@@ -9,6 +9,8 @@ in arrival order (with Slurm's backfill where there are estimates), requested
 cores, servers shared.
 drf: the paper's second: the same queue ordered by dominant resource fairness
 between tenants (GPUs dominant for DNN jobs), requested cores, servers shared.
+slurm: plain Slurm as deploy/slurm-test-cluster runs it (``coda replay``'s baseline):
+fifo, with every queued job holding a plan (sched/backfill) and Slurm's node choice.
 """
 
 from __future__ import annotations
@@ -152,4 +154,20 @@ def drf(options: PolicyOptions) -> Policy:
         "the paper's DRF: one queue, tenants by dominant share (GPUs for DNN jobs), "
         "requested cores, shared servers",
         fair=DominantShares(),
+    )
+
+
+def slurm(options: PolicyOptions) -> Policy:
+    return Policy(
+        name="slurm",
+        arrays=SingleQueue(),
+        estimates=options.runtime_estimate(),
+        queue_sort=FifoOrder(),
+        pools=SharedPools(),
+        core_count=RequestedCores(),
+        filters=list(options.filters),
+        node_order="fewest-cores",
+        reservations="every-job",
+        description="plain Slurm (coda replay's baseline): fifo, every queued job holding "
+        "a plan as sched/backfill does, the node with the fewest free cores",
     )

@@ -241,6 +241,14 @@ class Reclaim(Protocol):
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]: ...
 
 
+# Whom backfill plans a start for: each array's first blocked job (EASY backfill, the
+# default), or every job it looks at, as Slurm's sched/backfill does (cycle/every_job.py).
+RESERVATIONS = ("heads", "every-job")
+# Which feasible node a job goes to: the fewest free GPUs, then cores (best fit, the
+# default), or the fewest free cores whatever the GPUs, then node order (Slurm's).
+NODE_ORDERS = ("best-fit", "fewest-cores")
+
+
 @dataclass
 class Policy:
     """A named bundle of plugins plus the cycle's knobs for backfill and scoring.
@@ -269,6 +277,8 @@ class Policy:
     # Upper-bound runs only: the driver leaves out interference between co-runners.
     ideal_isolation: bool = False
     backfill_depth: int = 500  # jobs examined per array per cycle (Slurm: bf_max_job_test)
+    reservations: str = "heads"  # whom backfill plans a start for (RESERVATIONS)
+    node_order: str = "best-fit"  # where a job goes among feasible nodes (NODE_ORDERS)
     # Feasible nodes gathered before scoring (kube: percentageOfNodesToScore).
     # 1 = take the first feasible node in best-fit order.
     candidates_to_score: int = 1
@@ -281,11 +291,24 @@ class Policy:
                     # The Filter protocol's declarations: checked once here, so a filter
                     # written without them fails at build time, not at its first refusal.
                     raise TypeError(f"filter {type(f).__name__} does not declare {flag}: bool")
+        if self.node_order not in NODE_ORDERS:
+            raise ValueError(
+                f"node_order must be one of {', '.join(NODE_ORDERS)}, got {self.node_order!r}"
+            )
+        if self.reservations not in RESERVATIONS:
+            raise ValueError(
+                f"reservations must be one of {', '.join(RESERVATIONS)}, got {self.reservations!r}"
+            )
 
     @property
     def backfill(self) -> bool:
         """Backfill runs only where there are runtime estimates to plan with."""
         return self.estimates.backfills
+
+    @property
+    def reserves_every_job(self) -> bool:
+        """Backfill plans a start for every job it looks at (Slurm's sched/backfill)."""
+        return self.reservations == "every-job" and self.estimates.backfills
 
     def plugins(self) -> list[object]:
         """Every plugin object, each once (a plugin may implement several points)."""

@@ -70,6 +70,18 @@ def markdown(r: dict[str, Any]) -> str:
             f"CODA over plain Slurm, effective GPU utilisation: real "
             f"{_f(r['gain_real'], '+.1%')}, simulated {_f(r['gain_sim'], '+.1%')}." + _seeds(r),
         ]
+    choice = r.get("plain", {}).get("node_choice") or []
+    if choice:
+        same = sum(1 for c in choice if c["slurm"] == c["twin"])
+        lines += [
+            "",
+            f"Node choice (plain Slurm's idle cluster, before its run: filler jobs pinned to "
+            f"nodes, then one probe): Slurm and its twin `{r['sim']['plain']['policy']}` put "
+            f"the probe on the same node in {same} of {len(choice)} scenes ("
+            + "; ".join(f"{c['scene']}: Slurm {c['slurm']}, twin {c['twin'] or 'none'}"
+                        for c in choice)
+            + ").",
+        ]  # fmt: skip
     faults = r.get("coda", {}).get("faults") or []
     if faults:
         lines += [

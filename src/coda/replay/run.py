@@ -2,11 +2,12 @@
 agents, faults injected), and through the simulator with the matching policies.
 
 Plain Slurm is the test cluster with CODA off (no job_submit.lua: Slurm's own FIFO
-priority and backfill on the jobs' time limits); its simulated twin is ``fifo`` (one
-queue in arrival order, requested cores, CPU jobs on any node) with time-limit
-estimates. CODA's run is the plugin, the controller and one agent per node, the agents
-keeping the jobs' cores on each node's board (the nodes are declared-big); its twin is
-``coda`` with the same estimates.
+priority and backfill on the jobs' time limits); its simulated twin is ``slurm`` (one
+queue in arrival order, requested cores, CPU jobs on any node, every queued job holding
+a plan as sched/backfill does, Slurm's node choice) with time-limit estimates. CODA's
+run is the plugin, the controller and one agent per node, the agents keeping the jobs'
+cores on each node's board (the nodes are declared-big); its twin is ``coda`` with the
+same estimates.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coda.replay import outcome as O
+from coda.replay.node_choice import probe_node_choice
 from coda.replay.plan import (
     ClusterShape,
     ReplayJob,
@@ -48,7 +50,7 @@ from coda.replay.stack import (
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}  # fmt: skip
-SIM_POLICY = {"plain": "fifo", "coda": "coda"}
+SIM_POLICY = {"plain": "slurm", "coda": "coda"}
 # How each twin takes cores back from CPU jobs: CODA on Slurm requeues them whole, as
 # the Slurm controller does (coda.slurm.controller: Slurm cannot shrink a running job).
 SIM_RECLAIM = {"plain": "shrink", "coda": "requeue"}
@@ -216,6 +218,12 @@ def run_real(
             if cfg.probes
             else []
         )  # fmt: skip
+        choice = (
+            probe_node_choice(env, script, users[0], workdir / users[0] / f"{mode}-placement",
+                              node_bw, cfg.shape, log)
+            if mode == "plain" and cfg.probes
+            else []
+        )  # fmt: skip
         span = jobs[-1].submit_s if jobs else 0.0
         log(f"{mode}: submitting {len(jobs)} jobs over {span:.0f} s as {', '.join(users)}")
         t0_wall, ids = submit_all(
@@ -245,6 +253,7 @@ def run_real(
         faults.settle()
         elapsed = time.time() - t0_wall
         outcomes: dict[int, O.Outcome] = {}
+        placed: dict[int, list[str]] = {}
         for job in jobs:
             o = O.Outcome(job.idx)
             jid = ids.get(job.idx)
@@ -254,6 +263,7 @@ def run_real(
                 sj = states.get(job.idx)
                 if sj is not None:
                     o.slurm_state, o.slurm_restarts = sj.state, sj.restarts
+                    placed[job.idx] = sj.nodes  # where it last ran
                 else:
                     o.slurm_state = "UNKNOWN"
             else:
@@ -263,7 +273,7 @@ def run_real(
         starts = {d.name: d.starts for d in daemons.values()}
         return {"outcomes": outcomes, "faults": faults.happened, "submit_s": t_sub,
                 "elapsed_s": elapsed, "daemon_starts": starts,
-                "start_latency_s": latency}  # fmt: skip
+                "start_latency_s": latency, "node_choice": choice, "nodes": placed}  # fmt: skip
     finally:
         for d in daemons.values():
             d.stop()
@@ -359,9 +369,12 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
             "faults": got["faults"], "daemon_starts": got["daemon_starts"],
             "elapsed_s": round(got["elapsed_s"], 1), "jct_s": reals[mode].jct_s,
             "per_job": {i: {"starts": o.starts, "end": o.end, "done": o.done,
-                            "slurm_state": o.slurm_state, "slurm_restarts": o.slurm_restarts}
+                            "slurm_state": o.slurm_state, "slurm_restarts": o.slurm_restarts,
+                            "nodes": got["nodes"].get(i, [])}
                         for i, o in got["outcomes"].items()},
         }  # fmt: skip
+        if got["node_choice"]:
+            result[mode]["node_choice"] = got["node_choice"]
         log(f"{mode}: {result[mode]['jobs_finished']} finished, "
             f"{result[mode]['jobs_unfinished']} unfinished, {result[mode]['jobs_lost']} lost, "
             f"effective GPU utilisation {reals[mode].gpu_util_effective:.3f}")  # fmt: skip
@@ -369,7 +382,7 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
     for mode in cfg.runs:
         timing = sim_timing(cfg, mode, latency[mode])
         delay = timing.start_delay_s
-        # Noise seeds move only the allocator's samples: plain Slurm's twin (fifo) has
+        # Noise seeds move only the allocator's samples: plain Slurm's twin (slurm) has
         # none, so one seed is all of it.
         seeds = [cfg.seed + k for k in range(cfg.sim_seeds if mode == "coda" else 1)]
         log(f"simulating {SIM_POLICY[mode]} on the same jobs (start delay {delay:.2f} s, "

@@ -31,7 +31,7 @@ class StackError(RuntimeError):
     """The real stack could not be had or driven: one line for the user."""
 
 
-def _run(argv: Sequence[str], env: dict[str, str], timeout: float = 120.0) -> str:
+def run_checked(argv: Sequence[str], env: dict[str, str], timeout: float = 120.0) -> str:
     try:
         p = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -72,12 +72,12 @@ class TestCluster:
                 "--users", str(self.users), "--replay"]  # fmt: skip
         if coda_off:
             argv.append("--coda-off")
-        self.env = {**base, **parse_exports(_run(argv, base, timeout=180))}
+        self.env = {**base, **parse_exports(run_checked(argv, base, timeout=180))}
         return self.env
 
     def down(self, env: dict[str, str] | None = None) -> None:
         e = env or self.env or {**os.environ, "CODA_SLURM_DIR": str(self.directory)}
-        _run([str(CLUSTER_SCRIPT), "down"], e, timeout=180)
+        run_checked([str(CLUSTER_SCRIPT), "down"], e, timeout=180)
 
     def restart_slurmd(self, node: str) -> None:
         """Stop one slurmd by its pidfile's PID and start it again (its jobs run on)."""
@@ -87,7 +87,7 @@ class TestCluster:
             raise StackError(f"slurmd on {node}: no live PID in {pidfile}")
         os.kill(pid, signal.SIGTERM)
         _wait_gone(pid, 15.0)
-        _run(["slurmd", "-N", node], self.env, timeout=60)
+        run_checked(["slurmd", "-N", node], self.env, timeout=60)
 
     @property
     def local_users(self) -> list[str]:
@@ -198,7 +198,7 @@ def fresh_dir(path: Path, user: str, env: dict[str, str]) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
-    _run(["runuser", "-u", user, "--", "mkdir", "-m", "0755", "--", str(path)], env, 30)
+    run_checked(["runuser", "-u", user, "--", "mkdir", "-m", "0755", "--", str(path)], env, 30)
 
 
 def job_script(out: Path) -> Path:
@@ -231,17 +231,25 @@ def probe_job_python(script: Path, user: str, env: dict[str, str]) -> None:
 
 
 def sbatch_argv(
-    job: ReplayJob, script: Path, workdir: Path, node_bw: float, log_every_s: float
+    job: ReplayJob,
+    script: Path,
+    workdir: Path,
+    node_bw: float,
+    log_every_s: float,
+    nodelist: str | None = None,
 ) -> list[str]:
     """``runuser -u <user> -- sbatch ...`` for one job: its shape, a time limit, requeue
     for CPU jobs (CODA may take their cores back), output appended (a requeued job's
-    starts all stay), the emulated job's options after the script."""
+    starts all stay), the emulated job's options after the script; ``nodelist``: the
+    nodes it must run on (``-w``)."""
     argv = ["runuser", "-u", job.user, "--", "sbatch", "--parsable", "-J", job.name,
             "-N", str(job.nodes), "-c", str(job.cores_pn), "-t", str(job.time_limit_min),
             "--open-mode=append", "-o", str(workdir / f"{job.name}-%j.out"),
             "-D", str(workdir), "--requeue" if job.kind == "cpu" else "--no-requeue"]  # fmt: skip
     if job.gpus_pn:
         argv.append(f"--gres=gpu:{job.gpus_pn}")
+    if nodelist is not None:
+        argv += ["-w", nodelist]
     argv.append(str(script))
     common = ["--work", f"{job.work_s:.6f}", "--node-bw", f"{node_bw:.6f}", "--tick", "0.25",
               "--log-every", str(log_every_s)]  # fmt: skip
@@ -272,7 +280,8 @@ def submit_all(
         while (now := time.monotonic() - t0) < job.submit_s:
             on_tick(now)
             time.sleep(min(0.2, job.submit_s - now))
-        out = _run(sbatch_argv(job, script, workdir_of(job.user), node_bw, log_every_s), env, 60)
+        argv = sbatch_argv(job, script, workdir_of(job.user), node_bw, log_every_s)
+        out = run_checked(argv, env, 60)
         try:
             ids[job.idx] = int(out.strip().split(";")[0])
         except ValueError:
@@ -304,7 +313,7 @@ def probe_start_latency(
                         gpus=0, nodes=1, gpus_pn=0, cores_pn=1, model="", work_s=0.5,
                         bw_per_core=0.0, time_limit_min=1)  # fmt: skip
         t0 = time.time()
-        jid = _run(sbatch_argv(job, script, workdir, node_bw, 1.0), env, 60).strip()
+        jid = run_checked(sbatch_argv(job, script, workdir, node_bw, 1.0), env, 60).strip()
         jid = jid.split(";")[0]
         if not jid.isascii() or not jid.isdigit():
             raise StackError(f"sbatch for a probe job: no job id in {jid[:80]!r}")

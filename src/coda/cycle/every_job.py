@@ -1,0 +1,191 @@
+"""Backfill that plans a start for every queued job, as Slurm's sched/backfill does.
+
+Slurm walks its queue in priority order. A job that can start now without touching
+a plan already made starts; one that cannot is planned at its earliest start, from
+the running jobs' expected ends (their time limits) and the plans before it, and
+its nodes are held whole from then for its own time limit (``bf_min_prio_reserve``
+unset: every pending job reserves; ``bf_max_job_test``: how deep it looks). A later
+job may start now on a node only if it ends before every plan there.
+
+The default (``Policy.reservations == "heads"``) plans for each array's first
+blocked job only (EASY backfill) and costs what changed; this pass costs the first
+``backfill_depth`` queued jobs times the nodes at every cycle. It is the model of
+plain Slurm for ``coda replay``'s twin, not for million-job simulations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from coda.cycle import reasons as R
+from coda.cycle.queue import Bucket
+from coda.cycle.reasons import Reason
+from coda.cycle.reservations import Hold, Reservations
+from coda.policy.state import Job, Node
+
+# A plan on a node: (its start, its end, its owner)
+Window = tuple[float, float, Job]
+
+
+class EveryJobReservations(Reservations):
+    """The every-job round; ``Scheduler`` supplies the queue and the attempt."""
+
+    buckets: dict[str, dict[tuple[Any, ...], Bucket]]
+    _groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]]
+    heads: dict[str, Job | None]
+    cycles: int
+    # The holds the last every-job round made (checks.check_no_waiting_fit reads them).
+    every_job_holds: dict[int, list[Hold]]
+
+    def cores(self, job: Job) -> int:
+        raise NotImplementedError
+
+    def _try(
+        self,
+        job: Job,
+        full: bool,
+        dirty: list[Node],
+        active: dict[int, list[Hold]],
+        cores_pn: int | None = None,
+    ) -> bool:
+        raise NotImplementedError
+
+    def _why(self, code: str, detail: str = "", behind: str | None = None) -> Reason:
+        raise NotImplementedError
+
+    def _note(self, job: Job, reason: Reason) -> None:
+        raise NotImplementedError
+
+    def _every_job_round(self) -> None:
+        """Each queued job in queue order starts if it fits without delaying an earlier
+        job's plan; else it is planned, and its plan binds the jobs after it."""
+        policy = self.policy
+        active: dict[int, list[Hold]] = {}
+        windows: dict[int, list[Window]] = {}
+        heads: dict[str, Job | None] = dict.fromkeys(policy.arrays.names)
+        array_of = policy.arrays.array_of
+        # Within the round nodes only lose room (starts) and gain plans, so a job alike
+        # one that could not start (same needs, no shorter) cannot start either: it is
+        # not tried. Per-job filters or reclaim (which frees room) turn that off.
+        memo = not policy.filters and policy.reclaim is None
+        failed: dict[tuple[Any, ...], tuple[float, object]] = {}
+        ready: dict[tuple[Any, ...], list[tuple[float, int, Node]]] = {}
+        for job in self._in_queue_order():
+            cores_pn = self.cores(job)
+            key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, job.nodes,
+                   policy.pools.pools(job))  # fmt: skip
+            seen = failed.get(key) if memo else None
+            estimate = policy.estimates.runtime(job, cores_pn) if seen is not None else 0.0
+            if seen is not None and estimate >= seen[0]:
+                job.estimate = estimate
+                job.wait, job.wait_cycle = seen[1], self.cycles
+            elif self._try(job, True, [], active, cores_pn):
+                ready.clear()  # its nodes have less room now
+                continue
+            elif memo:
+                failed[key] = (job.estimate, job.wait)
+            arr = array_of(job)
+            if heads[arr] is None:
+                heads[arr] = job
+            plan = self._plan(job, cores_pn, windows, ready if memo else {})
+            if plan is None:  # no node will ever be known to have room: not planned
+                continue
+            start, nodes = plan
+            end = start + job.estimate
+            rank = self._rank(job)
+            for node in nodes:
+                windows.setdefault(node.idx, []).append((start, end, job))
+                active.setdefault(node.idx, []).append((start, rank, job))
+        self.heads = heads
+        self.every_job_holds = active
+
+    def _in_queue_order(self) -> list[Job]:
+        """The first ``backfill_depth`` queued jobs of each array, merged by rank."""
+        depth = self.policy.backfill_depth
+        jobs: list[Job] = []
+        for arr in self.policy.arrays.names:
+            buckets = self.buckets[arr]
+            live: list[Job] = []
+            for shape in list(buckets):
+                bucket = buckets[shape]
+                if bucket.front() is None:  # every job of it started or left
+                    del buckets[shape], self._groups[arr][shape[:2]][shape]
+                    continue
+                live += bucket.live()
+            live.sort(key=self._rank)
+            jobs += live[:depth]
+            if len(live) > depth:
+                beyond = self._why(R.DEPTH)
+                for job in live[depth:]:
+                    self._note(job, beyond)
+        jobs.sort(key=self._rank)
+        return jobs
+
+    def _plan(
+        self,
+        job: Job,
+        cores_pn: int,
+        windows: dict[int, list[Window]],
+        ready_of: dict[tuple[Any, ...], list[tuple[float, int, Node]]],
+    ) -> tuple[float, list[Node]] | None:
+        """The earliest start at which ``job.nodes`` nodes have its room (as running jobs
+        end when estimated) and no earlier plan binding it overlaps its run there, and
+        those nodes (the first to have the room, then by index); None if never known.
+        ``ready_of``: when each node has the room, by needs, kept while no job starts."""
+        policy = self.policy
+        pools = policy.pools.pools(job)
+        key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, pools)
+        ready = ready_of.get(key)
+        if ready is None:
+            ready = []
+            for node in self.nodes.values():
+                if node.pool not in pools:
+                    continue
+                if policy.filters and not policy.allows(job, node, cores_pn):
+                    continue
+                t = self._available_at(node, job, cores_pn)
+                if t is not None and t < math.inf:
+                    ready.append((t, node.idx, node))
+            ready.sort(key=lambda r: (r[0], r[1]))
+            ready_of[key] = ready
+        if len(ready) < job.nodes:
+            return None
+        length = job.estimate
+        if job.nodes == 1:
+            best: tuple[float, int, Node] | None = None
+            for t, idx, node in ready:
+                if best is not None and (t, idx) >= (best[0], best[1]):
+                    break  # it starts no earlier than t: it cannot do better
+                at = self._after_plans(t, length, windows.get(node.idx), job)
+                if best is None or (at, idx) < (best[0], best[1]):
+                    best = (at, idx, node)
+            assert best is not None
+            return (best[0], [best[2]]) if best[0] < math.inf else None
+        binding = {
+            idx: [(s, e) for s, e, owner in held if self._binds(owner, job)]
+            for idx, held in windows.items()
+        }
+        # A plan can only begin when a node gets its room or an earlier plan ends.
+        times = {t for t, _, _ in ready}
+        times.update(e for held in binding.values() for _, e in held if e < math.inf)
+        for at in sorted(t for t in times if t >= self.now):
+            free = [
+                node
+                for t, _, node in ready
+                if t <= at
+                and not any(s < at + length and at < e for s, e in binding.get(node.idx, ()))
+            ]
+            if len(free) >= job.nodes:
+                return at, free[: job.nodes]
+        return None
+
+    def _after_plans(self, t: float, length: float, held: list[Window] | None, job: Job) -> float:
+        """The first start from t at which a run of ``length`` overlaps no plan on the
+        node that binds job (plans on one node never overlap: each holds it whole)."""
+        if not held:
+            return t
+        for s, e, owner in sorted(held, key=lambda w: w[0]):
+            if s < t + length and t < e and self._binds(owner, job):
+                t = e
+        return t
