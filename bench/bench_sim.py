@@ -27,8 +27,9 @@ reported as "timeout" (max RSS as read from /proc just before); the larger ladde
 of that policy are then "skipped" (time per job does not fall with size). While a case
 runs, a "running, N s" line each minute shows a stall between its progress marks.
 
-Options: --policies (default: every policy for the bundled trace and --large,
-static-separate,coda for the ladder), --repeats (bundled), --load (default 1.0),
+Options: --policies (default: every policy for the bundled trace and --large but those
+meant for replay-sized clusters, coda.policy.REPLAY_SCALE_POLICIES; static-separate,coda
+for the ladder), --repeats (bundled), --load (default 1.0),
 --seed (default 0), --case-timeout, --json PATH (also write the rows there).
 
 Progress (which case runs, elapsed) goes to stderr; stdout gets one Markdown table:
@@ -63,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from coda.policy import POLICIES
+from coda.policy import POLICIES, REPLAY_SCALE_POLICIES
 
 if TYPE_CHECKING:
     from coda.sim.run import Prepared
@@ -430,6 +431,10 @@ def _sizes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _every_policy() -> list[str]:
+    return sorted(p for p in POLICIES if p not in REPLAY_SCALE_POLICIES)
+
+
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
@@ -478,14 +483,14 @@ def main(argv: list[str] | None = None) -> int:
     scaling = args.scaling or args.sizes is not None
     rows: list[dict[str, Any]] = []
     if not (args.large_only or scaling):
-        rows += bundled(args.policies or sorted(POLICIES), args.repeats, args.seed)
+        rows += bundled(args.policies or _every_policy(), args.repeats, args.seed)
     cases = ladder(args.sizes or list(DEFAULT_SIZES)) if scaling else []
     if scaling:
         policies = args.policies or list(LADDER_POLICIES)
         rows += run_cases(cases, policies, args.load, args.seed, args.case_timeout)
     if args.large or args.large_only:
         large = [Case("large", args.jobs, args.nodes)]
-        policies = args.policies or sorted(POLICIES)
+        policies = args.policies or _every_policy()
         rows += run_cases(large, policies, args.load, args.seed, args.case_timeout)
     add_ratios(rows)
     from coda.build_kind import build_kind

@@ -55,11 +55,16 @@ def digest(result: Any) -> dict[str, Any]:
 
 def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
     from coda.experiment.paper import PaperConfig, write_workloads
-    from coda.policy import POLICIES
+    from coda.policy import POLICIES, REPLAY_SCALE_POLICIES
+    from coda.replay.plan import ClusterShape, fitting, load_table, prepare_replay
     from coda.sim.run import RunConfig
 
-    # The bundled trace on its default cluster, exact estimates: every policy.
-    every = tuple(POLICIES)
+    # The bundled trace on its default cluster, exact estimates: every policy but those
+    # meant for replay-sized clusters, which run on the replay's workload and cluster.
+    every = tuple(p for p in POLICIES if p not in REPLAY_SCALE_POLICIES)
+    shape = ClusterShape(4, 4, 5, 28)
+    replay = prepare_replay(fitting(load_table(None, None, 0, 120), shape)[0], shape,
+                            out / "replay", 0, load=0.9).config  # fmt: skip
     # The generated paper workload on the paper cluster, backfill from time limits:
     # deep CPU queues, reservations and reclaim.
     paper = PaperConfig(out=out, jobs=1500, seeds=1)
@@ -69,6 +74,7 @@ def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
         ("bundled", base, every),
         ("paper-1500", paper.run_config(0), ("fifo", "coda", "coda-no-eliminator")),
         ("bundled-limits", dataclasses.replace(base, estimates="time-limits"), ("coda",)),
+        ("replay-4x5g28c", replay, (*REPLAY_SCALE_POLICIES, "fifo", "coda")),
         # CODA's other knobs, and the run options that reach the policies' inputs.
         (
             "bundled-variants",

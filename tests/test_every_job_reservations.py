@@ -175,3 +175,56 @@ def test_slurm_twin_runs_a_generated_workload_with_every_invariant_checked(
     prepared = prepare_replay(table, shape, tmp_path, seed, load=0.8)
     res = run_policy(prepared, "slurm", check_invariants=True)
     assert res.summary["policy"] == "slurm" and np.isfinite(res.jobs["end"]).sum() > 100
+
+
+def test_fewest_cores_order_walks_core_levels_then_node_order_across_gpu_levels() -> None:
+    from coda.cycle.index import PoolIndex
+
+    index = PoolIndex(4)
+    nodes = []
+    for idx, (g, c) in enumerate([(4, 10), (1, 10), (2, 3), (0, 2), (3, 10), (2, 28)]):
+        n = Node(idx, f"n{idx}", 4, 28, 0, 0.0)
+        n.free_gpus, n.free_cores = g, c
+        index.add(n)
+        nodes.append(n)
+    assert [n.idx for n in index.fewest_cores(1, 1)] == [2, 0, 1, 4, 5]
+    assert [n.idx for n in index.fewest_cores(2, 4)] == [0, 4, 5]
+    assert [n.idx for n in index.best_fit(2, 4)] == [5, 4, 0]  # fewest free GPUs first
+    assert list(index.fewest_cores(4, 11)) == []
+    nodes[0].free_cores = 1  # moved below the job's need
+    index.update(nodes[0])
+    assert [n.idx for n in index.fewest_cores(2, 4)] == [4, 5]
+
+
+def test_jobs_past_the_depth_are_looked_at_once_those_before_them_start() -> None:
+    node = Node(0, "n0", 4, 28, 0, 56.0)
+    policy = dataclasses.replace(_policy("every-job"), backfill_depth=2)
+    sched = Scheduler(policy, [node])
+    jobs = [Job(i, f"Q{i}", float(i), 1, 1, 0, 1, 10.0, time_limit=60.0) for i in range(4)]
+    for j in jobs:
+        sched.submit(j)
+    starts = [d.job for d in sched.cycle(5.0, Booking(sched, 5.0)) if isinstance(d, Start)]
+    assert starts == jobs and not sched.pending()
+
+
+def test_a_planned_job_leaving_makes_a_cycle_due() -> None:
+    sched, jobs, starts = _two_nodes("every-job", 300.0)
+    assert starts == [] and not sched.pending()
+    sched.withdraw(jobs["B"])  # C waited behind B's plan on n1
+    assert sched.pending()
+    starts = [d.job for d in sched.cycle(11.0, Booking(sched, 11.0)) if isinstance(d, Start)]
+    assert starts == [jobs["C"]]
+    sched.check_no_waiting_fit()
+
+
+def test_a_cpu_job_goes_to_the_node_with_the_fewest_free_cores_whatever_its_pool() -> None:
+    # Slurm knows no pools: with a GPU node busier than the CPU node, a CPU job goes to
+    # the GPU node (fifo sends it to CPU nodes first).
+    for name, want in (("slurm", "g"), ("fifo", "c")):
+        g, c = Node(0, "g", 4, 28, 0, 56.0), Node(1, "c", 0, 28, 0, 56.0)
+        sched = Scheduler(make_policy(name, OPTIONS), [g, c])
+        sched.occupy(Job(-1, "busy", 0.0, 1, 20, 0, 1, 1e6, time_limit=1e6), [g], 20, 0.0)
+        probe = Job(0, "p", 0.0, 0, 4, 0, 1, 10.0, time_limit=60.0)
+        sched.submit(probe)
+        (start,) = sched.cycle(0.0, Booking(sched))
+        assert isinstance(start, Start) and start.nodes[0].name == want, name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coda.cycle import reasons as R
 from coda.cycle.invariant import InvariantError
 from coda.cycle.reservations import Hold
 
@@ -17,9 +18,10 @@ def check_no_waiting_fit(self: Scheduler) -> None:
     """After a cycle no queued job may fit anywhere, unless a reservation of
     an earlier-queued job forbids it (or, without backfill, it is not first)."""
     active: dict[int, list[Hold]] = {}
-    if self.policy.reserves_every_job:
+    every_job = self.policy.reserves_every_job
+    if every_job:
         for idx, held in self.every_job_holds.items():
-            active[idx] = [h for h in held if h[2].start < 0]
+            active[idx] = [h for h in held if self.is_queued(h[2])]
     for resv in self.reservations.values():
         if resv is not None and resv.job.start < 0:
             for node in resv.nodes:
@@ -33,6 +35,8 @@ def check_no_waiting_fit(self: Scheduler) -> None:
             first = self._earliest(arr)
             waiting = [first] if first is not None else []
         for job in waiting:
+            if every_job and getattr(job.wait, "code", None) == R.DEPTH:
+                continue  # past the depth: not looked at, as in Slurm's pass
             cores_pn = self.cores(job)
             job.estimate = self.policy.estimates.runtime(job, cores_pn)
             wait, cycle = job.wait, job.wait_cycle

@@ -16,6 +16,8 @@ plain Slurm for ``coda replay``'s twin, not for million-job simulations.
 from __future__ import annotations
 
 import math
+from bisect import insort
+from collections.abc import Iterable
 from typing import Any
 
 from coda.cycle import reasons as R
@@ -35,8 +37,6 @@ class EveryJobReservations(Reservations):
     _groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]]
     heads: dict[str, Job | None]
     cycles: int
-    # The holds the last every-job round made (checks.check_no_waiting_fit reads them).
-    every_job_holds: dict[int, list[Hold]]
 
     def cores(self, job: Job) -> int:
         raise NotImplementedError
@@ -57,9 +57,24 @@ class EveryJobReservations(Reservations):
     def _note(self, job: Job, reason: Reason) -> None:
         raise NotImplementedError
 
-    def _every_job_round(self) -> None:
+    def _every_job_rounds(self) -> None:
+        """Every-job rounds until one starts nothing or no job is left past the depth
+        (Slurm's next pass, a second later, looks at the jobs behind those that started)."""
+        while self._every_job_round():
+            pass
+
+    def _plans_moved(self, owner: Job | None) -> None:
+        """A planned job left (``owner``), or a node with plans did (None): the plans
+        after it may come earlier, so its nodes (every planned node) are due a cycle."""
+        for idx, held in self.every_job_holds.items():
+            node = self.nodes.get(idx)
+            if node is not None and (owner is None or any(h[2] is owner for h in held)):
+                self.mark_dirty(node)
+
+    def _every_job_round(self) -> bool:
         """Each queued job in queue order starts if it fits without delaying an earlier
-        job's plan; else it is planned, and its plan binds the jobs after it."""
+        job's plan; else it is planned, and its plan binds the jobs after it. True if it
+        started a job while jobs past the depth were left unseen."""
         policy = self.policy
         active: dict[int, list[Hold]] = {}
         windows: dict[int, list[Window]] = {}
@@ -67,11 +82,14 @@ class EveryJobReservations(Reservations):
         array_of = policy.arrays.array_of
         # Within the round nodes only lose room (starts) and gain plans, so a job alike
         # one that could not start (same needs, no shorter) cannot start either: it is
-        # not tried. Per-job filters or reclaim (which frees room) turn that off.
-        memo = not policy.filters and policy.reclaim is None
+        # not tried. Per-job filters, reclaim (which frees room) and fair share (ranks
+        # move as jobs start, so a plan may bind one job and not the next) turn that off.
+        memo = not policy.filters and policy.reclaim is None and policy.fair_share is None
         failed: dict[tuple[Any, ...], tuple[float, object]] = {}
-        ready: dict[tuple[Any, ...], list[tuple[float, int, Node]]] = {}
-        for job in self._in_queue_order():
+        ready: dict[tuple[Any, ...], _Ready] = {}
+        started: list[Node] = []  # nodes that lost room to a start, in order
+        jobs, left_out = self._in_queue_order()
+        for job in jobs:
             cores_pn = self.cores(job)
             key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, job.nodes,
                    policy.pools.pools(job))  # fmt: skip
@@ -81,29 +99,32 @@ class EveryJobReservations(Reservations):
                 job.estimate = estimate
                 job.wait, job.wait_cycle = seen[1], self.cycles
             elif self._try(job, True, [], active, cores_pn):
-                ready.clear()  # its nodes have less room now
+                started += job.placement  # they have less room now
                 continue
             elif memo:
                 failed[key] = (job.estimate, job.wait)
             arr = array_of(job)
             if heads[arr] is None:
                 heads[arr] = job
-            plan = self._plan(job, cores_pn, windows, ready if memo else {})
+            plan = self._plan(job, cores_pn, windows, ready if memo else {}, started)
             if plan is None:  # no node will ever be known to have room: not planned
                 continue
             start, nodes = plan
             end = start + job.estimate
             rank = self._rank(job)
             for node in nodes:
-                windows.setdefault(node.idx, []).append((start, end, job))
+                insort(windows.setdefault(node.idx, []), (start, end, job), key=_start_of)
                 active.setdefault(node.idx, []).append((start, rank, job))
         self.heads = heads
         self.every_job_holds = active
+        return left_out and bool(started)
 
-    def _in_queue_order(self) -> list[Job]:
-        """The first ``backfill_depth`` queued jobs of each array, merged by rank."""
+    def _in_queue_order(self) -> tuple[list[Job], bool]:
+        """The first ``backfill_depth`` queued jobs of each array, merged by rank, and
+        whether any were left out."""
         depth = self.policy.backfill_depth
         jobs: list[Job] = []
+        left_out = False
         for arr in self.policy.arrays.names:
             buckets = self.buckets[arr]
             live: list[Job] = []
@@ -116,39 +137,40 @@ class EveryJobReservations(Reservations):
             live.sort(key=self._rank)
             jobs += live[:depth]
             if len(live) > depth:
+                left_out = True
                 beyond = self._why(R.DEPTH)
                 for job in live[depth:]:
                     self._note(job, beyond)
         jobs.sort(key=self._rank)
-        return jobs
+        return jobs, left_out
 
     def _plan(
         self,
         job: Job,
         cores_pn: int,
         windows: dict[int, list[Window]],
-        ready_of: dict[tuple[Any, ...], list[tuple[float, int, Node]]],
+        ready_of: dict[tuple[Any, ...], _Ready],
+        started: list[Node],
     ) -> tuple[float, list[Node]] | None:
         """The earliest start at which ``job.nodes`` nodes have its room (as running jobs
         end when estimated) and no earlier plan binding it overlaps its run there, and
         those nodes (the first to have the room, then by index); None if never known.
-        ``ready_of``: when each node has the room, by needs, kept while no job starts."""
+        ``ready_of``: when each node has the room, by needs, for this round (``started``:
+        the nodes whose room a start changed meanwhile, refreshed on use)."""
         policy = self.policy
         pools = policy.pools.pools(job)
         key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, pools)
-        ready = ready_of.get(key)
-        if ready is None:
-            ready = []
-            for node in self.nodes.values():
-                if node.pool not in pools:
-                    continue
-                if policy.filters and not policy.allows(job, node, cores_pn):
-                    continue
-                t = self._available_at(node, job, cores_pn)
-                if t is not None and t < math.inf:
-                    ready.append((t, node.idx, node))
-            ready.sort(key=lambda r: (r[0], r[1]))
-            ready_of[key] = ready
+        memo = ready_of.get(key)
+        if memo is None:
+            memo = _Ready(self._ready_times(job, cores_pn, self.nodes.values()), len(started))
+            ready_of[key] = memo
+        elif memo.seen < len(started):
+            changed = {n.idx: n for n in started[memo.seen :]}
+            kept = [r for r in memo.times if r[1] not in changed]
+            memo.times = kept + self._ready_times(job, cores_pn, changed.values())
+            memo.times.sort(key=_start_of_ready)
+            memo.seen = len(started)
+        ready = memo.times
         if len(ready) < job.nodes:
             return None
         length = job.estimate
@@ -180,12 +202,52 @@ class EveryJobReservations(Reservations):
                 return at, free[: job.nodes]
         return None
 
+    def _ready_times(
+        self, job: Job, cores_pn: int, nodes: Iterable[Node]
+    ) -> list[tuple[float, int, Node]]:
+        """(when it has the job's room, index, node) for each of ``nodes`` that may host
+        the job and will be known to have the room, by time then index."""
+        policy = self.policy
+        pools = policy.pools.pools(job)
+        out = []
+        for node in nodes:
+            if node.pool not in pools:
+                continue
+            if policy.filters and not policy.allows(job, node, cores_pn):
+                continue
+            t = self._available_at(node, job, cores_pn)
+            if t is not None and t < math.inf:
+                out.append((t, node.idx, node))
+        out.sort(key=_start_of_ready)
+        return out
+
     def _after_plans(self, t: float, length: float, held: list[Window] | None, job: Job) -> float:
         """The first start from t at which a run of ``length`` overlaps no plan on the
         node that binds job (plans on one node never overlap: each holds it whole)."""
         if not held:
             return t
-        for s, e, owner in sorted(held, key=lambda w: w[0]):
-            if s < t + length and t < e and self._binds(owner, job):
+        every = self.dnn_index is None  # no reclaim: every plan binds every job
+        for s, e, owner in held:  # by start
+            if s >= t + length:
+                break
+            if t < e and (every or self._binds(owner, job)):
                 t = e
         return t
+
+
+class _Ready:
+    """One round's ready times for one kind of need, and how many starts they saw."""
+
+    __slots__ = ("times", "seen")
+
+    def __init__(self, times: list[tuple[float, int, Node]], seen: int) -> None:
+        self.times = times
+        self.seen = seen
+
+
+def _start_of(w: Window) -> float:
+    return w[0]
+
+
+def _start_of_ready(r: tuple[float, int, Node]) -> tuple[float, int]:
+    return r[0], r[1]

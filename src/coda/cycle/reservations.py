@@ -34,11 +34,18 @@ class Reservation:
 class Reservations(NodeBook):
     reservations: dict[str, Reservation | None]
     now: float
+    # The holds the last every-job round made (every_job.py).
+    every_job_holds: dict[int, list[Hold]]
+
+    def _plans_moved(self, owner: Job | None) -> None:
+        raise NotImplementedError
 
     def _rank(self, job: Job) -> tuple[Any, ...]:
         return job.queue_key
 
     def _forget_node(self, node: Node) -> None:
+        if node.idx in self.every_job_holds:
+            self._plans_moved(None)  # every plan after one on it may move
         for arr, resv in self.reservations.items():
             if resv is not None and node in resv.nodes:
                 self.reservations[arr] = None

@@ -23,6 +23,7 @@ times the cluster's size.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Iterable, Iterator
@@ -127,6 +128,8 @@ class Scheduler(Backfill):
         self.queued[job.kind] -= 1
         self._carry.discard(job)
         self._booked(job)  # its tenant's first job may have been this one
+        if self.policy.reserves_every_job:
+            self._plans_moved(job)
         for arr, resv in self.reservations.items():
             if resv is not None and resv.job is job:
                 self.reservations[arr] = None
@@ -323,7 +326,7 @@ class Scheduler(Backfill):
     def _round(self, dirty: list[Node], fresh: set[Job]) -> None:
         if self.policy.reserves_every_job:
             # Slurm's sched/backfill: the whole queue, every job planned (every_job.py).
-            self._every_job_round()
+            self._every_job_rounds()
             return
         # Nodes that gain room during the round (a reservation spent or moved)
         # join `dirty` at once, so the jobs kept off them are retried now.
@@ -471,7 +474,8 @@ class Scheduler(Backfill):
                 self._alike = True
                 return None
             if len(cands) > 1 and policy.node_order == "fewest-cores":
-                cands.sort(key=lambda n: (pools.index(n.pool), n.free_cores, n.idx))
+                # Pools in no order (Slurm's), nodes that need reclaiming last.
+                cands.sort(key=lambda n: (n.free_cores < cores_pn, n.free_cores, n.idx))
             elif len(cands) > 1:
                 cands.sort(
                     # Nodes where it would have to reclaim CPU jobs' cores come last.
@@ -488,11 +492,22 @@ class Scheduler(Backfill):
             # Many dirty nodes: the index finds the same feasible set (no node that
             # stayed clean can fit a job that failed before) without sorting them.
             streams = []
+            fewest = policy.node_order == "fewest-cores"
+            if fewest and len(pools) > 1:
+                # Slurm's order knows no pools: one order over the pools' nodes.
+                streams.append(
+                    heapq.merge(
+                        *(self.index[p].fewest_cores(job.gpus_pn, cores_pn)
+                          for p in pools if p in self.index),
+                        key=_fewest_cores_key,
+                    )
+                )  # fmt: skip
             for p in pools:
                 if p in self.index:
                     index = self.index[p]
-                    if policy.node_order == "fewest-cores":
-                        streams.append(index.fewest_cores(job.gpus_pn, cores_pn))
+                    if fewest:
+                        if len(pools) == 1:
+                            streams.append(index.fewest_cores(job.gpus_pn, cores_pn))
                     else:
                         streams.append(index.best_fit(job.gpus_pn, cores_pn))
                     if reclaim and p == GPU_POOL:
@@ -661,3 +676,7 @@ class Scheduler(Backfill):
         """See ``checks.check_no_waiting_fit`` (a method: compiled, a module's function
         does not bind as one)."""
         checks.check_no_waiting_fit(self)
+
+
+def _fewest_cores_key(n: Node) -> tuple[int, int]:
+    return n.free_cores, n.idx

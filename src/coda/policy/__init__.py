@@ -29,6 +29,12 @@ POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "oracle": oracle,
 }
 
+# Policies whose cycle plans every queued job (up to the backfill depth) on every node
+# at each event, as Slurm's backfill does (cycle/every_job.py): meant for replay-sized
+# clusters (coda replay's), many times slower than fifo on a long queue. Runs of "every
+# policy" on big traces (bench/bench_sim.py, the compiled build's test) leave them out.
+REPLAY_SCALE_POLICIES = ("slurm",)
+
 
 def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     """The policy registered under ``name``, built from ``options`` (its knobs tuned);
@@ -44,4 +50,4 @@ def make_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     return policy
 
 
-__all__ = ["POLICIES", "Policy", "PolicyOptions", "make_policy"]
+__all__ = ["POLICIES", "REPLAY_SCALE_POLICIES", "Policy", "PolicyOptions", "make_policy"]

@@ -115,20 +115,36 @@ def probe_node_choice(
             for k, f in enumerate(scene.fillers):
                 argv = sbatch_argv(_job(f"fill{k}", user, f.gpus, f.cores), script, workdir,
                                    node_bw, 60.0, nodelist=f"n{f.node + 1}")  # fmt: skip
-                ids.append(run_checked(argv, env, 60).strip().split(";")[0])
+                ids.append(_submitted(run_checked(argv, env, 60)))
                 _running_on(env, ids[-1])
             argv = sbatch_argv(_job("probe", user, scene.gpus, scene.cores), script, workdir,
                                node_bw, 60.0)  # fmt: skip
-            ids.append(run_checked(argv, env, 60).strip().split(";")[0])
+            ids.append(_submitted(run_checked(argv, env, 60)))
             slurm = _running_on(env, ids[-1])
-        finally:
-            if ids:
-                run_checked(["scancel", *ids], env, 60)
-                _gone(env, ids)
+        except StackError:
+            try:  # the run must not start with these jobs on its nodes
+                _cancel(env, ids)
+            except StackError as e:
+                log(f"node choice: cleaning up after a failure: {e}")
+            raise
+        _cancel(env, ids)
         twin = twin_choice(shape, scene)
         log(f"node choice, {scene.name}: Slurm {slurm}, twin {twin or 'none'}")
         out.append({"scene": scene.name, "slurm": slurm, "twin": twin})
     return out
+
+
+def _submitted(out: str) -> str:
+    jid = out.strip().split(";")[0]
+    if not jid.isascii() or not jid.isdigit():
+        raise StackError(f"sbatch for a node-choice job: no job id in {jid[:80]!r}")
+    return jid
+
+
+def _cancel(env: dict[str, str], ids: list[str]) -> None:
+    if ids:
+        run_checked(["scancel", *ids], env, 60)
+        _gone(env, ids)
 
 
 def _gone(env: dict[str, str], ids: list[str]) -> None:
