@@ -4,7 +4,9 @@ on and off; the real runs are read, never rerun.
 
     .venv/bin/python bench/replay_twins.py out/replay-full   # a `coda replay --out` dir
 
-For each run (plain Slurm, CODA) and each combination of timing (none; the probes'
+For each run (plain Slurm, CODA) and each combination of policy (plain Slurm only:
+`fifo`, the paper's baseline with backfill for each queue's head and best fit by GPUs,
+or `slurm`, every queued job planned and Slurm's node choice), timing (none; the probes'
 median latency as a start delay; CODA only: its controller's cycle simulated, with the
 rest of the latency as the delay), control period (the simulator's 10 s or the agents'
 window; CODA only) and reclaim (shrink or requeue; CODA only), one row: effective GPU
@@ -68,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Replay {out}: {s['jobs']} jobs, {s['cluster']}, {s['speed']:g}x, seed {s['seed']}; "
           f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
           "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
-    print("| run | start delay s | cycle s | control period s | reclaim | eff. GPU util (sim) "
-          "| (real) | CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    print("| run | policy | start delay s | cycle s | control period s | reclaim "
+          "| eff. GPU util (sim) | (real) | CPU queue delay s (sim) | (real) "
+          "| JCT error median | range | |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
     for mode in ("plain", "coda"):
         if mode not in d:
             continue
@@ -85,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             timings.append(Timing(max(0.0, median - p / 2), None, p))
         periods: list[float | None] = [None, window] if mode == "coda" else [None]
         reclaims = ["shrink", "requeue"] if mode == "coda" else ["shrink"]
-        for base, period, reclaim in itertools.product(timings, periods, reclaims):
+        policies = ["coda"] if mode == "coda" else ["fifo", "slurm"]
+        for policy, base, period, reclaim in itertools.product(
+            policies, timings, periods, reclaims
+        ):
             timing = dataclasses.replace(base, control_period_s=period)
             utils, delays_q, errs = [], [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
@@ -93,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
                                         start_delay_s=timing.start_delay_s,
                                         control_period_s=timing.control_period_s,
                                         cycle_period_s=timing.cycle_period_s)  # fmt: skip
-                res = run_policy(dataclasses.replace(prepared, config=c), SIM_POLICY[mode])
+                res = run_policy(dataclasses.replace(prepared, config=c), policy)
                 m = O.sim_metrics(jobs, res.jobs, res.summary, timing.start_delay_s)
                 utils.append(m.gpu_util_effective)
                 delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
             used_here = timing == used and reclaim == SIM_RECLAIM[mode]
-            print(f"| {mode} | {timing.start_delay_s:.2f} | {timing.cycle_period_s:g} | "
+            used_here = used_here and policy == SIM_POLICY[mode]
+            print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
+                  f"{timing.cycle_period_s:g} | "
                   f"{period or 10:g} | {reclaim} | "
                   f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
