@@ -17,7 +17,6 @@ from typing import Any
 from coda.cycle import reasons as R
 from coda.cycle.every_job import EveryJobReservations
 from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
-from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold
 from coda.policy.framework import CoreBound
 from coda.policy.state import DNN, Job, Node
@@ -26,8 +25,7 @@ from coda.policy.state import DNN, Job, Node
 class Backfill(EveryJobReservations):
     """The backfill half of the cycle; ``Scheduler`` holds the queue and the attempt."""
 
-    buckets: dict[str, dict[tuple[Any, ...], Bucket]]
-    _groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]]
+    # buckets, _groups, cores, _try, _why, _note: declared in EveryJobReservations.
     _bucket_of: dict[Job, Bucket]
     _maybe_full: bool
     _probe: dict[str, Job]
@@ -35,25 +33,6 @@ class Backfill(EveryJobReservations):
     # What the last failed attempt was refused by (Scheduler._find_nodes).
     _alike: bool
     _failed_with: tuple[float, int, tuple[Any, ...] | None] | None
-
-    def cores(self, job: Job) -> int:
-        raise NotImplementedError
-
-    def _try(
-        self,
-        job: Job,
-        full: bool,
-        dirty: list[Node],
-        active: dict[int, list[Hold]],
-        cores_pn: int | None = None,
-    ) -> bool:
-        raise NotImplementedError
-
-    def _why(self, code: str, detail: str = "", behind: str | None = None) -> Reason:
-        raise NotImplementedError
-
-    def _note(self, job: Job, reason: Reason) -> None:
-        raise NotImplementedError
 
     def _backfill(
         self,

@@ -62,6 +62,9 @@ class Scheduler(Backfill):
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self.every_job_holds: dict[int, list[Hold]] = {}
+        # Fixed once the policy is built: read here, not on every attempt.
+        self._every_job = policy.reserves_every_job
+        self._fewest_cores = policy.node_order == "fewest-cores"
         self._bucket_of: dict[Job, Bucket] = {}
         self.queued = {DNN: 0, CPU: 0}
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search
@@ -128,7 +131,7 @@ class Scheduler(Backfill):
         self.queued[job.kind] -= 1
         self._carry.discard(job)
         self._booked(job)  # its tenant's first job may have been this one
-        if self.policy.reserves_every_job:
+        if self._every_job:
             self._plans_moved(job)
         for arr, resv in self.reservations.items():
             if resv is not None and resv.job is job:
@@ -324,7 +327,7 @@ class Scheduler(Backfill):
         return self._decisions
 
     def _round(self, dirty: list[Node], fresh: set[Job]) -> None:
-        if self.policy.reserves_every_job:
+        if self._every_job:
             # Slurm's sched/backfill: the whole queue, every job planned (every_job.py).
             self._every_job_rounds()
             return
@@ -473,7 +476,7 @@ class Scheduler(Backfill):
                 self._note(job, self._short_of(job, cores_pn, pools))
                 self._alike = True
                 return None
-            if len(cands) > 1 and policy.node_order == "fewest-cores":
+            if len(cands) > 1 and self._fewest_cores:
                 # Pools in no order (Slurm's), nodes that need reclaiming last.
                 cands.sort(key=lambda n: (n.free_cores < cores_pn, n.free_cores, n.idx))
             elif len(cands) > 1:
@@ -492,7 +495,7 @@ class Scheduler(Backfill):
             # Many dirty nodes: the index finds the same feasible set (no node that
             # stayed clean can fit a job that failed before) without sorting them.
             streams = []
-            fewest = policy.node_order == "fewest-cores"
+            fewest = self._fewest_cores
             if fewest and len(pools) > 1:
                 # Slurm's order knows no pools: one order over the pools' nodes.
                 streams.append(
