@@ -9,7 +9,9 @@ For each run (plain Slurm, CODA) and each combination of policy (plain Slurm onl
 or `slurm`, every queued job planned and Slurm's node choice), timing (none; the probes'
 median latency as a start delay; CODA only: its controller's cycle simulated, with the
 rest of the latency as the delay), control period (the simulator's 10 s or the agents'
-window; CODA only) and reclaim (shrink or requeue; CODA only), one row: effective GPU
+window; CODA only), reclaim with grants (CODA only: elastic books with shrink or
+requeue, or Slurm's fixed books with requeue) and where the allocator starts (CODA
+only: a shape's learned count, or every job's request), one row: effective GPU
 utilisation, CPU queue delay and the median JCT error against the real run, over
 several noise seeds (a replay's 120 jobs make one simulation sensitive to small
 changes: one seed is one sample). The row marked `replay` has the settings `coda
@@ -31,7 +33,15 @@ from typing import Any
 
 from coda.replay import outcome as O
 from coda.replay.plan import plan
-from coda.replay.run import SIM_POLICY, SIM_RECLAIM, ReplayConfig, Timing, sim_timing
+from coda.replay.run import (
+    SIM_ALLOCATOR_START,
+    SIM_GRANTS,
+    SIM_POLICY,
+    SIM_RECLAIM,
+    ReplayConfig,
+    Timing,
+    sim_timing,
+)
 from coda.sim.run import RunConfig, prepare, run_policy
 
 
@@ -70,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Replay {out}: {s['jobs']} jobs, {s['cluster']}, {s['speed']:g}x, seed {s['seed']}; "
           f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
           "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
-    print("| run | policy | start delay s | cycle s | control period s | reclaim "
-          "| eff. GPU util (sim) | (real) | CPU queue delay s (sim) | (real) "
+    print("| run | policy | start delay s | cycle s | control period s | reclaim | grants "
+          "| allocator start | eff. GPU util (sim) | (real) | CPU queue delay s (sim) | (real) "
           "| JCT error median | range | |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|---|")
     for mode in ("plain", "coda"):
         if mode not in d:
             continue
@@ -87,15 +97,19 @@ def main(argv: list[str] | None = None) -> int:
             p = cfg.period_s
             timings.append(Timing(max(0.0, median - p / 2), None, p))
         periods: list[float | None] = [None, window] if mode == "coda" else [None]
-        reclaims = ["shrink", "requeue"] if mode == "coda" else ["shrink"]
+        # (grants, reclaim): fixed grants need a reclaim that requeues.
+        books = ([("elastic", "shrink"), ("elastic", "requeue"), ("fixed", "requeue")]
+                 if mode == "coda" else [(SIM_GRANTS[mode], SIM_RECLAIM[mode])])  # fmt: skip
+        starts = ["learned", "request"] if mode == "coda" else [SIM_ALLOCATOR_START[mode]]
         policies = ["coda"] if mode == "coda" else ["fifo", "slurm"]
-        for policy, base, period, reclaim in itertools.product(
-            policies, timings, periods, reclaims
+        for policy, base, period, (grants, reclaim), start in itertools.product(
+            policies, timings, periods, books, starts
         ):
             timing = dataclasses.replace(base, control_period_s=period)
             utils, delays_q, errs = [], [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
                 c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
+                                        grants=grants, allocator_start=start,
                                         start_delay_s=timing.start_delay_s,
                                         control_period_s=timing.control_period_s,
                                         cycle_period_s=timing.cycle_period_s)  # fmt: skip
@@ -105,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                 delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
             used_here = timing == used and reclaim == SIM_RECLAIM[mode]
-            used_here = used_here and policy == SIM_POLICY[mode]
+            used_here = used_here and policy == SIM_POLICY[mode] and grants == SIM_GRANTS[mode]
+            used_here = used_here and start == SIM_ALLOCATOR_START[mode]
             print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
                   f"{timing.cycle_period_s:g} | "
-                  f"{period or 10:g} | {reclaim} | "
+                  f"{period or 10:g} | {reclaim} | {grants} | {start} | "
                   f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "

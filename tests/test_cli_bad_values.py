@@ -50,6 +50,7 @@ OPTION_CASES = [
     (["--censored", "maybe"], "'--censored'"),
     (["--format", "xml"], "'--format'"),
     (["--policy", "nonesuch"], "nonesuch"),
+    (["--grants", "loose"], "'--grants'"),
 ]
 
 INPUT_CASES = [
@@ -70,6 +71,7 @@ INPUT_CASES = [
     (["--mix", "Nope=1"], "Nope"),
     (["--mix", ","], "mix"),
     (["--profiles", "nonesuch"], "nonesuch"),
+    (["--grants", "fixed"], "fixed grants need reclaim 'requeue'"),  # the default: shrink
 ]
 
 

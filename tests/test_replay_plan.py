@@ -203,8 +203,12 @@ def test_a_start_delay_moves_every_simulated_end_and_first_line(planned: tuple) 
     placed = coda.jobs["start"][np.isfinite(coda.jobs["start"])]
     assert np.allclose(placed, np.round(placed))
     # ...and takes cores back from CPU jobs as the Slurm controller does: by requeueing.
-    assert coda.summary["config"]["reclaim"] == "requeue"
-    assert late.summary["config"]["reclaim"] == "shrink"
+    # Both twins are told Slurm's books: a grant holds until the job ends, and no job
+    # starts from what another (named apart) settled on.
+    for twin in (coda, late):
+        assert twin.summary["config"]["reclaim"] == "requeue"
+        assert twin.summary["config"]["grants"] == "fixed"
+        assert twin.summary["config"]["allocator_start"] == "request"
     # A twin's seed moves its sample noise only: the same jobs, arrivals and shapes.
     other = run_sim(prepared, "coda", Timing(1.5, 2.0, 1.0), seed=3)
     assert other.summary["config"]["seed"] == 3

@@ -12,6 +12,7 @@ from coda.params import FiniteFloat
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
 from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
+from coda.sim.constants import GRANTS
 from coda.sim.run import (
     CENSORED,
     DEFAULT_CLUSTER,
@@ -150,12 +151,22 @@ def _config(kw: dict[str, Any]) -> RunConfig:
         control_period_s=kw.get("control_period"),
         cycle_period_s=kw.get("cycle_period", 0.0),
         reclaim=kw.get("reclaim", "shrink"),
+        grants=kw.get("grants", "elastic"),
     )
 
 
 def _model_options(f: F) -> F:
     """Measurement noise, profile perturbation and backfill's runtime estimates
     (simulate, compare)."""
+    f = click.option(
+        "--grants",
+        type=click.Choice(GRANTS),
+        default="elastic",
+        show_default=True,
+        help="What a running job's cpuset changes do to the books: elastic (CODA's node "
+        "agent: cores the allocator narrows a job away from are free for the next job) or "
+        "fixed (Slurm's: a job holds its grant until it ends; needs --reclaim requeue).",
+    )(f)
     f = click.option(
         "--reclaim",
         type=click.Choice(RECLAIMS),
@@ -196,8 +207,9 @@ def _model_options(f: F) -> F:
         default="learned",
         show_default=True,
         help="Where CODA's core search starts: learned (its shape's learned count, at most "
-        "the request) or paper (the owner's largest earlier count for the model's category, "
-        "else 3 CV / 5 NLP / 5 speech).",
+        "the request), paper (the owner's largest earlier count for the model's category, "
+        "else 3 CV / 5 NLP / 5 speech) or request (every job from its request, nothing "
+        "learned carries over: CODA on Slurm when no two jobs share a name).",
     )(f)
     f = click.option(
         "--gpu-subarrays/--no-gpu-subarrays",

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from coda.cycle.index import PoolIndex
-from coda.policy.allocator import free_room
 from coda.policy.framework import Policy
 from coda.policy.state import GPU_POOL, Job, Node
 
@@ -173,7 +172,7 @@ class NodeBook:
         delta = cores_pn - job.cores_pn
         if delta == 0 or not job.running:
             return False
-        if delta > 0 and delta > free_room(job.placement):
+        if delta > 0 and delta > min((n.free_cores for n in job.placement), default=0):
             return False
         for node in job.placement:
             node.free_cores -= delta
@@ -187,6 +186,35 @@ class NodeBook:
         self.book_version += 1
         job.cores_pn = cores_pn
         return True
+
+    def resize_within_grant(self, job: Job, cores_pn: int, grant_pn: int) -> bool:
+        """Fixed grants (a cluster manager's books, as Slurm's: a running job's
+        allocation never changes): the job works on ``cores_pn`` of the ``grant_pn``
+        cores per node it was granted at its start. The rest stay its own, as its
+        nodes' spare cores: room for it to grow back into, never free for another
+        job. False if refused (past its grant, or no change)."""
+        if cores_pn < 1:
+            raise ValueError(f"a running job keeps at least one core, got {cores_pn}")
+        delta = cores_pn - job.cores_pn
+        if delta == 0 or not job.running or cores_pn > grant_pn:
+            return False
+        for node in job.placement:
+            node.spare_cores -= delta
+            node.version += 1  # its jobs' projected ends moved: reservations are redone
+        self.book_version += 1
+        job.cores_pn = cores_pn
+        return True
+
+    def restore_grant(self, job: Job, grant_pn: int) -> None:
+        """Fixed grants: before a job leaves its nodes, its cores per node are its
+        grant again (its spare cores go back into what it holds), so ``vacate`` frees
+        what was granted."""
+        spare = grant_pn - job.cores_pn
+        if spare < 0:
+            raise ValueError(f"{job} works on {job.cores_pn} cores, past its grant {grant_pn}")
+        for node in job.placement:
+            node.spare_cores -= spare
+        job.cores_pn = grant_pn
 
     def node_capacity_changed(self, node: Node, grew: bool) -> None:
         """A driver changed a node's free capacity itself (the Slurm view)."""

@@ -88,6 +88,8 @@ class AdaptiveAllocator(CoreSearch):
     def cores_per_node(self, job: Job) -> int:
         if job.kind == CPU or not self.config.search:
             return job.cores_pn_req
+        if self.config.start == "request":
+            return job.cores_pn_req
         if self.config.start == "paper":
             return self._paper_start(job)
         learned = self.learned.cores(self._key(job))
@@ -123,8 +125,8 @@ class AdaptiveAllocator(CoreSearch):
         t = self._tracks[job] = Track(key, recent=deque(maxlen=self.config.shift_windows))
         if not self.config.search:
             return self._begin(job, t, "reference")
-        if self.config.start == "paper":
-            return self._begin(job, t, "full")  # the paper searches from its start point
+        if self.config.start in ("paper", "request"):
+            return self._begin(job, t, "full")  # searches from its start point, every time
         n = self.learned.count(key)
         if n >= self.config.confident_after:
             self._starts[key] = self._starts.get(key, 0) + 1
@@ -281,7 +283,8 @@ class AdaptiveAllocator(CoreSearch):
         began = self._began.pop(job, None)
         if began is not None:
             self._settle_s.append(round(max(0.0, self._now - began), 1))
-        if t.kind in ("full", "verify", "resize") and not t.limited and self.config.search:
+        learns = self.config.search and self.config.start != "request"
+        if t.kind in ("full", "verify", "resize") and not t.limited and learns:
             before = self.learned.cores(t.key)
             self.learned.record(t.key, t.level)
             if self.learned.cores(t.key) != before:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from coda.policy.learned_profiles import is_int
 
-START_POINTS = ("learned", "paper")
+START_POINTS = ("learned", "paper", "request")
 
 
 @dataclass
@@ -32,6 +32,9 @@ class AllocatorConfig:
     # request (ours). "paper": the largest count the same owner's earlier jobs of the
     # model's category settled on, else paper_start[category] (the paper: 3 CV, 5 NLP,
     # 5 speech), else the request; `categories` maps model names to categories.
+    # "request": every job is placed with its request and searches from there, and
+    # nothing one job settles on carries over to the next (CODA on Slurm, which learns
+    # per user and job name, when no two jobs share a name, as in `coda replay`).
     start: str = "learned"
     paper_start: dict[str, int] = field(default_factory=lambda: {"cv": 3, "nlp": 5, "speech": 5})
     categories: dict[str, str] = field(default_factory=dict)

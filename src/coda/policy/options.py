@@ -55,7 +55,7 @@ class PolicyOptions:
     filters: tuple[Filter, ...] = ()
     order: str = "drf"
     gpu_subarrays: bool = False
-    # CODA's allocator: where a search starts (learned | paper, AllocatorConfig.start)
+    # CODA's allocator: where a search starts (learned | paper | request, AllocatorConfig.start)
     # and each model's category (cv, nlp, speech) for the paper's start point.
     allocator_start: str = "learned"
     categories: Mapping[str, str] = field(default_factory=dict)

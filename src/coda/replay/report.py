@@ -105,6 +105,12 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Control period: the agents judge a core count over {s['agent_window_s']:g} s "
         "windows and the eliminator acts once per window; the simulated `coda` uses the "
         "same period.",
+        "- Slurm's books (both twins, `--grants fixed`): a job holds the cores Slurm "
+        "granted it until it ends. The agent narrows a DNN job's cpuset inside its grant, "
+        "which frees nothing for the next job; CPU jobs are requeued whole, never shrunk.",
+        "- Learning (`--allocator-start request`): the controller learns cores per user "
+        "and job name, and the replay names every job apart (r0, r1, ...), so each DNN job "
+        "is placed with its request and searches from there; nothing carries over.",
         "- Faults (CODA run): while the controller is down, nothing is placed; while an "
         "agent is down, its node's cores and quotas stay as they were. The simulator has "
         "no faults.",

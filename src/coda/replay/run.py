@@ -51,9 +51,19 @@ from coda.replay.stack import (
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 SIM_POLICY = {"plain": "slurm", "coda": "coda"}
-# How each twin takes cores back from CPU jobs: CODA on Slurm requeues them whole, as
-# the Slurm controller does (coda.slurm.controller: Slurm cannot shrink a running job).
-SIM_RECLAIM = {"plain": "shrink", "coda": "requeue"}
+# What both twins are told of Slurm (plain Slurm's twin never resizes a job nor takes
+# cores back, so for it these only say what Slurm is):
+# - reclaim: CODA on Slurm requeues CPU jobs whole, as its controller does (Slurm
+#   cannot shrink a running job);
+# - grants: Slurm's books are fixed. A job holds the NumCPUs it was granted until it
+#   ends; the agent narrows its cpuset inside them, which frees nothing for the next
+#   job (only the next job of the same name is granted fewer);
+# - allocator start: the controller learns per user and job name, and the replay's
+#   jobs are all named apart (r0, r1, ...), so every job is placed with its request
+#   and searches from there, and nothing learned carries over.
+SIM_RECLAIM = {"plain": "requeue", "coda": "requeue"}
+SIM_GRANTS = {"plain": "fixed", "coda": "fixed"}
+SIM_ALLOCATOR_START = {"plain": "request", "coda": "request"}
 
 if TYPE_CHECKING:
     from coda.sim.result import SimResult
@@ -316,6 +326,8 @@ def run_sim(
         control_period_s=timing.control_period_s,
         cycle_period_s=timing.cycle_period_s,
         reclaim=SIM_RECLAIM[mode],
+        grants=SIM_GRANTS[mode],
+        allocator_start=SIM_ALLOCATOR_START[mode],
         seed=prepared.config.seed if seed is None else seed,
     )
     return run_policy(dataclasses.replace(prepared, config=config), SIM_POLICY[mode])
@@ -396,7 +408,9 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         errs = [e for e in each if e is not None]
         result["sim"][mode] = {
             "policy": SIM_POLICY[mode], **dataclasses.asdict(timing),
-            "reclaim": SIM_RECLAIM[mode], "seeds": seeds, **sims[mode].as_dict(),
+            "reclaim": SIM_RECLAIM[mode], "grants": SIM_GRANTS[mode],
+            "allocator_start": SIM_ALLOCATOR_START[mode], "seeds": seeds,
+            **sims[mode].as_dict(),
             "jct_s": sims[mode].jct_s,
             "per_seed": [{"gpu_util_effective": m.gpu_util_effective,
                           "cpu_queue_delay_mean_s": m.cpu_queue_delay_mean_s,

@@ -12,3 +12,7 @@ EPISODE_LOSS = 0.05
 # A watched node unchanged this long, with nothing held by its controls, stops being
 # ticked until it changes (Controls._resting); ten minutes, the eliminator's calm_s.
 REST_AFTER_S = 600.0
+# How the books treat a running job's cpuset changes (Simulator's ``grants``): elastic,
+# as CODA's node agent (narrowed-away cores are free at once), or fixed, as Slurm's
+# (a job holds its grant until it ends).
+GRANTS = ("elastic", "fixed")

@@ -30,7 +30,7 @@ from coda.policy.framework import Action, Policy, Preempt, SetQuota
 from coda.policy.options import MIN_CONTROL_PERIOD_S, checked_seconds
 from coda.policy.state import Job, Node
 from coda.sim import controls, meters, physics
-from coda.sim.constants import CYCLE, EPS, FINISH, LAUNCH, SAMPLE, TICK
+from coda.sim.constants import CYCLE, EPS, FINISH, GRANTS, LAUNCH, SAMPLE, TICK
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
@@ -75,6 +75,11 @@ class Simulator:
     whole multiples of it), as a periodic scheduler does (CODA's Slurm controller);
     jobs that arrive or fit meanwhile wait for it, holding nothing. 0: the cycle runs
     after every event that could start something.
+    ``grants``: ``elastic`` (CODA's node agent: cores a job is narrowed away from are
+    free for the next job at once) or ``fixed`` (a cluster manager's books, as Slurm's:
+    a running job keeps the cores it was granted at its start until it ends; the
+    allocator narrows its cpuset inside them, and may grow it back only as far as the
+    grant). Fixed grants need a reclaim that requeues, not one that shrinks.
     """
 
     def __init__(
@@ -93,7 +98,16 @@ class Simulator:
         seed: int = 0,
         start_delay_s: float = 0.0,
         cycle_period_s: float = 0.0,
+        grants: str = "elastic",
     ) -> None:
+        if grants not in GRANTS:
+            raise ValueError(f"grants must be one of {', '.join(GRANTS)}, got {grants!r}")
+        if grants == "fixed" and policy.reclaim is not None and policy.reclaim.shrinks:
+            raise ValueError(
+                "fixed grants need a reclaim that requeues: a shrunk CPU job would keep "
+                "its grant (Slurm never changes a running job's allocation)"
+            )
+        self.fixed_grants = grants == "fixed"
         self.workload = workload
         self.policy = policy
         self.horizon = math.inf if horizon is None else float(horizon)
@@ -413,8 +427,10 @@ class Simulator:
         job.core_speed_now = 0.0
         job.version += 1  # retires its pending finish event
         self.gpu_alloc -= job.gpus
-        self.cores_alloc -= job.cores_pn * job.nodes
         self.cores_useful -= self._useful_cores(job)
+        if self.fixed_grants:  # it leaves with what it was granted
+            self.sched.restore_grant(job, int(self.granted[job.idx]) // job.nodes)
+        self.cores_alloc -= job.cores_pn * job.nodes
         self.count[f"{job.kind}_running"] -= 1
         self.running -= 1
         self._close_episode(job, finished=True)
@@ -501,8 +517,13 @@ class Simulator:
         useful = self._useful_cores(job)
         # Growth comes from free cores only (docs/policies.md, "Probes use free cores
         # only"): CPU jobs' cores are reclaimed for a DNN job's start, never for a probe
-        # or later growth. A refused growth is no change; the allocator caps.
-        if not self.sched.resize(job, new):
+        # or later growth. A refused growth is no change; the allocator caps. Under
+        # fixed grants the books keep the grant: nothing is freed, nothing is taken.
+        if self.fixed_grants:
+            grant = int(self.granted[job.idx]) // job.nodes
+            if not self.sched.resize_within_grant(job, new, grant):
+                return False
+        elif not self.sched.resize(job, new):
             return False
         delta = new - old
         self.settled[job.idx] = new * job.nodes
@@ -510,12 +531,13 @@ class Simulator:
             job.shrinks += 1
             self.shrunk[job.idx] += 1
         self.cores_useful -= useful
-        self.cores_alloc += delta * job.nodes
+        if not self.fixed_grants:
+            self.cores_alloc += delta * job.nodes
         self.cores_useful += self._useful_cores(job)
         self._rebandwidth(job)
         if self.check:
             self._check_nodes(job.placement)
-        return delta < 0
+        return delta < 0 and not self.fixed_grants
 
     # The parts of the driver that live in modules of their own (one idea each), as
     # methods: compiled (setup.py), a module's function does not bind as one.

@@ -16,6 +16,7 @@ from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
 from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
+from coda.sim.constants import GRANTS
 from coda.sim.engine import Simulator
 from coda.sim.result import SimResult
 from coda.workload.cluster import (
@@ -104,6 +105,10 @@ class RunConfig:
     # How a DNN job takes back cores CPU jobs hold: shrink them (then preempt), or
     # requeue whole jobs, as on Slurm (coda.policy.options.RECLAIMS).
     reclaim: str = "shrink"
+    # How the books treat a running job's cpuset changes: elastic (CODA's node agent:
+    # narrowed-away cores are free at once) or fixed (Slurm's: a job holds its grant
+    # until it ends; needs reclaim="requeue"). coda.sim.constants.GRANTS.
+    grants: str = "elastic"
 
     def __post_init__(self) -> None:
         # The experiment and benchmarks build configs directly, past the CLI's checks:
@@ -133,6 +138,15 @@ class RunConfig:
         if self.reclaim not in RECLAIMS:
             raise ValueError(
                 f"run config: reclaim must be one of {', '.join(RECLAIMS)}, got {self.reclaim!r}"
+            )
+        if self.grants not in GRANTS:
+            raise ValueError(
+                f"run config: grants must be one of {', '.join(GRANTS)}, got {self.grants!r}"
+            )
+        if self.grants == "fixed" and self.reclaim != "requeue":
+            raise ValueError(
+                "run config: fixed grants need reclaim 'requeue' (a shrunk CPU job would "
+                "keep its grant: Slurm never changes a running job's allocation)"
             )
         if self.order not in ORDERS or self.allocator_start not in START_POINTS:
             raise ValueError(
@@ -299,6 +313,7 @@ def run_policy(
         seed=config.seed,
         start_delay_s=config.start_delay_s,
         cycle_period_s=config.cycle_period_s,
+        grants=config.grants,
     )
     result = sim.run()
     head = {
