@@ -11,7 +11,9 @@ median latency as a start delay; CODA only: its controller's cycle simulated, wi
 rest of the latency as the delay), control period (the simulator's 10 s or the agents'
 window; CODA only), reclaim with grants (CODA only: elastic books with shrink or
 requeue, or Slurm's fixed books with requeue) and where the allocator starts (CODA
-only: a shape's learned count, or every job's request), one row: effective GPU
+only: a shape's learned count, or every job's request) and the windows the allocator
+leaves out after a core change (CODA only: 0, or 1 as a settling agent), one row:
+effective GPU
 utilisation, CPU queue delay and the median JCT error against the real run, over
 several noise seeds (a replay's 120 jobs make one simulation sensitive to small
 changes: one seed is one sample). The row marked `replay` has the settings `coda
@@ -38,6 +40,7 @@ from coda.replay.run import (
     SIM_GRANTS,
     SIM_POLICY,
     SIM_RECLAIM,
+    SIM_SETTLE_WINDOWS,
     ReplayConfig,
     Timing,
     sim_timing,
@@ -81,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
           f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
           "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
     print("| run | policy | start delay s | cycle s | control period s | reclaim | grants "
-          "| allocator start | eff. GPU util (sim) | (real) | CPU queue delay s (sim) | (real) "
-          "| JCT error median | range | |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|---|")
+          "| allocator start | settle windows | eff. GPU util (sim) | (real) "
+          "| CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     for mode in ("plain", "coda"):
         if mode not in d:
             continue
@@ -101,15 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         books = ([("elastic", "shrink"), ("elastic", "requeue"), ("fixed", "requeue")]
                  if mode == "coda" else [(SIM_GRANTS[mode], SIM_RECLAIM[mode])])  # fmt: skip
         starts = ["learned", "request"] if mode == "coda" else [SIM_ALLOCATOR_START[mode]]
+        settles = [0, 1] if mode == "coda" else [SIM_SETTLE_WINDOWS[mode]]
         policies = ["coda"] if mode == "coda" else ["fifo", "slurm"]
-        for policy, base, period, (grants, reclaim), start in itertools.product(
-            policies, timings, periods, books, starts
+        for policy, base, period, (grants, reclaim), start, settle in itertools.product(
+            policies, timings, periods, books, starts, settles
         ):
             timing = dataclasses.replace(base, control_period_s=period)
             utils, delays_q, errs = [], [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
                 c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
                                         grants=grants, allocator_start=start,
+                                        settle_windows=settle,
                                         start_delay_s=timing.start_delay_s,
                                         control_period_s=timing.control_period_s,
                                         cycle_period_s=timing.cycle_period_s)  # fmt: skip
@@ -121,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             used_here = timing == used and reclaim == SIM_RECLAIM[mode]
             used_here = used_here and policy == SIM_POLICY[mode] and grants == SIM_GRANTS[mode]
             used_here = used_here and start == SIM_ALLOCATOR_START[mode]
+            used_here = used_here and settle == SIM_SETTLE_WINDOWS[mode]
             print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
                   f"{timing.cycle_period_s:g} | "
-                  f"{period or 10:g} | {reclaim} | {grants} | {start} | "
+                  f"{period or 10:g} | {reclaim} | {grants} | {start} | {settle} | "
                   f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "

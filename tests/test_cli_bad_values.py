@@ -51,6 +51,8 @@ OPTION_CASES = [
     (["--format", "xml"], "'--format'"),
     (["--policy", "nonesuch"], "nonesuch"),
     (["--grants", "loose"], "'--grants'"),
+    (["--settle-windows", "11"], "'--settle-windows'"),
+    (["--settle-windows", "-1"], "'--settle-windows'"),
 ]
 
 INPUT_CASES = [

@@ -228,3 +228,55 @@ def test_a_cpu_job_goes_to_the_node_with_the_fewest_free_cores_whatever_its_pool
         sched.submit(probe)
         (start,) = sched.cycle(0.0, Booking(sched))
         assert isinstance(start, Start) and start.nodes[0].name == want, name
+
+
+def test_slurm_batch_ends_follow_its_will_run_windows() -> None:
+    from coda.cycle.every_job import batch_ends
+
+    # The first batch runs to one 30 s window past the barrier above the first end
+    # (150 + 30); then the window doubles until the next end is inside it (60, then 120).
+    assert batch_ends([100.0, 110.0, 125.0, 140.0, 200.0, 300.0]) == [140.0, 200.0, 300.0]
+    assert batch_ends([138.0, 139.0, 152.0, 158.0, 234.0]) == [158.0, 234.0]
+    assert batch_ends([]) == []
+    assert batch_ends([5.0]) == [5.0]
+
+
+def _slurm_scene(plan_times: str) -> tuple[Scheduler, list[str]]:
+    """The full replay's plain run at +82.8 s, on one node (5 GPUs, 28 cores): running
+    jobs hold 15 cores and 4 GPUs and end, by their limits, at 138, 139, 152, 158 and
+    234. P (1 GPU, 18 cores) fits once the first two are gone; Q (8 cores, 60 s) fits
+    now and would run to 142.8."""
+    policy = dataclasses.replace(make_policy("slurm", OPTIONS), plan_times=plan_times)
+    node = Node(0, "n4", 5, 28, 0, 56.0)
+    sched = Scheduler(policy, [node])
+    for k, (gpus, cores, end) in enumerate([(0, 4, 138.0), (0, 1, 139.0), (2, 4, 152.0),
+                                            (2, 2, 158.0), (0, 4, 234.0)]):  # fmt: skip
+        job = Job(-k - 1, f"R{k}", 0.0, gpus, cores, 0, 1, 1e6, time_limit=end)
+        job.start = 0.0
+        sched.occupy(job, [node], cores, 0.0)
+    for j in (Job(0, "P", 80.0, 1, 18, 0, 1, 60.0, time_limit=60.0),
+              Job(1, "Q", 81.0, 0, 8, 0, 1, 30.0, time_limit=60.0)):  # fmt: skip
+        assert sched.submit(j) is None
+    decisions = sched.cycle(82.8, Booking(sched, 82.8))
+    return sched, [d.job.job_id for d in decisions if isinstance(d, Start)]
+
+
+def test_slurm_plans_a_job_where_its_will_run_test_does_so_short_jobs_pass_first() -> None:
+    # Exact: P is planned at 139, and Q (to 142.8) would delay it: Q waits.
+    sched, started = _slurm_scene("exact")
+    assert started == []
+    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]][0] == (139.0, "P")
+    # Slurm's windows: P's plan begins at its batch's last end, 158, so Q starts now
+    # (seen on the test cluster with scontrol setdebugflags +Backfill).
+    sched, started = _slurm_scene("slurm-windows")
+    assert started == ["Q"]
+    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]] == [(158.0, "P")]
+    sched.check_no_waiting_fit()
+
+
+def test_slurm_windows_need_every_job_plans() -> None:
+    with pytest.raises(ValueError, match="every-job"):
+        dataclasses.replace(make_policy("fifo", OPTIONS), plan_times="slurm-windows")
+    with pytest.raises(ValueError, match="plan_times must be one of"):
+        dataclasses.replace(make_policy("slurm", OPTIONS), plan_times="soon")
+    assert make_policy("slurm", OPTIONS).plan_times == "slurm-windows"

@@ -126,3 +126,18 @@ def test_a_later_job_of_a_shape_starts_from_what_the_first_settled_on_unless_req
     assert first < 16
     granted = int(res.jobs["cores_granted"][1])
     assert granted == (first if start == "learned" else 16)
+
+
+def test_settle_windows_reach_the_allocator_and_are_checked() -> None:
+    policy = make_policy("coda", PolicyOptions(settle_windows=1))
+    assert isinstance(policy.core_count, AdaptiveAllocator)
+    assert policy.core_count.config.settle_windows == 1
+    assert make_policy("coda", PolicyOptions()).core_count.config.settle_windows == 0  # type: ignore[attr-defined]
+    for bad in (-1, 11, 1.5, True):
+        with pytest.raises(ValueError, match="settle windows"):
+            PolicyOptions(settle_windows=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="settle_windows"):
+            RunConfig(trace="t.csv", settle_windows=bad)  # type: ignore[arg-type]
+    from coda.replay import run as R
+
+    assert R.SIM_SETTLE_WINDOWS == {"plain": 0, "coda": 1}

@@ -152,12 +152,21 @@ def _config(kw: dict[str, Any]) -> RunConfig:
         cycle_period_s=kw.get("cycle_period", 0.0),
         reclaim=kw.get("reclaim", "shrink"),
         grants=kw.get("grants", "elastic"),
+        settle_windows=kw.get("settle_windows", 0),
     )
 
 
 def _model_options(f: F) -> F:
     """Measurement noise, profile perturbation and backfill's runtime estimates
     (simulate, compare)."""
+    f = click.option(
+        "--settle-windows",
+        type=click.IntRange(0, 10),
+        default=0,
+        show_default=True,
+        help="CODA's allocator leaves this many throughput windows out after each core "
+        "change, as a node agent does that settles after a change (coda replay's twin: 1).",
+    )(f)
     f = click.option(
         "--grants",
         type=click.Choice(GRANTS),

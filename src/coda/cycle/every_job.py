@@ -7,6 +7,16 @@ its nodes are held whole from then for its own time limit (``bf_min_prio_reserve
 unset: every pending job reserves; ``bf_max_job_test``: how deep it looks). A later
 job may start now on a node only if it ends before every plan there.
 
+Where a plan begins (``Policy.plan_times``): at the job's exact earliest start, or, as
+Slurm 22.05's will-run test finds it (``slurm-windows``), at the end of the batch of
+running jobs after which it fits: select/cons_tres takes running jobs off by their
+expected ends in batches, the first up to one 30 s window past the 30 s barrier after
+the first end, each later one a window twice as long, and reports the last end of
+the batch that made room. Seen on the test cluster (``scontrol setdebugflags
++Backfill``, the full replay's plain run): a job that fits once two jobs end at +138
+and +139 s was planned at +158, the last end of its batch, so 1-minute jobs were
+backfilled on its node before it; the exact rule forbade them.
+
 The default (``Policy.reservations == "heads"``) plans for each array's first
 blocked job only (EASY backfill) and costs what changed; this pass costs the first
 ``backfill_depth`` queued jobs times the nodes at every cycle. It is the model of
@@ -16,7 +26,7 @@ plain Slurm for ``coda replay``'s twin, not for million-job simulations.
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +47,7 @@ class EveryJobReservations(Reservations):
     _groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]]
     heads: dict[str, Job | None]
     cycles: int
+    _slurm_windows: bool  # plans begin where Slurm's will-run test puts them
 
     def cores(self, job: Job) -> int:
         raise NotImplementedError
@@ -164,6 +175,10 @@ class EveryJobReservations(Reservations):
         if memo is None:
             memo = _Ready(self._ready_times(job, cores_pn, self.nodes.values()), len(started))
             ready_of[key] = memo
+        elif memo.seen < len(started) and self._slurm_windows:
+            # A start moved the batches every node's time falls in: all anew.
+            memo.times = self._ready_times(job, cores_pn, self.nodes.values())
+            memo.seen = len(started)
         elif memo.seen < len(started):
             changed = {n.idx: n for n in started[memo.seen :]}
             kept = [r for r in memo.times if r[1] not in changed]
@@ -218,7 +233,32 @@ class EveryJobReservations(Reservations):
             t = self._available_at(node, job, cores_pn)
             if t is not None and t < math.inf:
                 out.append((t, node.idx, node))
+        if self._slurm_windows and out:
+            out = self._in_batches(out, pools)
         out.sort(key=_start_of_ready)
+        return out
+
+    def _in_batches(
+        self, ready: list[tuple[float, int, Node]], pools: tuple[str, ...]
+    ) -> list[tuple[float, int, Node]]:
+        """Each later ready time moved to the end of its batch of running-job ends
+        (``batch_ends``), over the running jobs on the nodes the job may use."""
+        end_of = self.policy.estimates.end_of
+        now = self.now
+        ends = sorted(
+            e
+            for node in self.nodes.values()
+            if node.pool in pools
+            for j in node.jobs
+            if (e := end_of(j, now)) < math.inf
+        )
+        bounds = batch_ends(ends)
+        out = []
+        for t, idx, node in ready:
+            if t > now:
+                k = bisect_left(bounds, t)
+                t = bounds[k] if k < len(bounds) else t
+            out.append((t, idx, node))
         return out
 
     def _after_plans(self, t: float, length: float, held: list[Window] | None, job: Job) -> float:
@@ -243,6 +283,27 @@ class _Ready:
     def __init__(self, times: list[tuple[float, int, Node]], seen: int) -> None:
         self.times = times
         self.seen = seen
+
+
+def batch_ends(ends: list[float], window: float = 30.0) -> list[float]:
+    """The last end of each batch Slurm's will-run test takes running jobs off in
+    (select/cons_tres, 22.05), from their sorted expected ends: the first batch runs
+    to one window past the ``window`` barrier above the first end, and after each
+    batch the window doubles until the next end is inside it."""
+    if not ends:
+        return []
+    out: list[float] = []
+    barrier = ends[0] + (window - ends[0] % window)
+    k, n = 0, len(ends)
+    while k < n:
+        while k < n:
+            k += 1
+            if k >= n or ends[k] > barrier + window:
+                break
+        out.append(ends[k - 1])
+        while k < n and ends[k] > barrier + window:
+            window *= 2
+    return out
 
 
 def _start_of(w: Window) -> float:

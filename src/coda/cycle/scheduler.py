@@ -65,6 +65,7 @@ class Scheduler(Backfill):
         # Fixed once the policy is built: read here, not on every attempt.
         self._every_job = policy.reserves_every_job
         self._fewest_cores = policy.node_order == "fewest-cores"
+        self._slurm_windows = policy.plan_times == "slurm-windows"
         self._bucket_of: dict[Job, Bucket] = {}
         self.queued = {DNN: 0, CPU: 0}
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search

@@ -10,7 +10,8 @@ cores, servers shared.
 drf: the paper's second: the same queue ordered by dominant resource fairness
 between tenants (GPUs dominant for DNN jobs), requested cores, servers shared.
 slurm: plain Slurm as deploy/slurm-test-cluster runs it (``coda replay``'s baseline):
-fifo, with every queued job holding a plan (sched/backfill) and Slurm's node choice.
+fifo, with every queued job holding a plan (sched/backfill) that begins where Slurm's
+will-run test puts it, and Slurm's node choice.
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ def slurm(options: PolicyOptions) -> Policy:
         filters=list(options.filters),
         node_order="fewest-cores",
         reservations="every-job",
+        plan_times="slurm-windows",
         description="plain Slurm (coda replay's baseline): fifo, every queued job holding "
-        "a plan as sched/backfill does, the node with the fewest free cores",
+        "a plan as sched/backfill does (begun where its will-run test puts it), the node "
+        "with the fewest free cores",
     )

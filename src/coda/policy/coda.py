@@ -253,6 +253,7 @@ def _coda(
             peak_windows=8,
             start=options.allocator_start,
             categories=dict(options.categories),
+            settle_windows=options.settle_windows,
         ),
     )
     period = options.control_period_s

@@ -247,6 +247,10 @@ RESERVATIONS = ("heads", "every-job")
 # Which feasible node a job goes to: the fewest free GPUs, then cores (best fit, the
 # default), or the fewest free cores whatever the GPUs, then node order (Slurm's).
 NODE_ORDERS = ("best-fit", "fewest-cores")
+# Where an every-job plan begins: the exact earliest start, or where Slurm 22.05's
+# will-run test puts it, at the end of the batch of running jobs that made room
+# (cycle/every_job.py, batch_ends).
+PLAN_TIMES = ("exact", "slurm-windows")
 
 
 @dataclass
@@ -279,6 +283,7 @@ class Policy:
     backfill_depth: int = 500  # jobs examined per array per cycle (Slurm: bf_max_job_test)
     reservations: str = "heads"  # whom backfill plans a start for (RESERVATIONS)
     node_order: str = "best-fit"  # where a job goes among feasible nodes (NODE_ORDERS)
+    plan_times: str = "exact"  # where an every-job plan begins (PLAN_TIMES)
     # Feasible nodes gathered before scoring (kube: percentageOfNodesToScore).
     # 1 = take the first feasible node in best-fit order.
     candidates_to_score: int = 1
@@ -299,6 +304,12 @@ class Policy:
             raise ValueError(
                 f"reservations must be one of {', '.join(RESERVATIONS)}, got {self.reservations!r}"
             )
+        if self.plan_times not in PLAN_TIMES:
+            raise ValueError(
+                f"plan_times must be one of {', '.join(PLAN_TIMES)}, got {self.plan_times!r}"
+            )
+        if self.plan_times != "exact" and self.reservations != "every-job":
+            raise ValueError("plan_times other than exact need every-job reservations")
 
     @property
     def backfill(self) -> bool:

@@ -59,6 +59,10 @@ class PolicyOptions:
     # and each model's category (cv, nlp, speech) for the paper's start point.
     allocator_start: str = "learned"
     categories: Mapping[str, str] = field(default_factory=dict)
+    # Allocator windows left out after each core change: 0 where the driver cuts its
+    # windows at changes itself (a node agent), 1 to model one that settles for a
+    # while after a change and so steps a window later (coda replay's twin).
+    settle_windows: int = 0
     control_period_s: float | None = None
     start_delay_s: float = 0.0
 
@@ -78,6 +82,11 @@ class PolicyOptions:
             )
         if self.reclaim not in RECLAIMS:
             raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
+        sw = self.settle_windows
+        if isinstance(sw, bool) or not isinstance(sw, int) or not 0 <= sw <= 10:
+            raise ValueError(
+                f"settle windows must be a whole number in 0..10, got {self.settle_windows!r}"
+            )
         if self.control_period_s is not None:
             checked_seconds("control period", self.control_period_s, at_least=MIN_CONTROL_PERIOD_S)
         checked_seconds("start_delay_s", self.start_delay_s)

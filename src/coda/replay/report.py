@@ -104,7 +104,14 @@ def markdown(r: dict[str, Any]) -> str:
         "cluster: under load a start may take longer.",
         f"- Control period: the agents judge a core count over {s['agent_window_s']:g} s "
         "windows and the eliminator acts once per window; the simulated `coda` uses the "
-        "same period.",
+        "same period. After a core change an agent ignores its job for 1 s and then waits "
+        "for a whole window, so its allocator steps a window later than one that cuts its "
+        "windows at the change: the twin's allocator leaves one window out "
+        "(`--settle-windows 1`).",
+        "- Slurm's backfill (plain Slurm's twin `slurm`): a pending job's plan begins where "
+        "Slurm's will-run test puts it, at the last end of the batch of running jobs (by "
+        "their time limits) after which it fits, not at its exact earliest start; shorter "
+        "jobs may run on its node until then.",
         "- Slurm's books (both twins, `--grants fixed`): a job holds the cores Slurm "
         "granted it until it ends. The agent narrows a DNN job's cpuset inside its grant, "
         "which frees nothing for the next job; CPU jobs are requeued whole, never shrunk.",

@@ -64,6 +64,11 @@ SIM_POLICY = {"plain": "slurm", "coda": "coda"}
 SIM_RECLAIM = {"plain": "requeue", "coda": "requeue"}
 SIM_GRANTS = {"plain": "fixed", "coda": "fixed"}
 SIM_ALLOCATOR_START = {"plain": "request", "coda": "request"}
+# - settle: after a core change an agent ignores its job's progress for 1 s, then waits
+#   for a whole window from the next record, so its allocator steps 3 windows apart,
+#   not 2 (6 s in the agents' logs of the full replays): the twin's allocator leaves one
+#   window out after each change.
+SIM_SETTLE_WINDOWS = {"plain": 0, "coda": 1}
 
 if TYPE_CHECKING:
     from coda.sim.result import SimResult
@@ -328,6 +333,7 @@ def run_sim(
         reclaim=SIM_RECLAIM[mode],
         grants=SIM_GRANTS[mode],
         allocator_start=SIM_ALLOCATOR_START[mode],
+        settle_windows=SIM_SETTLE_WINDOWS[mode],
         seed=prepared.config.seed if seed is None else seed,
     )
     return run_policy(dataclasses.replace(prepared, config=config), SIM_POLICY[mode])
@@ -409,7 +415,8 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         result["sim"][mode] = {
             "policy": SIM_POLICY[mode], **dataclasses.asdict(timing),
             "reclaim": SIM_RECLAIM[mode], "grants": SIM_GRANTS[mode],
-            "allocator_start": SIM_ALLOCATOR_START[mode], "seeds": seeds,
+            "allocator_start": SIM_ALLOCATOR_START[mode],
+            "settle_windows": SIM_SETTLE_WINDOWS[mode], "seeds": seeds,
             **sims[mode].as_dict(),
             "jct_s": sims[mode].jct_s,
             "per_seed": [{"gpu_util_effective": m.gpu_util_effective,

@@ -109,6 +109,9 @@ class RunConfig:
     # narrowed-away cores are free at once) or fixed (Slurm's: a job holds its grant
     # until it ends; needs reclaim="requeue"). coda.sim.constants.GRANTS.
     grants: str = "elastic"
+    # CODA's allocator: windows left out after each core change (a node agent settles
+    # for a second and then waits for a whole window: its steps come a window later).
+    settle_windows: int = 0
 
     def __post_init__(self) -> None:
         # The experiment and benchmarks build configs directly, past the CLI's checks:
@@ -139,6 +142,7 @@ class RunConfig:
             raise ValueError(
                 f"run config: reclaim must be one of {', '.join(RECLAIMS)}, got {self.reclaim!r}"
             )
+        _integer("settle_windows", self.settle_windows, 0, 10)
         if self.grants not in GRANTS:
             raise ValueError(
                 f"run config: grants must be one of {', '.join(GRANTS)}, got {self.grants!r}"
@@ -296,6 +300,7 @@ def run_policy(
         control_period_s=config.control_period_s,
         reclaim=config.reclaim,
         start_delay_s=config.start_delay_s,
+        settle_windows=config.settle_windows,
     )
     policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs
