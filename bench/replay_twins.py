@@ -13,10 +13,9 @@ window; CODA only), reclaim with grants (CODA only: elastic books with shrink or
 requeue, or Slurm's fixed books with requeue) and where the allocator starts (CODA
 only: a shape's learned count, or every job's request) and the windows the allocator
 leaves out after a core change (CODA only: 0, or 1 as a settling agent), one row:
-effective GPU
-utilisation, CPU queue delay and the median JCT error against the real run, over
-several noise seeds (a replay's 120 jobs make one simulation sensitive to small
-changes: one seed is one sample). The row marked `replay` has the settings `coda
+effective GPU utilisation, CPU queue delay and the median JCT error against the real
+run, over several noise seeds (a replay's 120 jobs make one simulation sensitive to
+small changes: one seed is one sample; CODA's 72 rows take a few minutes). The row marked `replay` has the settings `coda
 replay` used (its CODA twin runs the same seeds by default). A Markdown table goes to
 stdout.
 """

@@ -51,7 +51,9 @@ def test_a_fixed_grant_may_grow_back_inside_itself_never_past_it() -> None:
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (8, 8, 0)
     assert sim.apply(SetCores(job, 3)) is False  # narrowed: frees nothing
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (3, 8, 5)
-    assert free_room([node]) == 13  # its spare and the free cores: the allocator's room
+    # The allocator's room is the spare alone (the Slurm agent's count), not free cores.
+    assert free_room([node]) == 5
+    assert sim.sched.grant_pn(job) == 8
     assert sim.apply(SetCores(job, 9)) is False and job.cores_pn == 3  # past its grant
     sim.apply(SetCores(job, 6))  # back inside its grant, without touching free cores
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (6, 8, 2)
@@ -141,3 +143,21 @@ def test_settle_windows_reach_the_allocator_and_are_checked() -> None:
     from coda.replay import run as R
 
     assert R.SIM_SETTLE_WINDOWS == {"plain": 0, "coda": 1}
+
+
+def test_a_plan_counts_the_whole_grant_a_narrowed_job_frees_when_it_ends() -> None:
+    # A DNN job granted all 16 cores, narrowed to 3, ends (by its estimate) at 300: a
+    # queued 8-core CPU job can start there then. Counting only the 3 cores it works on,
+    # the node would never have room (an unknown start: no protection from backfill).
+    sim = simulator("fixed", rows=[(0, 300, 4, 16)])
+    sim._arrive(0)
+    sim.sched.cycle(0.0, sim)
+    (job,) = [j for n in sim.nodes for j in n.jobs]
+    node = job.placement[0]
+    sim.apply(SetCores(job, 3))
+    cpu = Job(99, "cpu", 1.0, 0, 8, 0, 1, 10.0)
+    end = sim.policy.estimates.end_of(job, 1.0)
+    assert 0.0 < end < float("inf")
+    sim.sched.now = 1.0
+    assert sim.sched._available_at(node, cpu, 8) == end
+    sim._check_nodes([node])

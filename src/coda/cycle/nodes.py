@@ -28,6 +28,8 @@ class NodeBook:
         self._live: list[Node] | None = None  # the running cycle's dirty nodes
         self._live_set: set[Node] = set()
         self._fit_cache: dict[tuple[Any, ...], bool] = {}
+        # Fixed grants: running jobs narrowed inside their grant -> the grant per node.
+        self._grants: dict[Job, int] = {}
         # Schedulable nodes by shape (pool, GPUs, cores, memory): what can ever fit.
         self.shapes: dict[tuple[str, int, int, int], int] = {}
         # Bumped whenever any node's free capacity or jobs change: a failed attempt's
@@ -200,10 +202,21 @@ class NodeBook:
             return False
         for node in job.placement:
             node.spare_cores -= delta
+            if not job.is_dnn:
+                node.cpu_job_cores += delta
             node.version += 1  # its jobs' projected ends moved: reservations are redone
         self.book_version += 1
         job.cores_pn = cores_pn
+        if cores_pn == grant_pn:
+            self._grants.pop(job, None)
+        else:
+            self._grants[job] = grant_pn
         return True
+
+    def grant_pn(self, job: Job) -> int:
+        """The cores per node a running job frees when it ends: its grant, which under
+        fixed grants may be more than it works on."""
+        return self._grants.get(job, job.cores_pn)
 
     def restore_grant(self, job: Job, grant_pn: int) -> None:
         """Fixed grants: before a job leaves its nodes, its cores per node are its
@@ -214,7 +227,10 @@ class NodeBook:
             raise ValueError(f"{job} works on {job.cores_pn} cores, past its grant {grant_pn}")
         for node in job.placement:
             node.spare_cores -= spare
+            if not job.is_dnn:
+                node.cpu_job_cores += spare
         job.cores_pn = grant_pn
+        self._grants.pop(job, None)
 
     def node_capacity_changed(self, node: Node, grew: bool) -> None:
         """A driver changed a node's free capacity itself (the Slurm view)."""

@@ -136,8 +136,9 @@ class Reservations(NodeBook):
             if t == math.inf:
                 break
             g += j.gpus_pn
-            # Cores reclaim takes back were counted as free already.
-            c += 0 if taken is not None and not j.is_dnn and taken(j) else j.cores_pn
+            # Cores reclaim takes back were counted as free already; a job narrowed
+            # inside a fixed grant frees the whole grant.
+            c += 0 if taken is not None and not j.is_dnn and taken(j) else self.grant_pn(j)
             m += j.mem_pn
             if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
                 return t

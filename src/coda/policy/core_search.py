@@ -16,13 +16,16 @@ from coda.policy.window_stats import EARLY_WINDOWS, Level, t_scale
 
 
 def free_room(nodes: Sequence[Node]) -> int:
-    """Cores a running DNN job on these nodes may grow by: the fewest free (and spare:
-    granted but outside cpusets, under fixed grants) cores on any of them. Cores CPU
-    jobs hold do not count: they are reclaimed for a DNN job's start only, never for a
-    probe or later growth (docs/policies.md). Shared by the allocator, the simulator
-    and the node agent so the rule is the same everywhere; the driver refuses growth
-    past a job's own grant."""
-    return max(0, min((n.free_cores + n.spare_cores for n in nodes), default=0))
+    """Cores a running DNN job on these nodes may grow by: the fewest free cores on any
+    of them, or under fixed grants (Slurm's books) the fewest spare cores, granted but
+    outside cpusets (a job never grows past its grant; the Slurm agent keeps the same
+    count as its nodes' free cores). Cores CPU jobs hold do not count: they are
+    reclaimed for a DNN job's start only, never for a probe or later growth
+    (docs/policies.md). Shared by the allocator, the simulator and the node agents so
+    the rule is the same everywhere; the driver refuses growth past a job's own grant."""
+    return max(
+        0, min((n.spare_cores if n.fixed_grants else n.free_cores for n in nodes), default=0)
+    )
 
 
 class CoreSearch:

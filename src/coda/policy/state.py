@@ -125,7 +125,7 @@ class Node:
     __slots__ = (
         "idx", "name", "gpus", "cores", "mem_mib", "bw_gbps", "pool",
         "free_gpus", "free_cores", "free_mem", "jobs", "bw_used", "pcie_heavy",
-        "version", "cpu_job_cores", "spare_cores",
+        "version", "cpu_job_cores", "spare_cores", "fixed_grants",
     )  # fmt: skip
 
     def __init__(self, idx: int, name: str, gpus: int, cores: int, mem_mib: int, bw_gbps: float):
@@ -144,9 +144,11 @@ class Node:
         self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
         self.version = 0  # bumped whenever a job arrives or leaves
         self.cpu_job_cores = 0  # cores held by CPU jobs (reclaimable for DNN jobs)
-        # Fixed grants (Slurm's books): cores granted to running jobs but outside their
-        # cpusets. Never free for another job; room for those jobs to grow back into.
+        # Fixed grants (Slurm's books, ``fixed_grants``): cores granted to running jobs
+        # but outside their cpusets. Never free for another job; the only room those
+        # jobs may grow back into (a job never grows past its grant).
         self.spare_cores = 0
+        self.fixed_grants = False
 
     @property
     def dnn_free_cores(self) -> int:

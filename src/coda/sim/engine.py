@@ -117,6 +117,8 @@ class Simulator:
             Node(i, s.name, s.gpus, s.cores, s.mem_mib, s.bw_gbps)
             for i, s in enumerate(cluster.nodes)
         ]
+        for node in self.nodes:
+            node.fixed_grants = self.fixed_grants
         self.cluster = cluster
         self.total_gpus = sum(n.gpus for n in self.nodes)
         # Plugins that want the cluster's shape (kube: the framework's node lister) get it.

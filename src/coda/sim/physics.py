@@ -191,8 +191,10 @@ def _check_nodes(self: Simulator, nodes: list[Node]) -> None:
         if node.free_gpus < 0 or node.free_cores < 0:
             raise InvariantError(f"{node} over-committed")
         spare = node.spare_cores
-        if spare < 0 or (spare and not self.fixed_grants):
-            raise InvariantError(f"{node}: {spare} spare cores")
+        if spare != sum(self.sched.grant_pn(j) - j.cores_pn for j in node.jobs) or (
+            spare and not self.fixed_grants
+        ):
+            raise InvariantError(f"{node}: {spare} spare cores, not its jobs' unused grants")
         if used_g + node.free_gpus != node.gpus or used_c + spare + node.free_cores != node.cores:
             raise InvariantError(f"{node} books do not balance: {used_g}g {used_c}c in use")
         cpu_c = sum(j.cores_pn for j in node.jobs if not j.is_dnn)

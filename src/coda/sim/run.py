@@ -300,7 +300,7 @@ def run_policy(
         control_period_s=config.control_period_s,
         reclaim=config.reclaim,
         start_delay_s=config.start_delay_s,
-        settle_windows=config.settle_windows,
+        settle_windows=int(config.settle_windows),
     )
     policy = make_policy(policy_name, options)
     jobs = prepared.workload.jobs
