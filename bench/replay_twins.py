@@ -15,9 +15,10 @@ only: a shape's learned count, or every job's request) and the windows the alloc
 leaves out after a core change (CODA only: 0, or 1 as a settling agent), one row:
 effective GPU utilisation, CPU queue delay and the median JCT error against the real
 run, over several noise seeds (a replay's 120 jobs make one simulation sensitive to
-small changes: one seed is one sample; CODA's 72 rows take a few minutes). The row marked `replay` has the settings `coda
-replay` used (its CODA twin runs the same seeds by default). A Markdown table goes to
-stdout.
+small changes: one seed is one sample; CODA's 72 rows take a few minutes). The row
+marked `replay` has the settings `coda replay` used (its CODA twin runs the same seeds
+by default); `--replay-only` runs those rows alone. A Markdown table goes to stdout,
+then the simulated and real gains with the replay's settings.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("replay_dir", type=Path, help="a `coda replay --out` directory")
     ap.add_argument("--seeds", type=int, default=5, choices=range(1, 51), metavar="N",
                     help="noise seeds per setting (sample noise; 1-50)")  # fmt: skip
+    ap.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="only the settings coda replay uses (one row per run, quick)",
+    )
     args = ap.parse_args(argv)
     out: Path = args.replay_dir
     try:
@@ -86,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
           "| allocator start | settle windows | eff. GPU util (sim) | (real) "
           "| CPU queue delay s (sim) | (real) | JCT error median | range | |")  # fmt: skip
     print("|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+    plain_util: dict[bool, float] = {}  # plain Slurm's twin, with the replay's settings or not
+    twin_gain: float | None = None
     for mode in ("plain", "coda"):
         if mode not in d:
             continue
@@ -109,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             policies, timings, periods, books, starts, settles
         ):
             timing = dataclasses.replace(base, control_period_s=period)
+            used_here = timing == used and reclaim == SIM_RECLAIM[mode]
+            used_here = used_here and policy == SIM_POLICY[mode] and grants == SIM_GRANTS[mode]
+            used_here = used_here and start == SIM_ALLOCATOR_START[mode]
+            used_here = used_here and settle == SIM_SETTLE_WINDOWS[mode]
+            if args.replay_only and not used_here:
+                continue
             utils, delays_q, errs = [], [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
                 c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
@@ -122,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                 utils.append(m.gpu_util_effective)
                 delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
-            used_here = timing == used and reclaim == SIM_RECLAIM[mode]
-            used_here = used_here and policy == SIM_POLICY[mode] and grants == SIM_GRANTS[mode]
-            used_here = used_here and start == SIM_ALLOCATOR_START[mode]
-            used_here = used_here and settle == SIM_SETTLE_WINDOWS[mode]
+            if mode == "plain":
+                plain_util[used_here] = statistics.fmean(utils)
+            elif used_here and True in plain_util:
+                twin_gain = statistics.fmean(utils) / plain_util[True] - 1
             print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
                   f"{timing.cycle_period_s:g} | "
                   f"{period or 10:g} | {reclaim} | {grants} | {start} | {settle} | "
@@ -133,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
+    if twin_gain is not None and "plain" in d and "coda" in d:
+        real_gain = d["coda"]["gpu_util_effective"] / d["plain"]["gpu_util_effective"] - 1
+        off = abs(twin_gain - real_gain) / real_gain if real_gain else math.inf
+        print(
+            f"\nCODA over plain Slurm with the replay's settings: simulated {twin_gain:+.1%}, "
+            f"real {real_gain:+.1%}; the simulated gain is off by {off:.0%} of the real one."
+        )
     return 0
 
 
