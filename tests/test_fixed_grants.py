@@ -32,6 +32,16 @@ def simulator(grants: str, rows: list[tuple] = ROWS, reclaim: str = "requeue") -
                      grants=grants)  # fmt: skip
 
 
+def started(grants: str, cores: int) -> tuple[Simulator, Job, Node]:
+    """One DNN job of ``cores`` cores started by hand on the 16-core node: the test
+    drives the books, not the event loop."""
+    sim = simulator(grants, rows=[(0, 300, 4, cores)])
+    sim._arrive(0)
+    sim.sched.cycle(0.0, sim)
+    (job,) = [j for n in sim.nodes for j in n.jobs]
+    return sim, job, job.placement[0]
+
+
 def test_narrowed_cores_are_free_at_once_when_elastic_and_held_to_the_end_when_fixed() -> None:
     elastic = simulator("elastic").run().jobs
     fixed = simulator("fixed").run().jobs
@@ -43,11 +53,7 @@ def test_narrowed_cores_are_free_at_once_when_elastic_and_held_to_the_end_when_f
 
 
 def test_a_fixed_grant_may_grow_back_inside_itself_never_past_it() -> None:
-    sim = simulator("fixed", rows=[(0, 300, 4, 8)])
-    sim._arrive(0)  # started by hand: the test drives the books, not the event loop
-    sim.sched.cycle(0.0, sim)
-    (job,) = [j for n in sim.nodes for j in n.jobs]
-    node = job.placement[0]
+    sim, job, node = started("fixed", cores=8)
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (8, 8, 0)
     assert sim.apply(SetCores(job, 3)) is False  # narrowed: frees nothing
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (3, 8, 5)
@@ -64,11 +70,7 @@ def test_a_fixed_grant_may_grow_back_inside_itself_never_past_it() -> None:
 
 
 def test_elastic_books_count_no_spare_cores() -> None:
-    sim = simulator("elastic", rows=[(0, 300, 4, 8)])
-    sim._arrive(0)
-    sim.sched.cycle(0.0, sim)
-    (job,) = [j for n in sim.nodes for j in n.jobs]
-    node = job.placement[0]
+    sim, job, node = started("elastic", cores=8)
     assert sim.apply(SetCores(job, 3)) is True  # freed cores
     assert (node.free_cores, node.spare_cores) == (13, 0)
     sim.apply(SetCores(job, 12))  # grows from free cores
@@ -149,11 +151,7 @@ def test_a_plan_counts_the_whole_grant_a_narrowed_job_frees_when_it_ends() -> No
     # A DNN job granted all 16 cores, narrowed to 3, ends (by its estimate) at 300: a
     # queued 8-core CPU job can start there then. Counting only the 3 cores it works on,
     # the node would never have room (an unknown start: no protection from backfill).
-    sim = simulator("fixed", rows=[(0, 300, 4, 16)])
-    sim._arrive(0)
-    sim.sched.cycle(0.0, sim)
-    (job,) = [j for n in sim.nodes for j in n.jobs]
-    node = job.placement[0]
+    sim, job, node = started("fixed", cores=16)
     sim.apply(SetCores(job, 3))
     cpu = Job(99, "cpu", 1.0, 0, 8, 0, 1, 10.0)
     end = sim.policy.estimates.end_of(job, 1.0)

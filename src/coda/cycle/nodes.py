@@ -189,15 +189,16 @@ class NodeBook:
         job.cores_pn = cores_pn
         return True
 
-    def resize_within_grant(self, job: Job, cores_pn: int, grant_pn: int) -> bool:
+    def resize_within_grant(self, job: Job, cores_pn: int) -> bool:
         """Fixed grants (a cluster manager's books, as Slurm's: a running job's
-        allocation never changes): the job works on ``cores_pn`` of the ``grant_pn``
-        cores per node it was granted at its start. The rest stay its own, as its
-        nodes' spare cores: room for it to grow back into, never free for another
-        job. False if refused (past its grant, or no change)."""
+        allocation never changes): the job works on ``cores_pn`` of the cores per node
+        it was granted at its start (what it held until its first change). The rest
+        stay its own, as its nodes' spare cores: room for it to grow back into, never
+        free for another job. False if refused (past its grant, or no change)."""
         if cores_pn < 1:
             raise ValueError(f"a running job keeps at least one core, got {cores_pn}")
         delta = cores_pn - job.cores_pn
+        grant_pn = self.grant_pn(job)
         if delta == 0 or not job.running or cores_pn > grant_pn:
             return False
         for node in job.placement:
@@ -218,19 +219,17 @@ class NodeBook:
         fixed grants may be more than it works on."""
         return self._grants.get(job, job.cores_pn)
 
-    def restore_grant(self, job: Job, grant_pn: int) -> None:
+    def restore_grant(self, job: Job) -> None:
         """Fixed grants: before a job leaves its nodes, its cores per node are its
         grant again (its spare cores go back into what it holds), so ``vacate`` frees
         what was granted."""
+        grant_pn = self._grants.pop(job, job.cores_pn)
         spare = grant_pn - job.cores_pn
-        if spare < 0:
-            raise ValueError(f"{job} works on {job.cores_pn} cores, past its grant {grant_pn}")
         for node in job.placement:
             node.spare_cores -= spare
             if not job.is_dnn:
                 node.cpu_job_cores += spare
         job.cores_pn = grant_pn
-        self._grants.pop(job, None)
 
     def node_capacity_changed(self, node: Node, grew: bool) -> None:
         """A driver changed a node's free capacity itself (the Slurm view)."""

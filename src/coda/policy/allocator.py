@@ -86,9 +86,7 @@ class AdaptiveAllocator(CoreSearch):
 
     # ------------------------------------------------------------ CoreCount
     def cores_per_node(self, job: Job) -> int:
-        if job.kind == CPU or not self.config.search:
-            return job.cores_pn_req
-        if self.config.start == "request":
+        if job.kind == CPU or not self.config.search or self.config.start == "request":
             return job.cores_pn_req
         if self.config.start == "paper":
             return self._paper_start(job)

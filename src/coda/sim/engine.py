@@ -431,7 +431,7 @@ class Simulator:
         self.gpu_alloc -= job.gpus
         self.cores_useful -= self._useful_cores(job)
         if self.fixed_grants:  # it leaves with what it was granted
-            self.sched.restore_grant(job, int(self.granted[job.idx]) // job.nodes)
+            self.sched.restore_grant(job)
         self.cores_alloc -= job.cores_pn * job.nodes
         self.count[f"{job.kind}_running"] -= 1
         self.running -= 1
@@ -521,11 +521,8 @@ class Simulator:
         # only"): CPU jobs' cores are reclaimed for a DNN job's start, never for a probe
         # or later growth. A refused growth is no change; the allocator caps. Under
         # fixed grants the books keep the grant: nothing is freed, nothing is taken.
-        if self.fixed_grants:
-            grant = int(self.granted[job.idx]) // job.nodes
-            if not self.sched.resize_within_grant(job, new, grant):
-                return False
-        elif not self.sched.resize(job, new):
+        resize = self.sched.resize_within_grant if self.fixed_grants else self.sched.resize
+        if not resize(job, new):
             return False
         delta = new - old
         self.settled[job.idx] = new * job.nodes
