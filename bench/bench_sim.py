@@ -2,6 +2,7 @@
 
     python bench/bench_sim.py                  # bundled trace under every policy, median of 3
     python bench/bench_sim.py --scaling        # 100k/1k, 250k/2.5k, 500k/5k, 1M/10k jobs/nodes
+    python bench/bench_sim.py --scaling --rounds 2   # the ladder twice, ABBA order, medians
     python bench/bench_sim.py --scaling --sizes 2000,5000 --json out/scaling.json  # quick check
     python bench/bench_sim.py --large          # bundled, then 1,000,000 jobs on 10,000 nodes
     python bench/bench_sim.py --large-only --jobs 100000 --nodes 1000   # one large case only
@@ -11,6 +12,10 @@ Modes (they combine; the bundled trace runs unless --large-only, --scaling or --
   --scaling      the scaling ladder: every size in --sizes (default 100000,250000,500000,
                  1000000 jobs on jobs/100 nodes), each under every --policies.
   --sizes A,B    the ladder's sizes in jobs (nodes = jobs // 100); implies --scaling.
+  --rounds K     run the ladder K times (default 1), odd rounds smallest case first, even
+                 rounds largest first, and report each case's median (each round's µs per
+                 job beside it): a shared host's speed drifts over a run, and alternating
+                 the order keeps that drift off the ratios.
   --large        also one case of --jobs jobs on --nodes nodes (defaults 1M / 10k).
   --large-only   that case alone.
 
@@ -29,7 +34,7 @@ runs, a "running, N s" line each minute shows a stall between its progress marks
 
 Options: --policies (default: every policy for the bundled trace and --large but those
 meant for replay-sized clusters, coda.policy.REPLAY_SCALE_POLICIES; static-separate,coda
-for the ladder), --repeats (bundled), --load (default 1.0),
+for the ladder), --repeats (bundled), --rounds (ladder), --load (default 1.0),
 --seed (default 0), --case-timeout, --json PATH (also write the rows there).
 
 Progress (which case runs, elapsed) goes to stderr; stdout gets one Markdown table:
@@ -146,12 +151,15 @@ def _num(v: float | None, fmt: str) -> str:
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     smallest = next((r["smallest_case"] for r in rows if "smallest_case" in r), None)
     ratio_head = f"vs {smallest.split('/')[0]}" if smallest else "vs smallest"
+    # Rows merged over rounds give medians, and each round's µs per job beside them.
+    runs = any("us_per_job_runs" in r for r in rows)
     lines = [
         f"| case | policy | jobs | nodes | wall s | µs per job | CPU µs per job | events/s "
-        f"| max RSS MiB | {ratio_head} |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| max RSS MiB | {ratio_head} |" + (" µs per job by round |" if runs else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if runs else ""),
     ]
     for r in rows:
+        by_round = ", ".join(format(v, ".1f") for v in r.get("us_per_job_runs", []))
         wall = _num(r.get("wall_s"), ".2f") if r["status"] == "ok" else r["status"]
         if r["status"] == "timeout":
             wall = f"timeout ({r['timeout_s']:g} s)"
@@ -160,6 +168,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {_num(r.get('us_per_job'), ',.1f')} | {_num(r.get('cpu_us_per_job'), ',.1f')} "
             f"| {_num(r.get('events_per_s'), ',.0f')} "
             f"| {_num(r.get('max_rss_mib'), ',.0f')} | {_num(r.get('vs_smallest'), '.2f')} |"
+            + (f" {by_round or '-'} |" if runs else "")
         )
     return "\n".join(lines)
 
@@ -358,16 +367,36 @@ def run_case(case: Case, policy: str, load: float, seed: int, timeout_s: float) 
     return {**row, "status": "ok", **got}
 
 
+def round_order(cases: list[Case], rounds: int) -> list[tuple[int, Case]]:
+    """(round, case) in the order they run: odd rounds smallest case first, even rounds
+    largest first, so a host whose speed drifts over the run (a shared machine's does)
+    weighs on the small cases as on the large ones."""
+    order: list[tuple[int, Case]] = []
+    for r in range(1, rounds + 1):
+        order += [(r, c) for c in (cases if r % 2 else cases[::-1])]
+    return order
+
+
 def run_cases(
-    cases: list[Case], policies: list[str], load: float, seed: int, timeout_s: float
+    cases: list[Case],
+    policies: list[str],
+    load: float,
+    seed: int,
+    timeout_s: float,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
+    """Every case under every policy, ``rounds`` times (``round_order``); one row per
+    run, with its round."""
     rows: list[dict[str, Any]] = []
     timed_out: dict[str, int] = {}  # policy -> jobs of its smallest ladder case that timed out
-    total, k, t_start = len(cases) * len(policies), 0, time.perf_counter()
-    for case in cases:
+    order = round_order(cases, rounds)
+    total, k, t_start = len(order) * len(policies), 0, time.perf_counter()
+    for rnd, case in order:
         for policy in policies:
             k += 1
             head = f"[{k}/{total}] {case.name} {policy}"
+            if rounds > 1:
+                head += f" (round {rnd})"
             if case.kind == "scaling" and case.jobs > timed_out.get(policy, math.inf):
                 log(f"{head}: skipped (a smaller case timed out)")
                 rows.append(
@@ -389,8 +418,42 @@ def run_cases(
                     timed_out[policy] = min(timed_out.get(policy, case.jobs), case.jobs)
             else:
                 log(f"{head}: error: {row['error']} (elapsed {elapsed:.0f} s)")
-            rows.append(row)
+            rows.append({**row, "round": rnd})
     return rows
+
+
+MEDIAN_FIELDS = ("wall_s", "us_per_job", "cpu_s", "cpu_us_per_job", "events_per_s", "jobs_per_s")
+
+
+def merge_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per case and policy over its rounds, in first-run order: the median of
+    each time field and the largest max RSS. A
+    case that failed or timed out in any round keeps that row (the failure is the
+    result). Rows from a single round pass through unchanged; a merged row lists each
+    round's µs per job in ``us_per_job_runs``."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["case"], r["policy"]), []).append(r)
+    merged = []
+    for runs in groups.values():
+        if len(runs) == 1:
+            merged.append(runs[0])
+            continue
+        bad = next((r for r in runs if r["status"] != "ok"), None)
+        if bad is not None:
+            merged.append({**bad, "rounds": len(runs)})
+            continue
+        row = dict(runs[0])
+        for f in MEDIAN_FIELDS:
+            vals = [r[f] for r in runs if r.get(f) is not None]
+            row[f] = statistics.median(vals) if vals else None
+        rss = [r["max_rss_mib"] for r in runs if r.get("max_rss_mib") is not None]
+        row["max_rss_mib"] = max(rss) if rss else None
+        row["us_per_job_runs"] = [r["us_per_job"] for r in sorted(runs, key=lambda r: r["round"])]
+        row["rounds"] = len(runs)
+        row.pop("round", None)
+        merged.append(row)
+    return merged
 
 
 class _Parser(argparse.ArgumentParser):
@@ -450,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", type=_policies, help="comma-separated policy names")
     ap.add_argument("--repeats", type=_int_in(1, 100), default=3, help="bundled runs per policy")
+    ap.add_argument(
+        "--rounds", type=_int_in(1, 20), default=1, help="ladder runs, alternating order; medians"
+    )
     ap.add_argument("--scaling", action="store_true", help="run the scaling ladder")
     ap.add_argument("--sizes", type=_sizes, help="ladder sizes in jobs; implies --scaling")
     ap.add_argument("--large", action="store_true", help="also one --jobs/--nodes case")
@@ -481,13 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None and not os.access(args.json.parent, os.W_OK):
         ap.error(f"--json: directory {str(args.json.parent)!r} is not writable")
     scaling = args.scaling or args.sizes is not None
+    if args.rounds > 1 and not scaling:
+        ap.error("--rounds: only the ladder runs in rounds (add --scaling or --sizes)")
     rows: list[dict[str, Any]] = []
     if not (args.large_only or scaling):
         rows += bundled(args.policies or _every_policy(), args.repeats, args.seed)
     cases = ladder(args.sizes or list(DEFAULT_SIZES)) if scaling else []
     if scaling:
         policies = args.policies or list(LADDER_POLICIES)
-        rows += run_cases(cases, policies, args.load, args.seed, args.case_timeout)
+        rows += merge_rounds(
+            run_cases(cases, policies, args.load, args.seed, args.case_timeout, args.rounds)
+        )
     if args.large or args.large_only:
         large = [Case("large", args.jobs, args.nodes)]
         policies = args.policies or _every_policy()

@@ -85,6 +85,54 @@ def test_no_ratio_when_the_smallest_case_did_not_finish() -> None:
     assert "| timeout (900 s) |" in table[2] and "| skipped |" in table[3]
 
 
+def test_rounds_alternate_the_ladder_order() -> None:
+    cases = bench.ladder([200, 400, 800])
+    order = [(r, c.jobs) for r, c in bench.round_order(cases, 3)]
+    assert order == [(1, 200), (1, 400), (1, 800), (2, 800), (2, 400), (2, 200),
+                     (3, 200), (3, 400), (3, 800)]  # fmt: skip
+    assert bench.round_order(cases, 1) == [(1, c) for c in cases]
+
+
+def _run(case: str, jobs: int, rnd: int, us: float, rss: float, status: str = "ok") -> dict:
+    wall = us * jobs / 1e6
+    return {**_row(case, "coda", jobs, us, status), "round": rnd, "wall_s": wall,
+            "cpu_us_per_job": us + 1, "events_per_s": 1e6 / us, "max_rss_mib": rss}  # fmt: skip
+
+
+def test_merge_rounds_gives_medians_and_each_rounds_figure() -> None:
+    runs = [
+        _run("100k/1k", 100_000, 1, 200.0, 150.0),
+        _run("1M/10k", 1_000_000, 1, 300.0, 900.0),
+        _run("1M/10k", 1_000_000, 2, 260.0, 950.0),
+        _run("100k/1k", 100_000, 2, 240.0, 140.0),
+        _run("100k/1k", 100_000, 3, 210.0, 160.0),
+        _run("1M/10k", 1_000_000, 3, 280.0, 920.0),
+    ]
+    small, large = bench.merge_rounds(runs)
+    assert (small["case"], large["case"]) == ("100k/1k", "1M/10k")
+    assert small["us_per_job"] == 210.0 and large["us_per_job"] == 280.0
+    assert small["wall_s"] == pytest.approx(21.0) and large["cpu_us_per_job"] == 281.0
+    assert small["max_rss_mib"] == 160.0 and large["max_rss_mib"] == 950.0
+    assert small["us_per_job_runs"] == [200.0, 240.0, 210.0]  # by round
+    assert small["rounds"] == 3 and "round" not in small
+    bench.add_ratios([small, large])
+    assert large["vs_smallest"] == pytest.approx(280.0 / 210.0)
+    table = bench.markdown_table([small, large]).splitlines()
+    assert table[0].endswith("| µs per job by round |")
+    assert table[2].endswith("| 1.00 | 200.0, 240.0, 210.0 |")
+
+
+def test_merge_rounds_keeps_a_failed_round_and_single_rows() -> None:
+    runs = [
+        _run("100k/1k", 100_000, 1, 200.0, 150.0),
+        {**_row("100k/1k", "coda", 100_000, None, "timeout"), "round": 2},
+        _run("200k/2k", 200_000, 1, 250.0, 300.0),
+    ]
+    small, other = bench.merge_rounds(runs)
+    assert small["status"] == "timeout" and small["rounds"] == 2
+    assert other == runs[2]  # one round: unchanged
+
+
 BAD_ARGS = [
     (["--sizes", "abc"], "--sizes"),
     (["--sizes", "50"], "--sizes"),
@@ -95,6 +143,8 @@ BAD_ARGS = [
     (["--jobs", "1"], "--jobs"),
     (["--nodes", "100001"], "--nodes"),
     (["--repeats", "0"], "--repeats"),
+    (["--rounds", "0"], "--rounds"),
+    (["--rounds", "2"], "--rounds"),  # the bundled trace: --repeats, not rounds
     (["--seed", "-1"], "--seed"),
     (["--sizes", "200", "--json", "/nonexistent-dir/x.json"], "--json"),
 ]
@@ -139,6 +189,18 @@ def test_ladder_runs_in_children_and_writes_json(
     assert lines[0].startswith("pure build (") and lines[1] == ""
     assert lines[2].startswith("| case | policy | jobs | nodes | wall s |")
     assert "[2/2] 400/4 static-separate" in captured.err
+
+
+def test_rounds_run_every_case_again_and_merge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rows.json"
+    argv = ["--sizes", "200", "--rounds", "2", "--policies", "static-separate", "--json", str(out)]
+    assert bench.main(argv) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["status"] == "ok" and row["rounds"] == 2 and len(row["us_per_job_runs"]) == 2
+    assert row["us_per_job"] == pytest.approx(sum(row["us_per_job_runs"]) / 2)  # median of 2
+    assert "[2/2] 200/2 static-separate (round 2)" in capsys.readouterr().err
 
 
 def test_a_workload_that_cannot_be_built_is_an_error_row(
