@@ -523,3 +523,29 @@ def test_settle_windows_are_discarded() -> None:
 def test_config_validation(kw: dict) -> None:
     with pytest.raises(ValueError):
         AllocatorConfig(**kw)
+
+
+def test_two_allocators_driving_one_job_keep_their_own_searches() -> None:
+    """A job's track lives on the job (``Job.control_state``) for the first allocator
+    to start it; a second allocator driving the same job keeps its own, apart, and
+    each search goes on as it would alone. Finishing clears what each one held."""
+    alone = AdaptiveAllocator(ThroughputBook(), MID)
+    first = AdaptiveAllocator(ThroughputBook(), MID)
+    second = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(start="request"))
+    d_alone = Driver(alone, 2, 8, seed=3, noise=0.05)
+    d = Driver(first, 2, 8, seed=3, noise=0.05)
+    assert d.job.control_state is not None
+    assert second.on_start(d.job, 0.0) == []  # its slot is taken: kept apart
+    assert second.explain(d.job)["search"] == "full"
+    assert d.converge() == d_alone.converge()  # the second one changed nothing
+    assert d.job.cores_pn == d_alone.job.cores_pn
+    assert first.state(d.job) == "converged"
+    assert second.state(d.job) == "measuring"
+    first.on_finish(d.job, d.t)
+    assert d.job.control_state is None and first.state(d.job) == "idle"
+    assert second.state(d.job) == "measuring"
+    second.on_finish(d.job, d.t)
+    assert second.state(d.job) == "idle"
+    again = second.on_start(d.job, d.t)  # restarted: the free slot is its now
+    assert again == [] and d.job.control_state is not None
+    assert first.state(d.job) == "idle" and second.state(d.job) == "measuring"

@@ -107,7 +107,7 @@ def test_the_request_start_places_every_job_with_its_request_and_learns_nothing(
     assert learned.cores_per_node(job) == 2
     assert request.cores_per_node(job) == 8
     assert request.on_start(job, 0.0) == []  # a full search from what it holds
-    assert request._tracks[job].kind == "full"
+    assert request.explain(job)["search"] == "full"
 
 
 def test_the_replay_twins_are_told_slurms_books() -> None:

@@ -685,7 +685,7 @@ def test_compacting_the_event_heap_changes_no_decision(
     moved: list[int] = []
     compact = Simulator._compact
 
-    def counted(self: Simulator, ri: int) -> list[float]:
+    def counted(self: Simulator, ri: int) -> np.ndarray:
         before = len(self.heap)
         out = compact(self, ri)
         moved.append(before - len(self.heap))
@@ -717,9 +717,9 @@ def test_a_retired_finish_events_instant_still_wakes_the_cycle(
 
     compact = Simulator._compact
 
-    def dropping(self: Simulator, ri: int) -> list[float]:
+    def dropping(self: Simulator, ri: int) -> np.ndarray:
         compact(self, ri)
-        self._retired = []
+        self._retired = np.empty(0)
         return self._retired
 
     for seed in (191, 241, 268):  # found by search: cases where those instants matter

@@ -36,8 +36,15 @@ class Bucket:
         self.memo_cores = 0
 
     def add(self, key: tuple[Any, ...], job: Job) -> None:
-        at = bisect_right(self.keys, key)
-        self.keys.insert(at, key)
+        keys = self.keys
+        if not keys or key >= keys[-1]:
+            # The usual case, a queue in arrival order: where bisect_right would put it,
+            # without its walk over a bucket as long as the queue (a compare each).
+            keys.append(key)
+            self.jobs.append(job)
+            return
+        at = bisect_right(keys, key)
+        keys.insert(at, key)
         self.jobs.insert(at, job)
         self.pos = min(self.pos, at)
 

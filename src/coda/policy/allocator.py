@@ -71,6 +71,8 @@ class AdaptiveAllocator(CoreSearch):
         self.learned = (
             learned if learned is not None else LearnedProfiles(self.config.confident_after)
         )
+        # Each job's track lives on the job (Job.control_state); this holds only those
+        # of jobs whose slot another allocator holds (a job driven by two policies).
         self._tracks: dict[Job, Track] = {}
         # The paper's start point: (owner, category) -> largest count settled on.
         self._owner_max: dict[tuple[str, str], int] = {}
@@ -120,7 +122,14 @@ class AdaptiveAllocator(CoreSearch):
             return []
         self._began[job] = now
         key = self._key(job)
-        t = self._tracks[job] = Track(key, recent=deque(maxlen=self.config.shift_windows))
+        t = Track(key, recent=deque(maxlen=self.config.shift_windows), owner=self)
+        held = job.control_state
+        if held is None or self._owns(held):
+            job.control_state = t
+            if self._tracks:
+                self._tracks.pop(job, None)
+        else:
+            self._tracks[job] = t
         if not self.config.search:
             return self._begin(job, t, "reference")
         if self.config.start in ("paper", "request"):
@@ -137,10 +146,11 @@ class AdaptiveAllocator(CoreSearch):
             return []
         throughput = float(throughput)  # plain floats keep stats() JSON-able
         self._now = now
-        t = self._tracks.get(job)
+        t = self._track(job)
         if t is None:  # a driver that skipped on_start
             self.on_start(job, now)
-            t = self._tracks[job]
+            t = self._track(job)
+            assert t is not None  # on_start just made it
         refused = False
         if t.asked is not None:
             asked, t.asked = t.asked, None
@@ -177,15 +187,28 @@ class AdaptiveAllocator(CoreSearch):
 
     def on_finish(self, job: Job, now: float) -> None:
         self._began.pop(job, None)
-        t = self._tracks.pop(job, None)
+        t = self._track(job)
+        if t is not None and job.control_state is t:
+            job.control_state = None
+        elif t is not None:
+            del self._tracks[job]
         if t is not None and t.phase != "converged":
             self._n["abandoned"] += 1
         self.book.forget(job)
 
+    def _owns(self, state: object) -> bool:
+        return isinstance(state, Track) and state.owner is self
+
+    def _track(self, job: Job) -> Track | None:
+        t = job.control_state
+        if isinstance(t, Track) and t.owner is self:
+            return t
+        return self._tracks.get(job) if self._tracks else None
+
     def wants_samples(self, job: Job) -> bool:
         """While searching or measuring a reference; and while held below its answer
         for want of cores (it counts windows to its next climb)."""
-        t = self._tracks.get(job)
+        t = self._track(job)
         return t is not None and (t.phase != "converged" or (t.capped and t.hi > t.level))
 
     def waiting_for_room(self, job: Job) -> bool:
@@ -193,7 +216,7 @@ class AdaptiveAllocator(CoreSearch):
         to climb into: its windows only count down to a climb that cannot happen yet.
         A driver whose free cores change only with its jobs (the simulator) may stop
         sampling it until they do."""
-        t = self._tracks.get(job)
+        t = self._track(job)
         if t is None or t.phase != "converged" or not (t.capped and t.hi > t.level):
             return False
         return free_room(job.placement) == 0
@@ -201,7 +224,7 @@ class AdaptiveAllocator(CoreSearch):
     def on_resize(self, job: Job, now: float) -> list[Action]:
         if job.kind == CPU:
             return []
-        t = self._tracks.get(job)
+        t = self._track(job)
         if t is None:
             return self.on_start(job, now)
         t.key = self._key(job)
@@ -210,13 +233,13 @@ class AdaptiveAllocator(CoreSearch):
         return self._begin(job, t, "resize")
 
     def state(self, job: Job) -> str:
-        t = self._tracks.get(job)
+        t = self._track(job)
         return "idle" if t is None else t.phase
 
     def explain(self, job: Job) -> dict[str, Any]:
         """Why the job holds its cores: the search's phase and bounds, and the mean
         throughput and windows measured at each core count (JSON-able, for humans)."""
-        t = self._tracks.get(job)
+        t = self._track(job)
         if t is None:
             return {"phase": "idle"}
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from coda.policy.learned_profiles import Shape
 from coda.policy.window_stats import Level
@@ -15,9 +16,13 @@ class Track:
     """One job's search (or converged watch); reset by each new search."""
 
     key: Shape
-    kind: str = "full"  # full | verify | reference | resize | shift-drop | shift-rise
+    # First: what a driver's questions read (wants_samples, on every sample of every job).
+    owner: Any = None  # the control whose track this is (Job.control_state)
     phase: str = "measuring"
+    capped: bool = False  # converged below hi for want of free cores
+    hi: int = 0  # smallest level known at peak (0: not yet)
     level: int = 0  # cores the current windows are measured at
+    kind: str = "full"  # full | verify | reference | resize | shift-drop | shift-rise
     asked: int | None = None  # SetCores awaiting confirmation at the next sample
     settle: int = 0  # windows still to discard
     stay: int = 0  # valid windows since the level last changed
@@ -25,10 +30,8 @@ class Track:
     obs: dict[int, Level] = field(default_factory=dict)
     below: set[int] = field(default_factory=set)  # levels judged below tolerance
     lo: int = 0  # largest level known below tolerance
-    hi: int = 0  # smallest level known at peak (0: not yet)
     top: int = 0  # upward probing: the best level so far
     cap: int | None = None  # growth refused above this
-    capped: bool = False  # converged below hi for want of free cores
     limited: bool = False  # free cores (or a refusal) bounded the search: learn nothing
     retries: int = 0  # climbs back to hi tried since (backoff)
     counted: dict[str, float] = field(default_factory=dict)  # costs already in stats

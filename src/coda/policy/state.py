@@ -29,12 +29,12 @@ class Job:
     """
 
     __slots__ = (
-        "idx", "job_id", "kind", "submit", "gpus", "cores", "mem_mib", "nodes",
-        "gpus_pn", "cores_pn_req", "mem_pn", "model", "perf", "bw_per_core", "work",
-        "placement", "cores_pn", "quota", "speed", "remaining", "last_update",
-        "start", "end", "version", "bw_pn", "estimate", "queue_key",
-        "preemptions", "core_speed_now", "sample_t", "sample_work", "time_limit",
-        "preemptible", "pcie_heavy", "wait", "wait_cycle", "user", "shrinks", "works_from",
+        "kind", "sample_t", "control_state", "work", "remaining", "speed", "last_update",
+        "sample_work", "placement", "nodes", "version", "cores_pn", "quota", "idx", "perf",
+        "bw_pn", "core_speed_now", "gpus", "start", "cores_pn_req", "gpus_pn", "queue_key",
+        "mem_pn", "end", "estimate", "bw_per_core", "model", "job_id", "submit", "cores",
+        "mem_mib", "preemptions", "shrinks", "user", "works_from", "time_limit",
+        "preemptible", "pcie_heavy", "wait", "wait_cycle",
     )  # fmt: skip
 
     def __init__(
@@ -55,40 +55,47 @@ class Job:
         pcie_heavy: bool | None = None,
         user: str = "",
     ) -> None:
-        self.idx = idx
-        self.job_id = job_id
+        # Fields in the order the hot loops read them (a compiled build lays them out
+        # so): a sample, tick or speed change of a job touches its first two or three
+        # cache lines only, not all six.
         self.kind = DNN if gpus > 0 else CPU
-        self.submit = submit
-        self.gpus = gpus
-        self.cores = cores
-        self.mem_mib = mem_mib
-        self.nodes = nodes
-        self.gpus_pn = -(-gpus // nodes)
-        self.cores_pn_req = max(1, -(-cores // nodes))
-        self.mem_pn = -(-mem_mib // nodes)
-        self.model = model
-        self.perf = perf
-        self.bw_per_core = bw_per_core
+        self.sample_t = 0.0  # driver's throughput meter: start of the current window
+        # The job control's own state for this job (its type, which no driver reads):
+        # found with the job, not in a table as large as the cluster's live jobs,
+        # which a control asks about on every sample of every job (cache misses).
+        self.control_state: object = None
         self.work = work  # seconds at full speed
+        self.remaining = work
         # Running state (set by the driver).
+        self.speed = 0.0  # current progress rate, work-seconds per second
+        self.last_update = 0.0
+        self.sample_work = 0.0  # ... and the work done by then
         self.placement: list[Node] = []
+        self.nodes = nodes
+        self.version = 0  # bumped on every speed change (stale finish events)
         self.cores_pn = 0  # granted cores per node
         self.quota = 1.0  # CPU quota fraction of the granted cores (throttling)
-        self.speed = 0.0  # current progress rate, work-seconds per second
-        self.remaining = work
-        self.last_update = 0.0
-        self.start = -1.0
-        self.end = -1.0
-        self.version = 0  # bumped on every speed change (stale finish events)
+        self.idx = idx
+        self.perf = perf
         self.bw_pn = 0.0  # memory bandwidth this job draws on each of its nodes, GB/s
-        self.estimate = 0.0  # runtime estimate used by backfill, seconds
+        self.core_speed_now = 0.0  # speed from its cores alone (no contention)
+        self.gpus = gpus
+        self.start = -1.0
+        self.cores_pn_req = max(1, -(-cores // nodes))
+        self.gpus_pn = -(-gpus // nodes)
         self.queue_key: tuple[Any, ...] = ()  # position in its queue (queue-sort key, trace row)
+        self.mem_pn = -(-mem_mib // nodes)
+        self.end = -1.0
+        self.estimate = 0.0  # runtime estimate used by backfill, seconds
+        self.bw_per_core = bw_per_core
+        self.model = model
+        self.job_id = job_id
+        self.submit = submit
+        self.cores = cores
+        self.mem_mib = mem_mib
         self.preemptions = 0  # times a DNN job's start reclaimed this (CPU) job's cores
         self.shrinks = 0  # times a CPU job was shrunk to give a DNN job cores
         self.user = user  # its owner: the tenant fair-share policies share between
-        self.core_speed_now = 0.0  # speed from its cores alone (no contention)
-        self.sample_t = 0.0  # driver's throughput meter: start of the current window
-        self.sample_work = 0.0  # ... and the work done by then
         # When its work begins once placed: its start, or later where the driver
         # models a launch (the simulator's start delay).
         self.works_from = -math.inf
@@ -123,32 +130,33 @@ class Node:
     """One node's capacity, what is free, and which jobs run on it."""
 
     __slots__ = (
-        "idx", "name", "gpus", "cores", "mem_mib", "bw_gbps", "pool",
-        "free_gpus", "free_cores", "free_mem", "jobs", "bw_used", "pcie_heavy",
-        "version", "cpu_job_cores", "spare_cores", "fixed_grants",
+        "jobs", "version", "idx", "free_gpus", "free_cores", "bw_used", "bw_gbps",
+        "cpu_job_cores", "pcie_heavy", "free_mem", "mem_mib", "spare_cores", "gpus", "cores",
+        "fixed_grants", "pool", "name",
     )  # fmt: skip
 
     def __init__(self, idx: int, name: str, gpus: int, cores: int, mem_mib: int, bw_gbps: float):
+        # Fields in the order the hot loops read them (as Job's).
+        self.jobs: dict[Job, None] = {}  # insertion-ordered set
+        self.version = 0  # bumped whenever a job arrives or leaves
         self.idx = idx
-        self.name = name
-        self.gpus = gpus
-        self.cores = cores
-        self.mem_mib = mem_mib  # 0 = not constrained
-        self.bw_gbps = bw_gbps
-        self.pool = GPU_POOL if gpus > 0 else CPU_POOL
         self.free_gpus = gpus
         self.free_cores = cores
-        self.free_mem = mem_mib
-        self.jobs: dict[Job, None] = {}  # insertion-ordered set
         self.bw_used = 0.0  # sum of bw_pn of its jobs
-        self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
-        self.version = 0  # bumped whenever a job arrives or leaves
+        self.bw_gbps = bw_gbps
         self.cpu_job_cores = 0  # cores held by CPU jobs (reclaimable for DNN jobs)
+        self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
+        self.free_mem = mem_mib
+        self.mem_mib = mem_mib  # 0 = not constrained
         # Fixed grants (Slurm's books, ``fixed_grants``): cores granted to running jobs
         # but outside their cpusets. Never free for another job; the only room those
         # jobs may grow back into (a job never grows past its grant).
         self.spare_cores = 0
+        self.gpus = gpus
+        self.cores = cores
         self.fixed_grants = False
+        self.pool = GPU_POOL if gpus > 0 else CPU_POOL
+        self.name = name
 
     @property
     def dnn_free_cores(self) -> int:

@@ -7,7 +7,7 @@ Whenever a node's set of co-runners changes, every job on it gets its speed
 recomputed from the performance model and its finish time rescheduled; stale
 finish events are recognised by a per-job version number. Stale ones far outnumber
 the live, and the loop wakes at their times too (a cycle runs there when jobs wait):
-when they fill the heap, their times move to a sorted list (``_compact``), so the
+when they fill the heap, their times move to a sorted array (``_compact``), so the
 heap stays the size of the live events and the loop wakes at the same instants.
 """
 
@@ -149,8 +149,10 @@ class Simulator:
 
         self.now = min(self.submit[0], self.w0) if self.n else 0.0
         self.heap: list[tuple[float, int, int, Job | None, int]] = []
-        # Times of retired finish events taken out of the heap (``_compact``), sorted.
-        self._retired: list[float] = []
+        # Times of retired finish events taken out of the heap (``_compact``), sorted:
+        # a flat array, as it holds several times per live event and is merged at
+        # every compaction (a list's float objects, scattered, cost a cache miss each).
+        self._retired: np.ndarray = np.empty(0)
         self.seq = 0
         self.events = 0
         self.busy: dict[Node, None] = {}  # nodes with at least one job
@@ -248,12 +250,13 @@ class Simulator:
         sched = self.sched
         retired = self._retired
         ri = 0  # retired[:ri] are past
+        nr = float(retired[0]) if len(retired) else math.inf  # retired[ri], or none left
         compact_at = COMPACT_MIN
         while True:
             t_arr = submit[next_i] if next_i < n else math.inf
             t_evt = heap[0][0] if heap else math.inf
-            if ri < len(retired) and retired[ri] < t_evt:
-                t_evt = retired[ri]
+            if nr < t_evt:
+                t_evt = nr
             t = t_arr if t_arr <= t_evt else t_evt
             if t == math.inf or t > self.horizon:
                 break
@@ -291,11 +294,13 @@ class Simulator:
                     if self.watched and not self._armed[kind]:
                         self._armed[kind] = True
                         self._push(t + period, kind, None, 0)
-            while ri < len(retired) and retired[ri] <= t:
+            while nr <= t:
                 ri += 1  # a retired finish event's instant: a wake-up, like its pop
+                nr = float(retired[ri]) if ri < len(retired) else math.inf
             if len(heap) > compact_at:
                 retired = self._compact(ri)
                 ri = 0
+                nr = float(retired[0]) if len(retired) else math.inf
                 compact_at = max(COMPACT_MIN, 2 * len(heap))
             if sched.pending():
                 period = self.cycle_period
@@ -317,7 +322,7 @@ class Simulator:
             self.progress(n, n)
         return self._result(time.perf_counter() - wall0)
 
-    def _compact(self, ri: int) -> list[float]:
+    def _compact(self, ri: int) -> np.ndarray:
         """Take the retired finish events (version moved on, or the job stopped: for
         ever, as versions only grow) out of the heap, their times into ``_retired``
         from ``ri`` on, which it returns. The live events keep their keys, so they pop
@@ -334,8 +339,9 @@ class Simulator:
                 live.append(e)
         heap[:] = live  # the same list: the loop holds it
         heapq.heapify(heap)
-        self._retired = rest = self._retired[ri:] + gone
-        rest.sort()  # a sorted run and the new times: Timsort merges them
+        rest = np.concatenate((self._retired[ri:], np.array(gone, dtype=np.float64)))
+        rest.sort(kind="stable")  # a sorted run and the new times: Timsort merges them
+        self._retired = rest
         return rest
 
     def _push(self, t: float, kind: int, obj: Job | None, version: int) -> None:
