@@ -1,0 +1,76 @@
+"""bench/memory_floor.py: fixed work per operation over live sets of the ladder's sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench_module import load_bench
+
+mf = load_bench("memory_floor")
+
+
+def test_live_jobs_are_distinct_jobs_in_a_shuffled_order() -> None:
+    jobs = mf.live_jobs(500, seed=3)
+    assert len({id(j) for j in jobs}) == 500
+    assert sorted(j.idx for j in jobs) == list(range(500))
+    assert [j.idx for j in jobs] != list(range(500))  # scattered, not in creation order
+    assert all(j.start < 0 for j in jobs)  # queued-looking: none has started
+
+
+def test_each_rung_gets_its_median_and_its_ratio_to_the_first() -> None:
+    rows = mf.measure([10, 40], per_node=3, touches=2, ops=2000, rounds=3, seed=1)
+    assert [(n, live) for n, live, _, _ in rows] == [(10, 30), (40, 120)]
+    assert all(ns > 0 for _, _, ns, _ in rows)
+    assert rows[0][3] == 1.0
+    assert rows[1][3] == pytest.approx(rows[1][2] / rows[0][2])
+
+
+def test_the_table_names_every_rung(capsys: pytest.CaptureFixture[str]) -> None:
+    assert mf.main(["--nodes", "10,20", "--ops", "500", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 10 | 70 |" in out and "| 20 | 140 |" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nodes", "1000,x"],
+        ["--nodes", "5000,1000"],
+        ["--nodes", "10,10"],
+        ["--rounds", "0"],
+        ["--live-per-node", "-3"],
+        ["--nodes", "10000000", "--live-per-node", "100"],
+        ["stray"],
+        ["--measure-live", "1000"],
+        ["--measure-live", "1,5"],
+        ["--measure-live", "10,0"],
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        mf.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memory_floor: ") and err.count("\n") == 1
+
+
+def test_live_jobs_per_node_are_measured_on_a_ladder_case(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    queued, running = mf.live_per_node(300, 3)
+    assert queued > 0 and running > 0
+    # A node of the bundled cluster holds at most a few dozen jobs at once.
+    assert running < 64
+    assert mf.main(["--measure-live", "300,3"]) == 0
+    out = capsys.readouterr().out
+    assert f"queued {queued:.2f}, running {running:.2f}" in out
+
+
+def test_a_case_that_cannot_reach_its_load_gets_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert mf.main(["--measure-live", "2,1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memory_floor: --measure-live 2,1: ") and err.count("\n") == 1
