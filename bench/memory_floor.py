@@ -7,14 +7,16 @@ The simulator's time per job is not flat from 100k/1k to 1M/10k (README, "Benchm
 although the work per job does not grow (``bench/perf_growth.py``: the same calls per
 job; the backfill merge looks at the same buckets per job). What does grow is the live
 state each job's work reaches into: about 7 jobs per node are queued or running at
-load 1.0 (2.7-2.9 queued, 4.0 running, averaged over the 100k/1k and 250k/2.5k runs),
+load 1.0 (2.7-2.9 queued, 4.0-4.1 running, averaged over the 100k/1k and 250k/2.5k runs),
 so 7,000 live jobs at 1k nodes and 70,000 at 10k. This measures what the same number of
 touches costs as that set grows, with nothing else changing: each operation reads two
 fields of ``--touches`` live jobs picked at random and looks each up in a table keyed by
 job (as the cycle's bucket table is). The jobs are CODA's own ``Job`` objects (the
-compiled build's when run by its interpreter), in a shuffled order, as a long run leaves
-them scattered over the heap. Random picks are the worst case: the simulator's touches
-are not all random, so its growth is a fraction of this one.
+compiled build's when run by its interpreter), allocated one after another; the picks,
+drawn before the clock starts, land anywhere in the set, as the touches of a long run's
+jobs, scattered over the heap, do. Random picks are the worst case: the simulator's
+touches are not all random, so its growth is a fraction of this one. One untimed pass
+over the first rung comes first, so no rung pays the interpreter's warm-up.
 
     .venv-compiled/bin/python bench/memory_floor.py                  # the ladder's rungs
     python bench/memory_floor.py --nodes 1000,10000 --live-per-node 7 --rounds 5
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import random
+import re
 import statistics
 import sys
 import time
@@ -43,14 +46,19 @@ from typing import NoReturn
 from coda.policy.state import Job
 
 LADDER_NODES = (1000, 2500, 5000, 10000)
+# Upper bounds, so that a mistyped count gets one line instead of a MemoryError or a run
+# of days: a live Job is some 700 bytes, a pick 8.
+MAX_LIVE_JOBS = 2_000_000
+MAX_PICKS = 20_000_000  # ops x touches per rung
+MAX_ROUNDS = 100
+MAX_JOBS = 2_000_000  # --measure-live, as bench_sim.py's --jobs
+MAX_NODES = 100_000  # --measure-live, as bench_sim.py's --nodes
+WARMUP_OPS = 20_000
 
 
-def live_jobs(n: int, seed: int) -> list[Job]:
-    """n queued-looking jobs, shuffled so that neighbours in the list are not neighbours
-    in memory."""
-    jobs = [Job(i, f"j{i}", float(i), 1, 4, 1024, 1, 3600.0) for i in range(n)]
-    random.Random(seed).shuffle(jobs)
-    return jobs
+def live_jobs(n: int) -> list[Job]:
+    """n queued-looking jobs, allocated one after another."""
+    return [Job(i, f"j{i}", float(i), 1, 4, 1024, 1, 3600.0) for i in range(n)]
 
 
 def ns_per_op(jobs: list[Job], touches: int, ops: int, seed: int) -> float:
@@ -77,9 +85,10 @@ def measure(
 ) -> list[tuple[int, int, float, float]]:
     """(nodes, live jobs, median ns per operation, ratio to the first rung) per rung."""
     times: dict[int, list[float]] = {n: [] for n in nodes}
+    ns_per_op(live_jobs(nodes[0] * per_node), touches, min(ops, WARMUP_OPS), seed)  # warm-up
     for r in range(rounds):
         for n in sorted(nodes, reverse=True):
-            jobs = live_jobs(n * per_node, seed + r)
+            jobs = live_jobs(n * per_node)
             times[n].append(ns_per_op(jobs, touches, ops, seed + r))
             del jobs
     first = statistics.median(times[nodes[0]])
@@ -128,14 +137,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memory_floor: {message}\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+def _positive(text: str, most: int = 10**12) -> int:
+    """A whole number in [1, most], written in ASCII digits (int() would also take
+    "1_000" and other scripts' digits)."""
+    if re.fullmatch(r"[0-9]{1,13}", text) is None:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    n = int(text)
+    if not 1 <= n <= most:
+        raise argparse.ArgumentTypeError(f"must be in [1, {most:,}], got {n:,}")
     return n
+
+
+def _rounds(text: str) -> int:
+    return _positive(text, MAX_ROUNDS)
 
 
 def _node_list(text: str) -> list[int]:
@@ -149,22 +163,25 @@ def _case(text: str) -> tuple[int, int]:
     parts = text.split(",")
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"want JOBS,NODES: {text!r}")
-    jobs, nodes = (_positive(part.strip()) for part in parts)
+    jobs, nodes = _positive(parts[0].strip(), MAX_JOBS), _positive(parts[1].strip(), MAX_NODES)
     if jobs < 2:
         raise argparse.ArgumentTypeError(f"a case needs at least 2 jobs: {text!r}")
     return jobs, nodes
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap = _Parser(description=__doc__.split("\n\n")[0] if __doc__ else None, allow_abbrev=False)
     ap.add_argument("--nodes", type=_node_list, default=list(LADDER_NODES), help="rungs")
     ap.add_argument("--live-per-node", type=_positive, default=7, help="live jobs per node")
     ap.add_argument("--touches", type=_positive, default=3, help="jobs touched per operation")
     ap.add_argument("--ops", type=_positive, default=500_000, help="operations per rung")
-    ap.add_argument("--rounds", type=_positive, default=3)
+    ap.add_argument("--rounds", type=_rounds, default=3)
     ap.add_argument("--seed", type=_positive, default=1)
-    ap.add_argument("--measure-live", type=_case, metavar="JOBS,NODES", help="see above")
+    ap.add_argument("--measure-live", type=_case, metavar="JOBS,NODES", help="see above (alone)")
     a = ap.parse_args(argv)
+    given = [x for x in (argv if argv is not None else sys.argv[1:]) if x.startswith("--")]
+    if a.measure_live is not None and any(not x.startswith("--measure-live") for x in given):
+        ap.error("--measure-live takes no other option")
     if a.measure_live is not None:
         jobs, nodes = a.measure_live
         try:
@@ -175,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{jobs:,} jobs on {nodes:,} nodes under coda, load 1.0, seed 0, per node:")
         print(f"queued {queued:.2f}, running {running:.2f}, live {queued + running:.2f}")
         return 0
-    if a.nodes[-1] * a.live_per_node > 50_000_000:
-        ap.error(f"{a.nodes[-1] * a.live_per_node:,} live jobs would not fit in memory")
+    if a.nodes[-1] * a.live_per_node > MAX_LIVE_JOBS:
+        ap.error(f"{a.nodes[-1] * a.live_per_node:,} live jobs: at most {MAX_LIVE_JOBS:,}")
+    if a.ops * a.touches > MAX_PICKS:
+        ap.error(f"--ops x --touches is {a.ops * a.touches:,}: at most {MAX_PICKS:,}")
     rows = measure(a.nodes, a.live_per_node, a.touches, a.ops, a.rounds, a.seed)
     print(
         f"{a.touches} random touches per operation, {a.ops:,} operations per rung, "
