@@ -70,6 +70,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from coda.policy import POLICIES, REPLAY_SCALE_POLICIES
+from coda.workload.limits import MAX_NODES
+from coda.workload.limits import MAX_TRACE_JOBS as MAX_JOBS  # the loaders' cap per trace
 
 if TYPE_CHECKING:
     from coda.sim.run import Prepared
@@ -78,8 +80,6 @@ DEFAULT_SIZES = (100_000, 250_000, 500_000, 1_000_000)
 JOBS_PER_NODE = 100
 LADDER_POLICIES = ("static-separate", "coda")
 MIN_LADDER_JOBS = JOBS_PER_NODE  # one node at least
-MAX_JOBS = 2_000_000  # the loaders' cap on jobs per trace (coda.workload.limits)
-MAX_NODES = 100_000  # coda.workload.limits.MAX_NODES
 DEFAULT_CASE_TIMEOUT_S = 900.0
 HEARTBEAT_S = 60.0  # seconds between "running" lines while a case runs
 MAX_LOAD = 1000.0  # coda.sim.run.MAX_LOAD

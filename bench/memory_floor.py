@@ -44,6 +44,8 @@ from types import ModuleType
 from typing import NoReturn
 
 from coda.policy.state import Job
+from coda.workload.limits import MAX_NODES
+from coda.workload.limits import MAX_TRACE_JOBS as MAX_JOBS
 
 LADDER_NODES = (1000, 2500, 5000, 10000)
 # Upper bounds, so that a mistyped count gets one line instead of a MemoryError or a run
@@ -51,8 +53,6 @@ LADDER_NODES = (1000, 2500, 5000, 10000)
 MAX_LIVE_JOBS = 2_000_000
 MAX_PICKS = 20_000_000  # ops x touches per rung
 MAX_ROUNDS = 100
-MAX_JOBS = 2_000_000  # --measure-live, as bench_sim.py's --jobs
-MAX_NODES = 100_000  # --measure-live, as bench_sim.py's --nodes
 WARMUP_OPS = 20_000
 
 

@@ -49,10 +49,9 @@ def test_rounds_run_largest_first_after_a_warm_up_and_report_medians(
 
 def test_the_picks_are_the_work_asked_for() -> None:
     jobs = mf.live_jobs(100)
-    # Twice the operations take about twice the time: the clock covers the picks' loop.
-    short = min(mf.ns_per_op(jobs, 3, 20_000, 1) for _ in range(3))
-    assert short > 0
+    # Nine touches per operation take several times one: the clock covers every pick.
     touches_one = min(mf.ns_per_op(jobs, 1, 20_000, 1) for _ in range(3))
+    assert touches_one > 0
     touches_nine = min(mf.ns_per_op(jobs, 9, 20_000, 1) for _ in range(3))
     assert touches_nine > 3 * touches_one  # each touch is timed, not one per operation
 
