@@ -31,11 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from coda.runtime.cli import spawn_agent
 from coda.runtime.faketree import build_v1_tree
 from coda.runtime.shim import stat_fields
+from coda.runtime.store import JobRow, JobSpec, Store
 
 CG = "sys/fs/cgroup"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -70,12 +73,10 @@ class Bench:
             ],
             root / "agent.log",
         )
-        from coda.runtime.store import Store
-
         self.store = Store(self.state / "coda.db")
 
     @staticmethod
-    def _wait(cond, timeout: float) -> None:
+    def _wait(cond: Callable[[], bool], timeout: float) -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if cond():
@@ -83,9 +84,16 @@ class Bench:
             time.sleep(0.05)
         raise SystemExit("benchmark: timed out waiting for the agent")
 
-    def submit(self, name: str, cores: int, gpus: int, argv: list[str], model: str = "") -> int:
-        from coda.runtime.store import JobSpec
+    def job(self, job_id: int) -> JobRow:
+        row = self.store.job(job_id)
+        if row is None:
+            raise SystemExit(f"benchmark: job {job_id} is not in the agent's store")
+        return row
 
+    def wait_state(self, job_id: int, state: str, timeout: float) -> None:
+        self._wait(lambda: self.job(job_id).state == state, timeout)
+
+    def submit(self, name: str, cores: int, gpus: int, argv: list[str], model: str = "") -> int:
         return self.store.submit(JobSpec(argv=argv, name=name, cores=cores, gpus=gpus, model=model))
 
     def close(self) -> None:
@@ -103,7 +111,7 @@ def spin(rate: float, rate_file: Path | None = None) -> list[str]:
     return argv + (["--rate-file", str(rate_file)] if rate_file else [])
 
 
-def measure_cpu(jobs: int, period: float, warmup: float, measure: float) -> dict:
+def measure_cpu(jobs: int, period: float, warmup: float, measure: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coda-bench-") as tmp:
         n_dnn = jobs // 2
         b = Bench(Path(tmp), cpus=2 * jobs, gpus=n_dnn, period=period, window=2 * period)
@@ -135,7 +143,7 @@ def measure_cpu(jobs: int, period: float, warmup: float, measure: float) -> dict
     }
 
 
-def measure_delay(period: float, drops: int, seed: int = 0) -> dict:
+def measure_delay(period: float, drops: int, seed: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="coda-bench-") as tmp:
         root = Path(tmp)
         b = Bench(root, cpus=4, gpus=1, period=period, window=period)
@@ -146,12 +154,12 @@ def measure_delay(period: float, drops: int, seed: int = 0) -> dict:
         reaction: list[float] = []
         try:
             dnn = b.submit("train", 2, 1, spin(1000, rate_file), model="spin")
-            b._wait(lambda: b.store.job(dnn).phase == "converged", 120)
+            b._wait(lambda: b.job(dnn).phase == "converged", 120)
             for _ in range(drops):
                 rate_file.write_text("1000\n")
                 time.sleep(4 * period)  # healthy windows again
                 cpu = b.submit("corunner", 1, 0, ["sleep", "600"])
-                b._wait(lambda c=cpu: b.store.job(c).state == "running", 30)
+                b.wait_state(cpu, "running", 30)
                 quota = root / CG / "cpu" / "coda" / f"job-{cpu}" / "cpu.cfs_quota_us"
                 # A drop at a random point of the agent's period: the delay depends on
                 # where in its window the drop falls.
@@ -172,7 +180,7 @@ def measure_delay(period: float, drops: int, seed: int = 0) -> dict:
                     # drop; its "mono" stamp is that tick's clock.
                     reaction.append(max(0.0, t_write - d[0]["detail"]["mono"]))
                 b.store.request_cancel(cpu)
-                b._wait(lambda c=cpu: b.store.job(c).state == "cancelled", 30)
+                b.wait_state(cpu, "cancelled", 30)
         finally:
             b.close()
     return {
@@ -202,7 +210,7 @@ def main() -> None:
     ap.add_argument("--skip-delay", action="store_true")
     ap.add_argument("--out", default="out/bench/agent.json")
     args = ap.parse_args()
-    out: dict = {}
+    out: dict[str, Any] = {}
     if not args.skip_cpu:
         out["cpu"] = measure_cpu(args.jobs, args.period, args.warmup, args.measure)
         print(json.dumps({"cpu": out["cpu"]}, indent=2), flush=True)

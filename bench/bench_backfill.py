@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         counts[(job.kind, "full" if full else "changed nodes", outcome)] += 1
         return started
 
-    Scheduler._try = counted  # type: ignore[method-assign]
+    Scheduler._try = counted  # type: ignore[method-assign,assignment]
     try:
         config = RunConfig(
             trace=str(args.trace), cluster=args.cluster, load=None, seed=args.seed,

@@ -137,15 +137,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"memory_floor: {message}\n")
 
 
-def _positive(text: str, most: int = 10**12) -> int:
-    """A whole number in [1, most], written in ASCII digits (int() would also take
+def _positive(text: str, most: int = 10**12, least: int = 1) -> int:
+    """A whole number in [least, most], written in ASCII digits (int() would also take
     "1_000" and other scripts' digits)."""
     if re.fullmatch(r"[0-9]{1,13}", text) is None:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
     n = int(text)
-    if not 1 <= n <= most:
-        raise argparse.ArgumentTypeError(f"must be in [1, {most:,}], got {n:,}")
+    if not least <= n <= most:
+        raise argparse.ArgumentTypeError(f"must be in [{least}, {most:,}], got {n:,}")
     return n
+
+
+def _seed(text: str) -> int:
+    return _positive(text, least=0)
 
 
 def _rounds(text: str) -> int:
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--touches", type=_positive, default=3, help="jobs touched per operation")
     ap.add_argument("--ops", type=_positive, default=500_000, help="operations per rung")
     ap.add_argument("--rounds", type=_rounds, default=3)
-    ap.add_argument("--seed", type=_positive, default=1)
+    ap.add_argument("--seed", type=_seed, default=1)
     ap.add_argument("--measure-live", type=_case, metavar="JOBS,NODES", help="see above (alone)")
     a = ap.parse_args(argv)
     given = [x for x in (argv if argv is not None else sys.argv[1:]) if x.startswith("--")]

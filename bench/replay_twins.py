@@ -31,7 +31,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from coda.replay import outcome as O
 from coda.replay.plan import plan
@@ -48,16 +48,44 @@ from coda.replay.run import (
 from coda.sim.run import RunConfig, prepare, run_policy
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     print(f"replay_twins: {msg}", file=sys.stderr)
     raise SystemExit(2)
 
 
-def _real(r: dict[str, Any]) -> O.RunMetrics:
+def _number(x: Any, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise ValueError(f"{what}: not a finite number: {x!r}")
+    return float(x)
+
+
+def _seconds(x: Any, what: str) -> float:
+    if _number(x, what) <= 0:
+        raise ValueError(f"{what}: not a positive number of seconds: {x!r}")
+    return float(x)
+
+
+def _count(x: Any, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ValueError(f"{what}: not a count: {x!r}")
+    return x
+
+
+def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
+    """A recorded real run's figures, each checked (replay.json is read, not trusted)."""
+    delay = r["cpu_queue_delay_mean_s"]
     return O.RunMetrics(
-        r["gpu_util_effective"], r["cpu_queue_delay_mean_s"], r["jobs_finished"],
-        r["jobs_lost"], r["jobs_started_twice"], {int(k): float(v) for k, v in r["jct_s"].items()},
-    )  # fmt: skip
+        _number(r["gpu_util_effective"], f"{mode}.gpu_util_effective"),
+        None if delay is None else _number(delay, f"{mode}.cpu_queue_delay_mean_s"),
+        _count(r["jobs_finished"], f"{mode}.jobs_finished"),
+        _count(r["jobs_lost"], f"{mode}.jobs_lost"),
+        _count(r["jobs_started_twice"], f"{mode}.jobs_started_twice"),
+        {int(k): _number(v, f"{mode}.jct_s[{k}]") for k, v in r["jct_s"].items()},
+    )
+
+
+def _latency(r: dict[str, Any], mode: str) -> list[float]:
+    return [_number(x, f"{mode}.start_latency_s") for x in r.get("start_latency_s") or []]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,13 +107,23 @@ def main(argv: list[str] | None = None) -> int:
                            cluster=s["cluster"], load=s["load"], seed=s["seed"],
                            estimates="time-limits", warmup=0.0)  # fmt: skip
         prepared = prepare(config)
-        window = float(s["agent_window_s"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        # The controller's period (older replays did not record it: the default then).
+        cfg = ReplayConfig(
+            window_s=_seconds(s["agent_window_s"], "setting.agent_window_s"),
+            period_s=_seconds(
+                s.get("controller_period_s", ReplayConfig.period_s), "setting.controller_period_s"
+            ),
+        )
+        modes = [m for m in ("plain", "coda") if m in d]
+        reals = {m: _real(d[m], m) for m in modes}
+        latencies = {m: _latency(d[m], m) for m in modes}
+        seed = _count(s["seed"], "setting.seed")
+        jobs = plan(prepared)
+        head = f"{s['jobs']} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         _fail(f"{out}: not a replay's output ({e})")
-    jobs = plan(prepared)
-    cfg = ReplayConfig(window_s=window)
-    seeds = [int(s["seed"]) + k for k in range(args.seeds)]
-    print(f"Replay {out}: {s['jobs']} jobs, {s['cluster']}, {s['speed']:g}x, seed {s['seed']}; "
+    seeds = [seed + k for k in range(args.seeds)]
+    print(f"Replay {out}: {head}, seed {seed}; "
           f"twins over noise seeds {seeds[0]}..{seeds[-1]} (the workload stays the replay's): "
           "mean, and the JCT error's median over seeds with its range.\n")  # fmt: skip
     print("| run | policy | start delay s | cycle s | control period s | reclaim | grants "
@@ -94,19 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     plain_util: dict[bool, float] = {}  # plain Slurm's twin, with the replay's settings or not
     twin_gain: float | None = None
-    for mode in ("plain", "coda"):
-        if mode not in d:
-            continue
-        real = _real(d[mode])
-        used = sim_timing(cfg, mode, d[mode].get("start_latency_s", []))
-        median = statistics.median(d[mode].get("start_latency_s") or [0.0])
+    for mode in modes:
+        real = reals[mode]
+        used = sim_timing(cfg, mode, latencies[mode])
+        median = statistics.median(latencies[mode] or [0.0])
         # No timing; the probes' latency as a start delay alone; and (CODA) the
         # controller's cycle simulated, with the rest of the latency as the delay.
         timings = [Timing(), Timing(max(0.0, median))]
         if mode == "coda":  # its controller's cycle simulated; its probes waited half of it
             p = cfg.period_s
             timings.append(Timing(max(0.0, median - p / 2), None, p))
-        periods: list[float | None] = [None, window] if mode == "coda" else [None]
+        periods: list[float | None] = [None, cfg.window_s] if mode == "coda" else [None]
         # (grants, reclaim): fixed grants need a reclaim that requeues.
         books = ([("elastic", "shrink"), ("elastic", "requeue"), ("fixed", "requeue")]
                  if mode == "coda" else [(SIM_GRANTS[mode], SIM_RECLAIM[mode])])  # fmt: skip
@@ -147,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
-    if twin_gain is not None and "plain" in d and "coda" in d:
-        real_gain = d["coda"]["gpu_util_effective"] / d["plain"]["gpu_util_effective"] - 1
+    if twin_gain is not None and "plain" in reals and "coda" in reals:
+        real_gain = reals["coda"].gpu_util_effective / reals["plain"].gpu_util_effective - 1
         off = abs(twin_gain - real_gain) / real_gain if real_gain else math.inf
         print(
             f"\nCODA over plain Slurm with the replay's settings: simulated {twin_gain:+.1%}, "

@@ -31,7 +31,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
+
+from coda.runtime.store import JobRow, JobSpec, Store
 
 # Settings of the training-like workload (measured on a 2-CPU machine: see report.md).
 SETTINGS: dict[str, list[str]] = {
@@ -65,9 +70,9 @@ def log(msg: str) -> None:
 
 
 # ------------------------------------------------------------------- curve
-def curve(settings: dict[str, list[str]], point_s: float, repeats: int) -> dict:
+def curve(settings: dict[str, list[str]], point_s: float, repeats: int) -> dict[str, Any]:
     cpus = sorted(os.sched_getaffinity(0))
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, args in settings.items():
         points = {}
         for n in range(1, len(cpus) + 1):
@@ -79,7 +84,7 @@ def curve(settings: dict[str, list[str]], point_s: float, repeats: int) -> dict:
                     capture_output=True,
                     text=True,
                     check=True,
-                    preexec_fn=lambda m=mask: os.sched_setaffinity(0, m),
+                    preexec_fn=partial(os.sched_setaffinity, 0, mask),
                 )
                 summary = json.loads(res.stdout.strip().splitlines()[-1])
                 runs.append(summary["samples_per_s"])
@@ -102,7 +107,7 @@ class Agent:
         self.policy = policy
         self.logf = root / f"agent{tag}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.store = None
+        self._store: Store | None = None
 
     def start(self) -> None:
         from coda.runtime.cli import spawn_agent
@@ -110,14 +115,22 @@ class Agent:
         args = ["--cgroup-parent", self.parent, "--gpus", "1", "--policy", self.policy]
         args += [x for t in self.tune for x in ("--tune", t)]
         self.proc = spawn_agent(self.state, args, self.logf)
-        if self.store is None:
-            from coda.runtime.store import Store
+        if self._store is None:
+            self._store = Store(self.state / "coda.db")
 
-            self.store = Store(self.state / "coda.db")
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the demo's agent has not been started")
+        return self._store
+
+    def job(self, job_id: int) -> JobRow:
+        row = self.store.job(job_id)
+        if row is None:
+            raise SystemExit(f"runtime_demo: job {job_id} is not in the agent's store")
+        return row
 
     def submit(self, name: str, cores: int, gpus: int, argv: list[str], model: str = "") -> int:
-        from coda.runtime.store import JobSpec
-
         spec = JobSpec(argv=argv, name=name, cores=cores, gpus=gpus, model=model)
         return self.store.submit(spec)
 
@@ -132,10 +145,11 @@ class Agent:
         wait(lambda: not self.store.jobs(("starting", "running")), 60)
 
     def start_time(self, job: int) -> float:
-        return next(d["t"] for d in self.store.decisions(200, job) if d["action"] == "start")
+        t: float = next(d["t"] for d in self.store.decisions(200, job) if d["action"] == "start")
+        return t
 
 
-def wait(cond, timeout: float, poll: float = 0.1) -> bool:
+def wait(cond: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -144,7 +158,11 @@ def wait(cond, timeout: float, poll: float = 0.1) -> bool:
     return False
 
 
-def allocator(root: Path, curve_out: dict, timeout: float) -> dict:
+def converged(a: Agent, job_id: int) -> bool:
+    return a.job(job_id).phase == "converged"
+
+
+def allocator(root: Path, curve_out: dict[str, Any], timeout: float) -> dict[str, Any]:
     ncpu = len(os.sched_getaffinity(0))
     a = Agent(root)
     a.start()
@@ -152,8 +170,8 @@ def allocator(root: Path, curve_out: dict, timeout: float) -> dict:
     try:
         for name, args in SETTINGS.items():
             jid = a.submit(f"train-{name}", ncpu, 1, [*TRAIN, *args, "--quiet"], model=name)
-            ok = wait(lambda j=jid: a.store.job(j).phase == "converged", timeout, 0.25)
-            row = a.store.job(jid)
+            ok = wait(partial(converged, a, jid), timeout, 0.25)
+            row = a.job(jid)
             moves = [d for d in a.store.decisions(200, jid) if d["action"] == "set-cores"]
             why = moves[-1]["detail"].get("why", {}) if moves else {}
             t_conv = time.time() - a.start_time(jid)
@@ -229,7 +247,7 @@ def contention_run(
     tag: str,
     tune: tuple[str, ...] = (),
     synthetic: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     ncpu = len(os.sched_getaffinity(0))
     a = Agent(root, policy=policy, tag=tag, tune=tune)
     seed_learned(a.state, CONTENDED, 1)
@@ -242,17 +260,19 @@ def contention_run(
             else synthetic_job(a, synthetic)
         )
         dnn = a.submit("train", ncpu, 1, argv, model=CONTENDED)
-        if not wait(lambda: a.store.job(dnn).phase == "converged", 300, 0.25):
+        if not wait(lambda: a.job(dnn).phase == "converged", 300, 0.25):
             return {"error": "allocator did not converge"}
-        ref = a.store.job(dnn).reference
+        ref = a.job(dnn).reference
+        if ref is None:
+            return {"error": "the converged job has no reference throughput"}
         time.sleep(6)
         hog = a.submit("membw", 1, 0, HOG)
-        if not wait(lambda: a.store.job(hog).state == "running", 30):
+        if not wait(lambda: a.job(hog).state == "running", 30):
             return {"error": "the hog found no free core (the job was not slimmed)"}
         t0 = a.start_time(hog)
         end = time.time() + observe_s
         while time.time() < end:
-            r, h = a.store.job(dnn), a.store.job(hog)
+            r, h = a.job(dnn), a.job(hog)
             timeline.append((round(time.time() - t0, 2), r.throughput, h.quota))
             time.sleep(0.25)
         decs = a.store.decisions(500, hog)
@@ -275,14 +295,14 @@ def contention_run(
         return {
             "policy": policy + (f" ({', '.join(tune)})" if tune else ""),
             "reference": ref,
-            "dnn_cores": len(a.store.job(dnn).cpus.split(",")),
-            "hog_cpus": a.store.job(hog).cpus,
+            "dnn_cores": len(a.job(dnn).cpus.split(",")),
+            "hog_cpus": a.job(hog).cpus,
             "slowdown_first_s": round(1 - statistics.mean(first), 3) if first else None,
             "ratio_last_20s": round(statistics.mean(last), 3) if last else None,
             "detect_s": round(t_thr, 2) if t_thr is not None else None,
             "recover_s": recovered,
             "throttle_decisions": len(throttles),
-            "final_quota": a.store.job(hog).quota,
+            "final_quota": a.job(hog).quota,
             "timeline": timeline,
         }
     finally:
@@ -290,8 +310,8 @@ def contention_run(
         a.stop()
 
 
-def eliminator(root: Path, observe_s: float, runs: int) -> dict:
-    out: dict = {"with": [], "without": []}
+def eliminator(root: Path, observe_s: float, runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"with": [], "without": []}
     for i in range(runs):
         for key, policy in (("with", "coda"), ("without", "coda-no-eliminator")):
             run = contention_run(root, policy, observe_s, f"-{key}{i}")
@@ -304,7 +324,7 @@ def eliminator(root: Path, observe_s: float, runs: int) -> dict:
     return out
 
 
-def synthetic(root: Path, observe_s: float) -> dict:
+def synthetic(root: Path, observe_s: float) -> dict[str, Any]:
     out = {}
     for key, policy in (("with", "coda"), ("without", "coda-no-eliminator")):
         out[key] = run = contention_run(root, policy, observe_s, f"-syn-{key}", synthetic=0.3)
@@ -316,7 +336,7 @@ def synthetic(root: Path, observe_s: float) -> dict:
     return out
 
 
-def drift(seconds: float) -> dict:
+def drift(seconds: float) -> dict[str, Any]:
     """The machine's own speed over time: the contended job alone, pinned to one CPU,
     nothing else running; the workload prints its rate about every 5 s."""
     res = subprocess.run(
@@ -331,7 +351,7 @@ def drift(seconds: float) -> dict:
         for line in res.stderr.splitlines() + res.stdout.splitlines()
         if line.startswith("train:") and "samples/s" in line
     ]
-    out = {"samples_per_s_every_5s": rates}
+    out: dict[str, Any] = {"samples_per_s_every_5s": rates}
     if rates:
         m = statistics.mean(rates)
         out.update(
@@ -341,7 +361,7 @@ def drift(seconds: float) -> dict:
     return out
 
 
-def restart(root: Path) -> dict:
+def restart(root: Path) -> dict[str, Any]:
     ncpu = len(os.sched_getaffinity(0))
     a = Agent(root, tag="-restart")
     a.start()
@@ -355,7 +375,7 @@ def restart(root: Path) -> dict:
         )
         cpu = a.submit("cpu", 1, 0, ["sleep", "30"])
         # The CPU job starts on the core slimming frees; kill the agent once both run.
-        wait(lambda: a.store.job(cpu).state == "running", 180)
+        wait(lambda: a.job(cpu).state == "running", 180)
         time.sleep(3)
         from coda.runtime.cgroups import detect
 
@@ -369,10 +389,8 @@ def restart(root: Path) -> dict:
         }
         a.start()
         t_back = time.time()
-        wait(
-            lambda: all(a.store.job(j).state in ("done", "failed", "lost") for j in (dnn, cpu)), 120
-        )
-        rows = {j: a.store.job(j) for j in (dnn, cpu)}
+        wait(lambda: all(a.job(j).state in ("done", "failed", "lost") for j in (dnn, cpu)), 120)
+        rows = {j: a.job(j) for j in (dnn, cpu)}
         acts = {j: [d["action"] for d in a.store.decisions(500, j)] for j in (dnn, cpu)}
         after = {j: rows[j].shim_pid for j in rows}
     finally:
@@ -398,7 +416,7 @@ def restart(root: Path) -> dict:
 
 
 # ------------------------------------------------------------------ report
-def plot(results: dict, path: Path) -> None:
+def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -429,7 +447,7 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(results: dict) -> str:
+def report(results: dict[str, Any]) -> str:
     lines = ["# Node runtime on real processes", ""]
     lines.append(f"Machine: {os.cpu_count()} CPUs; command: `{' '.join(sys.argv)}`.")
     if "curve" in results:
@@ -532,15 +550,15 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.render:
-        results = json.loads((Path(args.out) / "results.json").read_text())
-        (Path(args.out) / "report.md").write_text(report(results))
+        rendered = json.loads((Path(args.out) / "results.json").read_text())
+        (Path(args.out) / "report.md").write_text(report(rendered))
         return
     if os.geteuid() != 0:
         raise SystemExit("runtime_demo: needs root (it creates cgroups)")
     parts = set(args.parts.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="coda-demo-") as tmp:
         root = Path(tmp)
         if "curve" in parts:
@@ -566,7 +584,7 @@ def main() -> None:
     print(report(results))
 
 
-def save(out: Path, results: dict) -> None:
+def save(out: Path, results: dict[str, Any]) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "report.md").write_text(report(results))
 

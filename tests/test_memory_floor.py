@@ -85,6 +85,8 @@ def test_the_table_names_every_rung(capsys: pytest.CaptureFixture[str]) -> None:
         ["--nodes", "1_000"],
         ["--nodes", "\u0661\u0660"],
         ["--meas", "300,3"],
+        ["--seed", "-1"],
+        ["--seed", "x"],
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(
@@ -95,6 +97,13 @@ def test_bad_arguments_get_one_line_and_exit_2(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("memory_floor: ") and err.count("\n") == 1
+
+
+def test_seed_zero_is_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--nodes", "10,20", "--live-per-node", "2", "--ops", "50", "--rounds", "1"]
+    assert mf.main([*argv, "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "10" in out and "20" in out
 
 
 def test_live_jobs_per_node_are_measured_on_a_ladder_case(

@@ -146,7 +146,8 @@ def plan(prepared: Prepared) -> list[ReplayJob]:
     """One ReplayJob per prepared job, in arrival order."""
     w = prepared.workload
     jobs = w.jobs
-    assert jobs.user is not None and jobs.time_limit is not None  # compress() set both
+    if jobs.user is None or jobs.time_limit is None:  # compress() sets both
+        raise ValueError("the trace has no user or time-limit column: not a replay's trace")
     out = []
     for i in range(len(jobs)):
         gpus, nodes = int(jobs.gpus[i]), int(jobs.nodes[i])

@@ -1,0 +1,198 @@
+"""bench/replay_twins.py: the twins of a recorded replay, run again from its output."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coda.replay import outcome as O
+from coda.replay.plan import ClusterShape, compress, load_table, plan, prepare_replay
+from coda.replay.run import ReplayConfig, run_sim, sim_timing
+from coda.sim.run import RunConfig, prepare
+from tests.bench_module import load_bench
+
+rt = load_bench("replay_twins")
+
+SEED = 0
+WINDOW_S = 2.0
+PERIOD_S = 3.0  # not ReplayConfig's default: the script must read it
+LATENCY = {"plain": [0.4, 0.6, 0.5], "coda": [1.2, 0.8, 1.0]}
+REAL_UTIL = {"plain": 0.5, "coda": 0.6}
+
+
+def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
+    return {
+        "gpu_util_effective": REAL_UTIL[mode],
+        "cpu_queue_delay_mean_s": 12.5,
+        "jobs_finished": len(jct),
+        "jobs_lost": 0,
+        "jobs_started_twice": 0,
+        "jct_s": {str(k): v for k, v in jct.items()},
+        "start_latency_s": LATENCY[mode],
+    }
+
+
+@pytest.fixture(scope="module")
+def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A replay's output as `coda replay` leaves it: its trace and replay.json (the real
+    runs' figures are made up; the script reads them, it never reruns them)."""
+    out = tmp_path_factory.mktemp("replay")
+    shape = ClusterShape(2, 2, 5, 28)
+    table = compress(load_table(None, None, SEED, 30), 30, 300.0, ["coda-u1", "coda-u2"])
+    prepared = prepare_replay(table, shape, out, SEED, 0.9)
+    jobs = plan(prepared)
+    jct = {j.idx: 100.0 + 10 * j.idx for j in jobs[:10]}
+    setting = {
+        "jobs": len(jobs), "speed": 300.0, "load": 0.9, "seed": SEED, "cluster": shape.spec,
+        "controller_period_s": PERIOD_S, "agent_window_s": WINDOW_S,
+    }  # fmt: skip
+    doc = {"setting": setting, "plain": _real_run("plain", jct), "coda": _real_run("coda", jct)}
+    (out / "replay.json").write_text(json.dumps(doc))
+    return out
+
+
+def _rows(text: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| plain ") or line.startswith("| coda ")
+    ]
+
+
+def _twin_util(replay_dir: Path, mode: str, seeds: list[int]) -> float:
+    """The twin's mean effective GPU utilisation as `coda replay` computes it
+    (coda.replay.run: the same prepared jobs, its timing, each noise seed)."""
+    config = RunConfig(
+        trace=str(replay_dir / "replay-trace.csv"), format="csv",
+        cluster=ClusterShape(2, 2, 5, 28).spec, load=0.9, seed=SEED,
+        estimates="time-limits", warmup=0.0,
+    )  # fmt: skip
+    prepared = prepare(config)
+    jobs = plan(prepared)
+    timing = sim_timing(ReplayConfig(window_s=WINDOW_S), mode, LATENCY[mode])
+    utils = []
+    for seed in seeds:
+        r = run_sim(prepared, mode, timing, seed)
+        utils.append(
+            O.sim_metrics(jobs, r.jobs, r.summary, timing.start_delay_s).gpu_util_effective
+        )
+    return statistics.fmean(utils)
+
+
+def test_the_replay_rows_are_the_twins_coda_replay_ran(
+    replay_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert rt.main([str(replay_dir), "--replay-only", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert [(r[0], r[-1]) for r in rows] == [("plain", "replay"), ("coda", "replay")]
+    for row in rows:
+        mode = row[0]
+        seeds = [SEED, SEED + 1] if mode == "coda" else [SEED]  # plain Slurm's twin: no noise
+        assert float(row[9]) == pytest.approx(_twin_util(replay_dir, mode, seeds), abs=5e-4)
+        assert float(row[10]) == REAL_UTIL[mode]  # read from replay.json
+        assert float(row[2]) == pytest.approx(statistics.median(LATENCY[mode]), abs=5e-3)
+    sim_gain = float(rows[1][9]) / float(rows[0][9]) - 1
+    m = re.search(r"simulated ([+-][0-9.]+)%, real ([+-][0-9.]+)%", out)
+    assert m is not None
+    assert float(m.group(2)) == pytest.approx(100 * (REAL_UTIL["coda"] / REAL_UTIL["plain"] - 1))
+    assert float(m.group(1)) == pytest.approx(100 * sim_gain, abs=0.2)
+
+
+def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
+    replay_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert rt.main([str(replay_dir), "--seeds", "1"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    plain = [r for r in rows if r[0] == "plain"]
+    coda = [r for r in rows if r[0] == "coda"]
+    # plain: 2 policies x 2 timings; coda: 3 timings x 2 periods x 3 books x 2 starts x 2
+    # settle windows.
+    assert (len(plain), len(coda)) == (4, 72)
+    assert [r[-1] for r in plain].count("replay") == 1
+    assert [r[-1] for r in coda].count("replay") == 1
+    # The controller's cycle simulated at the replay's own period.
+    assert {r[3] for r in coda} == {"0", f"{PERIOD_S:g}"}
+
+
+def _broken(replay_dir: Path, tmp_path: Path, edit: Any) -> Path:
+    out = tmp_path / "broken"
+    out.mkdir()
+    (out / "replay-trace.csv").write_bytes((replay_dir / "replay-trace.csv").read_bytes())
+    doc = json.loads((replay_dir / "replay.json").read_text())
+    edit(doc)
+    (out / "replay.json").write_text(json.dumps(doc))
+    return out
+
+
+def _set(path: tuple[str, ...], value: Any) -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            doc = doc[key]
+        doc[path[-1]] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _set(("setting", "seed"), "3; rm -rf /"),
+        _set(("setting", "seed"), -1),
+        _set(("setting", "agent_window_s"), 0),
+        _set(("setting", "agent_window_s"), "2"),
+        _set(("setting", "controller_period_s"), float("nan")),
+        _set(("setting", "cluster"), 7),
+        _set(("plain", "gpu_util_effective"), "high"),
+        _set(("coda", "jobs_finished"), 2.5),
+        _set(("coda", "jct_s"), {"x": 1.0}),
+        _set(("coda", "jct_s"), [1, 2]),
+        _set(("coda", "start_latency_s"), ["soon"]),
+        _set(("coda",), "ran"),
+        _set(("setting",), None),
+    ],
+)
+def test_a_broken_replay_output_gets_one_line_and_exit_2(
+    replay_dir: Path, tmp_path: Path, edit: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, edit)
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replay_twins: ") and err.count("\n") == 1, err
+
+
+def test_a_missing_or_unreadable_replay_gets_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for out in (tmp_path / "nothing-here", tmp_path):
+        with pytest.raises(SystemExit) as e:
+            rt.main([str(out)])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.startswith("replay_twins: ")
+    (tmp_path / "replay.json").write_text("{not json")
+    with pytest.raises(SystemExit):
+        rt.main([str(tmp_path)])
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_trace_without_users_is_not_a_replays(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, lambda doc: None)
+    lines = (out / "replay-trace.csv").read_text().splitlines()
+    cols = lines[0].split(",")
+    keep = [i for i, c in enumerate(cols) if c != "user"]
+    assert len(keep) < len(cols)
+    rows = [",".join(line.split(",")[i] for i in keep) for line in lines]
+    (out / "replay-trace.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert e.value.code == 2
+    assert "not a replay's trace" in capsys.readouterr().err
