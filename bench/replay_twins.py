@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -65,6 +66,16 @@ def _seconds(x: Any, what: str) -> float:
     return float(x)
 
 
+def _cluster(x: Any) -> str:
+    """A test cluster's compact spec (ClusterShape.spec), never a path: the simulator
+    would read a node list from a file of that name."""
+    if not isinstance(x, str) or not re.fullmatch(
+        r"[0-9]{1,2}x[0-9]g[0-9]{1,3}c(,[0-9]{1,2}x0g[0-9]{1,3}c)?", x
+    ):
+        raise ValueError(f"setting.cluster: not a test cluster's spec: {x!r}")
+    return x
+
+
 def _count(x: Any, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int) or x < 0:
         raise ValueError(f"{what}: not a count: {x!r}")
@@ -88,6 +99,18 @@ def _latency(r: dict[str, Any], mode: str) -> list[float]:
     return [_number(x, f"{mode}.start_latency_s") for x in r.get("start_latency_s") or []]
 
 
+def _timings(cfg: ReplayConfig, mode: str, latency: list[float]) -> list[Timing]:
+    """No timing; the probes' median latency as a start delay alone; and (CODA) the
+    controller's cycle simulated, with the rest of the latency as the delay (its probes
+    waited half a cycle)."""
+    median = statistics.median(latency or [0.0])
+    timings = [Timing(), Timing(max(0.0, median))]
+    if mode == "coda":
+        p = cfg.period_s
+        timings.append(Timing(max(0.0, median - p / 2), None, p))
+    return timings
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("replay_dir", type=Path, help="a `coda replay --out` directory")
@@ -104,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         d = json.loads((out / "replay.json").read_text())
         s = d["setting"]
         config = RunConfig(trace=str(out / "replay-trace.csv"), format="csv",
-                           cluster=s["cluster"], load=s["load"], seed=s["seed"],
+                           cluster=_cluster(s["cluster"]), load=s["load"], seed=s["seed"],
                            estimates="time-limits", warmup=0.0)  # fmt: skip
         prepared = prepare(config)
         # The controller's period (older replays did not record it: the default then).
@@ -120,7 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         seed = _count(s["seed"], "setting.seed")
         jobs = plan(prepared)
         head = f"{s['jobs']} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        for mode in modes:  # the timings the twins will run with must be valid ones
+            for timing in _timings(cfg, mode, latencies[mode]):
+                dataclasses.replace(
+                    prepared.config,
+                    start_delay_s=timing.start_delay_s,
+                    control_period_s=cfg.window_s,
+                    cycle_period_s=timing.cycle_period_s,
+                )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         _fail(f"{out}: not a replay's output ({e})")
     seeds = [seed + k for k in range(args.seeds)]
     print(f"Replay {out}: {head}, seed {seed}; "
@@ -135,13 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         real = reals[mode]
         used = sim_timing(cfg, mode, latencies[mode])
-        median = statistics.median(latencies[mode] or [0.0])
-        # No timing; the probes' latency as a start delay alone; and (CODA) the
-        # controller's cycle simulated, with the rest of the latency as the delay.
-        timings = [Timing(), Timing(max(0.0, median))]
-        if mode == "coda":  # its controller's cycle simulated; its probes waited half of it
-            p = cfg.period_s
-            timings.append(Timing(max(0.0, median - p / 2), None, p))
+        timings = _timings(cfg, mode, latencies[mode])
         periods: list[float | None] = [None, cfg.window_s] if mode == "coda" else [None]
         # (grants, reclaim): fixed grants need a reclaim that requeues.
         books = ([("elastic", "shrink"), ("elastic", "requeue"), ("fixed", "requeue")]

@@ -148,6 +148,9 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("setting", "agent_window_s"), "2"),
         _set(("setting", "controller_period_s"), float("nan")),
         _set(("setting", "cluster"), 7),
+        _set(("setting", "cluster"), "../../etc/passwd"),  # a spec, never a node-list file
+        _set(("setting", "agent_window_s"), 1e308),
+        _set(("coda", "start_latency_s"), [1e308]),
         _set(("plain", "gpu_util_effective"), "high"),
         _set(("coda", "jobs_finished"), 2.5),
         _set(("coda", "jct_s"), {"x": 1.0}),
@@ -176,10 +179,11 @@ def test_a_missing_or_unreadable_replay_gets_one_line(
             rt.main([str(out)])
         assert e.value.code == 2
         assert capsys.readouterr().err.startswith("replay_twins: ")
-    (tmp_path / "replay.json").write_text("{not json")
-    with pytest.raises(SystemExit):
-        rt.main([str(tmp_path)])
-    assert capsys.readouterr().err.count("\n") == 1
+    for text in ("{not json", "[" * 100_000 + "]" * 100_000):
+        (tmp_path / "replay.json").write_text(text)
+        with pytest.raises(SystemExit):
+            rt.main([str(tmp_path)])
+        assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_a_trace_without_users_is_not_a_replays(
