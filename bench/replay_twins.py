@@ -28,7 +28,9 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
+import stat
 import statistics
 import sys
 from pathlib import Path
@@ -46,11 +48,14 @@ from coda.replay.run import (
     Timing,
     sim_timing,
 )
-from coda.sim.run import RunConfig, prepare, run_policy
+from coda.sim.run import MAX_SEED, RunConfig, prepare, run_policy
+
+MAX_REPLAY_JSON = 64 << 20  # bytes; a replay.json is far smaller
 
 
 def _fail(msg: str) -> NoReturn:
-    print(f"replay_twins: {msg}", file=sys.stderr)
+    one_line = msg.replace("\r", "\\r").replace("\n", "\\n")
+    print(f"replay_twins: {one_line}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -91,12 +96,28 @@ def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
         _count(r["jobs_finished"], f"{mode}.jobs_finished"),
         _count(r["jobs_lost"], f"{mode}.jobs_lost"),
         _count(r["jobs_started_twice"], f"{mode}.jobs_started_twice"),
-        {int(k): _number(v, f"{mode}.jct_s[{k}]") for k, v in r["jct_s"].items()},
+        {int(k): _number(v, f"{mode}.jct_s[{k!r}]") for k, v in r["jct_s"].items()},
     )
 
 
 def _latency(r: dict[str, Any], mode: str) -> list[float]:
     return [_number(x, f"{mode}.start_latency_s") for x in r.get("start_latency_s") or []]
+
+
+def _read_json(path: Path) -> Any:
+    """A regular file of bounded size, read without blocking on a FIFO or a device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if st.st_size > MAX_REPLAY_JSON:
+            raise ValueError(f"{path.name} is over {MAX_REPLAY_JSON >> 20} MiB")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read(MAX_REPLAY_JSON + 1).decode("utf-8"))
 
 
 def _timings(cfg: ReplayConfig, mode: str, latency: list[float]) -> list[Timing]:
@@ -124,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out: Path = args.replay_dir
     try:
-        d = json.loads((out / "replay.json").read_text())
+        d = _read_json(out / "replay.json")
         s = d["setting"]
         config = RunConfig(trace=str(out / "replay-trace.csv"), format="csv",
                            cluster=_cluster(s["cluster"]), load=s["load"], seed=s["seed"],
@@ -138,11 +159,15 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         modes = [m for m in ("plain", "coda") if m in d]
+        if not modes:
+            raise ValueError("no real run (plain or coda) in replay.json")
         reals = {m: _real(d[m], m) for m in modes}
         latencies = {m: _latency(d[m], m) for m in modes}
         seed = _count(s["seed"], "setting.seed")
+        if seed + args.seeds - 1 > MAX_SEED:
+            raise ValueError(f"setting.seed: {seed} + {args.seeds} seeds pass {MAX_SEED}")
         jobs = plan(prepared)
-        head = f"{s['jobs']} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
+        head = f"{len(jobs)} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
         for mode in modes:  # the timings the twins will run with must be valid ones
             for timing in _timings(cfg, mode, latencies[mode]):
                 dataclasses.replace(
@@ -151,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                     control_period_s=cfg.window_s,
                     cycle_period_s=timing.cycle_period_s,
                 )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError,
+            ArithmeticError) as e:  # fmt: skip
         _fail(f"{out}: not a replay's output ({e})")
     seeds = [seed + k for k in range(args.seeds)]
     print(f"Replay {out}: {head}, seed {seed}; "
@@ -199,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
             if mode == "plain":
                 plain_util[used_here] = statistics.fmean(utils)
-            elif used_here and True in plain_util:
+            elif used_here and plain_util.get(True):
                 twin_gain = statistics.fmean(utils) / plain_util[True] - 1
             print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
                   f"{timing.cycle_period_s:g} | "
@@ -208,9 +234,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
-    if twin_gain is not None and "plain" in reals and "coda" in reals:
+    if twin_gain is None and "plain" in reals and "coda" in reals:
+        print("\nNo gain: plain Slurm's simulated effective GPU utilisation is 0.")
+    if twin_gain is not None and reals["plain"].gpu_util_effective > 0:
         real_gain = reals["coda"].gpu_util_effective / reals["plain"].gpu_util_effective - 1
-        off = abs(twin_gain - real_gain) / real_gain if real_gain else math.inf
+        off = abs(twin_gain - real_gain) / abs(real_gain) if real_gain else math.inf
         print(
             f"\nCODA over plain Slurm with the replay's settings: simulated {twin_gain:+.1%}, "
             f"real {real_gain:+.1%}; the simulated gain is off by {off:.0%} of the real one."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.bench_module import load_bench
 rt = load_bench("replay_twins")
 
 SEED = 0
-WINDOW_S = 2.0
+WINDOW_S = 5.0  # not ReplayConfig's default either
 PERIOD_S = 3.0  # not ReplayConfig's default: the script must read it
 LATENCY = {"plain": [0.4, 0.6, 0.5], "coda": [1.2, 0.8, 1.0]}
 REAL_UTIL = {"plain": 0.5, "coda": 0.6}
@@ -116,6 +117,8 @@ def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
     assert (len(plain), len(coda)) == (4, 72)
     assert [r[-1] for r in plain].count("replay") == 1
     assert [r[-1] for r in coda].count("replay") == 1
+    assert {r[4] for r in plain} == {"10"}  # the simulator's own period: no agents
+    assert {r[4] for r in coda} == {"10", f"{WINDOW_S:g}"}  # and the replay's agent window
     # The controller's cycle simulated at the replay's own period.
     assert {r[3] for r in coda} == {"0", f"{PERIOD_S:g}"}
 
@@ -158,6 +161,10 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("coda", "start_latency_s"), ["soon"]),
         _set(("coda",), "ran"),
         _set(("setting",), None),
+        _set(("plain", "gpu_util_effective"), 10**400),  # no float holds it
+        _set(("coda", "jct_s"), {"1\n| fake": 1.0}),  # still one line
+        _set(("setting", "seed"), 2**32),  # past the simulator's seeds
+        lambda doc: [doc.pop("plain"), doc.pop("coda")],
     ],
 )
 def test_a_broken_replay_output_gets_one_line_and_exit_2(
@@ -181,9 +188,24 @@ def test_a_missing_or_unreadable_replay_gets_one_line(
         assert capsys.readouterr().err.startswith("replay_twins: ")
     for text in ("{not json", "[" * 100_000 + "]" * 100_000):
         (tmp_path / "replay.json").write_text(text)
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as e:
             rt.main([str(tmp_path)])
+        assert e.value.code == 2
         assert capsys.readouterr().err.count("\n") == 1
+    (tmp_path / "replay.json").unlink()
+    os.mkfifo(tmp_path / "replay.json")  # would block a plain read for ever
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(tmp_path)])
+    assert e.value.code == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_plain_run_with_no_gpu_use_gets_no_gain_line(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, _set(("plain", "gpu_util_effective"), 0))
+    assert rt.main([str(out), "--replay-only", "--seeds", "1"]) == 0
+    assert "real +" not in capsys.readouterr().out  # no division by the zero
 
 
 def test_a_trace_without_users_is_not_a_replays(
