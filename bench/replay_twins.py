@@ -28,9 +28,7 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import re
-import stat
 import statistics
 import sys
 from pathlib import Path
@@ -48,6 +46,7 @@ from coda.replay.run import (
     Timing,
     sim_timing,
 )
+from coda.runtime.progress import read_trusted
 from coda.sim.run import MAX_SEED, RunConfig, prepare, run_policy
 
 MAX_REPLAY_JSON = 64 << 20  # bytes; a replay.json is far smaller
@@ -106,18 +105,12 @@ def _latency(r: dict[str, Any], mode: str) -> list[float]:
 
 def _read_json(path: Path) -> Any:
     """A regular file of bounded size, read without blocking on a FIFO or a device."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
-        if st.st_size > MAX_REPLAY_JSON:
-            raise ValueError(f"{path.name} is over {MAX_REPLAY_JSON >> 20} MiB")
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as f:
-        return json.loads(f.read(MAX_REPLAY_JSON + 1).decode("utf-8"))
+    raw = read_trusted(path, size=MAX_REPLAY_JSON + 1)
+    if raw is None:
+        raise ValueError(f"{path.name} is missing or not a regular file")
+    if len(raw) > MAX_REPLAY_JSON:
+        raise ValueError(f"{path.name} is over {MAX_REPLAY_JSON >> 20} MiB")
+    return json.loads(raw.decode("utf-8"))
 
 
 def _timings(cfg: ReplayConfig, mode: str, latency: list[float]) -> list[Timing]:
