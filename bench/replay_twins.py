@@ -31,6 +31,7 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -99,6 +100,12 @@ def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
     )
 
 
+def _delay(delays: Sequence[float | None]) -> str:
+    """A mean CPU queue delay, or a dash where no CPU job started (not a zero delay)."""
+    known = [d for d in delays if d is not None]
+    return f"{statistics.fmean(known):.1f}" if known else "—"
+
+
 def _latency(r: dict[str, Any], mode: str) -> list[float]:
     return [_number(x, f"{mode}.start_latency_s") for x in r.get("start_latency_s") or []]
 
@@ -160,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         if seed + args.seeds - 1 > MAX_SEED:
             raise ValueError(f"setting.seed: {seed} + {args.seeds} seeds pass {MAX_SEED}")
         jobs = plan(prepared)
+        recorded = _count(s["jobs"], "setting.jobs")
+        if recorded != len(jobs):
+            raise ValueError(
+                f"setting.jobs: {recorded} jobs recorded, its replay-trace.csv has {len(jobs)}"
+            )
         head = f"{len(jobs)} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
         for mode in modes:  # the timings the twins will run with must be valid ones
             for timing in _timings(cfg, mode, latencies[mode]):
@@ -214,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = run_policy(dataclasses.replace(prepared, config=c), policy)
                 m = O.sim_metrics(jobs, res.jobs, res.summary, timing.start_delay_s)
                 utils.append(m.gpu_util_effective)
-                delays_q.append(m.cpu_queue_delay_mean_s or 0.0)
+                if m.cpu_queue_delay_mean_s is not None:  # None: no CPU job started
+                    delays_q.append(m.cpu_queue_delay_mean_s)
                 errs.append(O.jct_rel_error_median(real, m) or math.nan)
             if mode == "plain":
                 plain_util[used_here] = statistics.fmean(utils)
@@ -224,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{timing.cycle_period_s:g} | "
                   f"{period or 10:g} | {reclaim} | {grants} | {start} | {settle} | "
                   f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
-                  f"{statistics.fmean(delays_q):.1f} | {real.cpu_queue_delay_mean_s or 0:.1f} | "
+                  f"{_delay(delays_q)} | {_delay([real.cpu_queue_delay_mean_s])} | "
                   f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
     if twin_gain is None and "plain" in reals and "coda" in reals:

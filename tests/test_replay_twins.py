@@ -24,6 +24,9 @@ WINDOW_S = 5.0  # not ReplayConfig's default either
 PERIOD_S = 3.0  # not ReplayConfig's default: the script must read it
 LATENCY = {"plain": [0.4, 0.6, 0.5], "coda": [1.2, 0.8, 1.0]}
 REAL_UTIL = {"plain": 0.5, "coda": 0.6}
+# Two GPU nodes of 2 GPUs and 8 cores: DNN and CPU jobs contend for the cores, so the
+# reclaim, the books, the control period and the settle windows change the twins.
+SHAPE = ClusterShape(2, 2, 2, 8)
 
 
 def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
@@ -43,7 +46,7 @@ def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A replay's output as `coda replay` leaves it: its trace and replay.json (the real
     runs' figures are made up; the script reads them, it never reruns them)."""
     out = tmp_path_factory.mktemp("replay")
-    shape = ClusterShape(2, 2, 5, 28)
+    shape = SHAPE
     table = compress(load_table(None, None, SEED, 30), 30, 300.0, ["coda-u1", "coda-u2"])
     prepared = prepare_replay(table, shape, out, SEED, 0.9)
     jobs = plan(prepared)
@@ -70,7 +73,7 @@ def _twin_util(replay_dir: Path, mode: str, seeds: list[int]) -> float:
     (coda.replay.run: the same prepared jobs, its timing, each noise seed)."""
     config = RunConfig(
         trace=str(replay_dir / "replay-trace.csv"), format="csv",
-        cluster=ClusterShape(2, 2, 5, 28).spec, load=0.9, seed=SEED,
+        cluster=SHAPE.spec, load=0.9, seed=SEED,
         estimates="time-limits", warmup=0.0,
     )  # fmt: skip
     prepared = prepare(config)
@@ -121,6 +124,17 @@ def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
     assert {r[4] for r in coda} == {"10", f"{WINDOW_S:g}"}  # and the replay's agent window
     # The controller's cycle simulated at the replay's own period.
     assert {r[3] for r in coda} == {"0", f"{PERIOD_S:g}"}
+    # Each setting reaches the simulation: some rows differing in it alone differ in
+    # effective GPU utilisation or CPU queue delay. (Where the allocator starts does
+    # not show on 30 jobs: few shapes recur, so little is learned.)
+    settings = {"timing": (2, 3), "control period": (4,), "reclaim": (5,), "grants": (6,),
+                "settle windows": (8,)}  # fmt: skip
+    for name, cols in settings.items():
+        outcomes: dict[tuple[str, ...], set[tuple[str, str]]] = {}
+        for r in coda:
+            rest = tuple(r[i] for i in range(2, 9) if i not in cols)
+            outcomes.setdefault(rest, set()).add((r[9], r[11]))
+        assert any(len(o) > 1 for o in outcomes.values()), name
 
 
 def _broken(replay_dir: Path, tmp_path: Path, edit: Any) -> Path:
@@ -164,6 +178,8 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("plain", "gpu_util_effective"), 10**400),  # no float holds it
         _set(("coda", "jct_s"), {"1\n| fake": 1.0}),  # still one line
         _set(("setting", "seed"), 2**32),  # past the simulator's seeds
+        _set(("setting", "jobs"), 31),  # another replay's trace, or a trimmed one
+        _set(("setting", "jobs"), "30"),
         lambda doc: [doc.pop("plain"), doc.pop("coda")],
     ],
 )
@@ -222,3 +238,32 @@ def test_a_trace_without_users_is_not_a_replays(
         rt.main([str(out), "--replay-only", "--seeds", "1"])
     assert e.value.code == 2
     assert "not a replay's trace" in capsys.readouterr().err
+
+
+def test_no_cpu_queue_delay_is_a_dash_not_a_zero(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run where no CPU job started has no CPU queue delay (replay.json: null)."""
+    out = _broken(replay_dir, tmp_path, _set(("coda", "cpu_queue_delay_mean_s"), None))
+    assert rt.main([str(out), "--replay-only", "--seeds", "1"]) == 0
+    rows = {r[0]: r for r in _rows(capsys.readouterr().out)}
+    assert rows["coda"][12] == "—"  # the real column
+    assert float(rows["plain"][12]) == 12.5
+    assert float(rows["coda"][11]) >= 0.0  # the twin's CPU jobs did start
+
+
+def test_a_trace_row_without_a_user_is_not_a_replays(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, lambda doc: None)
+    lines = (out / "replay-trace.csv").read_text().splitlines()
+    col = lines[0].split(",").index("user")
+    cells = lines[3].split(",")
+    assert cells[col].startswith("coda-u")
+    cells[col] = ""
+    lines[3] = ",".join(cells)
+    (out / "replay-trace.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert e.value.code == 2
+    assert "has no user" in capsys.readouterr().err

@@ -150,6 +150,8 @@ def plan(prepared: Prepared) -> list[ReplayJob]:
         raise ValueError("the trace has no user or time-limit column: not a replay's trace")
     out = []
     for i in range(len(jobs)):
+        if not jobs.user[i]:  # it would be submitted as nobody in particular
+            raise ValueError(f"job {jobs.ids[i]!r} has no user: not a replay's trace")
         gpus, nodes = int(jobs.gpus[i]), int(jobs.nodes[i])
         dnn = gpus > 0
         out.append(
