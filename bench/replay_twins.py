@@ -87,16 +87,32 @@ def _count(x: Any, what: str) -> int:
     return x
 
 
+def _at_least_0(x: Any, what: str) -> float:
+    if _number(x, what) < 0:
+        raise ValueError(f"{what}: negative: {x!r}")
+    return float(x)
+
+
+def _jcts(x: Any, what: str) -> dict[int, float]:
+    """Job index (as ``coda replay`` writes it: a plain decimal) -> completion time."""
+    out = {}
+    for k, v in x.items():
+        if not (isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k):
+            raise ValueError(f"{what}: {k!r} is not a job index")
+        out[int(k)] = _at_least_0(v, f"{what}[{k!r}]")
+    return out
+
+
 def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
     """A recorded real run's figures, each checked (replay.json is read, not trusted)."""
     delay = r["cpu_queue_delay_mean_s"]
     return O.RunMetrics(
-        _number(r["gpu_util_effective"], f"{mode}.gpu_util_effective"),
+        _at_least_0(r["gpu_util_effective"], f"{mode}.gpu_util_effective"),
         None if delay is None else _number(delay, f"{mode}.cpu_queue_delay_mean_s"),
         _count(r["jobs_finished"], f"{mode}.jobs_finished"),
         _count(r["jobs_lost"], f"{mode}.jobs_lost"),
         _count(r["jobs_started_twice"], f"{mode}.jobs_started_twice"),
-        {int(k): _number(v, f"{mode}.jct_s[{k!r}]") for k, v in r["jct_s"].items()},
+        _jcts(r["jct_s"], f"{mode}.jct_s"),
     )
 
 
@@ -172,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"setting.jobs: {recorded} jobs recorded, its replay-trace.csv has {len(jobs)}"
             )
+        for mode, real in reals.items():
+            if real.jct_s and max(real.jct_s) >= len(jobs):
+                raise ValueError(f"{mode}.jct_s: job {max(real.jct_s)} is not in the trace")
         head = f"{len(jobs)} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
         for mode in modes:  # the timings the twins will run with must be valid ones
             for timing in _timings(cfg, mode, latencies[mode]):

@@ -180,6 +180,11 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("setting", "seed"), 2**32),  # past the simulator's seeds
         _set(("setting", "jobs"), 31),  # another replay's trace, or a trimmed one
         _set(("setting", "jobs"), "30"),
+        _set(("plain", "gpu_util_effective"), -0.5),
+        _set(("coda", "jct_s"), {"1": -3.0}),
+        _set(("coda", "jct_s"), {"1": 100.0, "01": 90.0}),  # two keys for job 1
+        _set(("coda", "jct_s"), {"+1": 100.0}),
+        _set(("coda", "jct_s"), {"30": 100.0}),  # the trace's jobs are 0-29
         lambda doc: [doc.pop("plain"), doc.pop("coda")],
     ],
 )
