@@ -57,8 +57,10 @@ WARMUP_OPS = 20_000
 
 
 def live_jobs(n: int) -> list[Job]:
-    """n queued-looking jobs, allocated one after another."""
-    return [Job(i, f"j{i}", float(i), 1, 4, 1024, 1, 3600.0) for i in range(n)]
+    """n queued-looking jobs, allocated one after another. Each has its own work (its
+    ``remaining``): in the pure build a float field is an object, and a run's jobs do
+    not share one (the compiled build keeps it in the job)."""
+    return [Job(i, f"j{i}", float(i), 1, 4, 1024, 1, 3600.0 + i) for i in range(n)]
 
 
 def ns_per_op(jobs: list[Job], touches: int, ops: int, seed: int) -> float:
