@@ -102,8 +102,9 @@ def test_bad_arguments_get_one_line_and_exit_2(
 def test_seed_zero_is_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--nodes", "10,20", "--live-per-node", "2", "--ops", "50", "--rounds", "1"]
     assert mf.main([*argv, "--seed", "0"]) == 0
-    out = capsys.readouterr().out
-    assert "10" in out and "20" in out
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    # The header, its rule, then one row per rung: nodes, live jobs (2 per node), ns.
+    assert [r.split("|")[1:3] for r in rows[2:]] == [[" 10 ", " 20 "], [" 20 ", " 40 "]]
 
 
 def test_live_jobs_per_node_are_measured_on_a_ladder_case(
