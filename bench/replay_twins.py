@@ -31,12 +31,11 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from coda.replay import outcome as O
-from coda.replay.plan import plan
+from coda.replay.plan import ReplayJob, plan
 from coda.replay.run import (
     SIM_ALLOCATOR_START,
     SIM_GRANTS,
@@ -87,19 +86,21 @@ def _count(x: Any, what: str) -> int:
     return x
 
 
-def _at_least_0(x: Any, what: str) -> float:
+def _utilisation(x: Any, what: str) -> float:
     if _number(x, what) < 0:
         raise ValueError(f"{what}: negative: {x!r}")
-    return float(x)
+    return float(x) + 0.0  # -0.0 reads as 0.0
 
 
 def _jcts(x: Any, what: str) -> dict[int, float]:
-    """Job index (as ``coda replay`` writes it: a plain decimal) -> completion time."""
+    """Job index (as ``coda replay`` writes it: a plain decimal) -> completion time. A
+    time may be negative (its end is read from the wall clock, which may step); the JCT
+    error leaves such jobs out."""
     out = {}
     for k, v in x.items():
-        if not (isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k):
-            raise ValueError(f"{what}: {k!r} is not a job index")
-        out[int(k)] = _at_least_0(v, f"{what}[{k!r}]")
+        if not (isinstance(k, str) and re.fullmatch(r"0|[1-9][0-9]{0,8}", k)):
+            raise ValueError(f"{what}: {k[:20]!r} is not a job index")
+        out[int(k)] = _number(v, f"{what}[{k!r}]")
     return out
 
 
@@ -107,7 +108,7 @@ def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
     """A recorded real run's figures, each checked (replay.json is read, not trusted)."""
     delay = r["cpu_queue_delay_mean_s"]
     return O.RunMetrics(
-        _at_least_0(r["gpu_util_effective"], f"{mode}.gpu_util_effective"),
+        _utilisation(r["gpu_util_effective"], f"{mode}.gpu_util_effective"),
         None if delay is None else _number(delay, f"{mode}.cpu_queue_delay_mean_s"),
         _count(r["jobs_finished"], f"{mode}.jobs_finished"),
         _count(r["jobs_lost"], f"{mode}.jobs_lost"),
@@ -116,10 +117,21 @@ def _real(r: dict[str, Any], mode: str) -> O.RunMetrics:
     )
 
 
-def _delay(delays: Sequence[float | None]) -> str:
-    """A mean CPU queue delay, or a dash where no CPU job started (not a zero delay)."""
-    known = [d for d in delays if d is not None]
-    return f"{statistics.fmean(known):.1f}" if known else "—"
+def _f(v: float | None, fmt: str) -> str:
+    """A figure, or n/a where there is none (no CPU job started; no job finished in both
+    runs): not a zero."""
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _same_jobs(recorded: Any, jobs: list[ReplayJob]) -> None:
+    """The trace's jobs are the ones replay.json lists (older replays list none)."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, list) or len(recorded) != len(jobs):
+        raise ValueError("jobs: not the jobs of its replay-trace.csv")
+    for i, job in enumerate(jobs):
+        if recorded[i] != job.record():
+            raise ValueError(f"jobs[{i}]: not job {i} of its replay-trace.csv")
 
 
 def _latency(r: dict[str, Any], mode: str) -> list[float]:
@@ -145,7 +157,7 @@ def _timings(cfg: ReplayConfig, mode: str, latency: list[float]) -> list[Timing]
     if mode == "coda":
         p = cfg.period_s
         timings.append(Timing(max(0.0, median - p / 2), None, p))
-    return timings
+    return list(dict.fromkeys(timings))  # no latency probed: no delay twice over
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"setting.jobs: {recorded} jobs recorded, its replay-trace.csv has {len(jobs)}"
             )
+        _same_jobs(d.get("jobs"), jobs)
         for mode, real in reals.items():
             if real.jct_s and max(real.jct_s) >= len(jobs):
                 raise ValueError(f"{mode}.jct_s: job {max(real.jct_s)} is not in the trace")
@@ -234,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             used_here = used_here and settle == SIM_SETTLE_WINDOWS[mode]
             if args.replay_only and not used_here:
                 continue
-            utils, delays_q, errs = [], [], []
+            runs, errs = [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
                 c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
                                         grants=grants, allocator_start=start,
@@ -244,29 +257,35 @@ def main(argv: list[str] | None = None) -> int:
                                         cycle_period_s=timing.cycle_period_s)  # fmt: skip
                 res = run_policy(dataclasses.replace(prepared, config=c), policy)
                 m = O.sim_metrics(jobs, res.jobs, res.summary, timing.start_delay_s)
-                utils.append(m.gpu_util_effective)
-                if m.cpu_queue_delay_mean_s is not None:  # None: no CPU job started
-                    delays_q.append(m.cpu_queue_delay_mean_s)
-                errs.append(O.jct_rel_error_median(real, m) or math.nan)
+                runs.append(m)
+                err = O.jct_rel_error_median(real, m)
+                if err is not None:
+                    errs.append(err)
+            twin = O.mean_of(runs)
+            util = twin.gpu_util_effective
             if mode == "plain":
-                plain_util[used_here] = statistics.fmean(utils)
+                plain_util[used_here] = util
             elif used_here and plain_util.get(True):
-                twin_gain = statistics.fmean(utils) / plain_util[True] - 1
+                twin_gain = util / plain_util[True] - 1
+            err_range = f"{min(errs):.3f}-{max(errs):.3f}" if errs else "n/a"
             print(f"| {mode} | {policy} | {timing.start_delay_s:.2f} | "
                   f"{timing.cycle_period_s:g} | "
                   f"{period or 10:g} | {reclaim} | {grants} | {start} | {settle} | "
-                  f"{statistics.fmean(utils):.3f} | {real.gpu_util_effective:.3f} | "
-                  f"{_delay(delays_q)} | {_delay([real.cpu_queue_delay_mean_s])} | "
-                  f"{statistics.median(errs):.3f} | {min(errs):.3f}-{max(errs):.3f} | "
+                  f"{util:.3f} | {real.gpu_util_effective:.3f} | "
+                  f"{_f(twin.cpu_queue_delay_mean_s, '.1f')} | "
+                  f"{_f(real.cpu_queue_delay_mean_s, '.1f')} | "
+                  f"{_f(statistics.median(errs) if errs else None, '.3f')} | {err_range} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
     if twin_gain is None and "plain" in reals and "coda" in reals:
         print("\nNo gain: plain Slurm's simulated effective GPU utilisation is 0.")
     if twin_gain is not None and reals["plain"].gpu_util_effective > 0:
         real_gain = reals["coda"].gpu_util_effective / reals["plain"].gpu_util_effective - 1
-        off = abs(twin_gain - real_gain) / abs(real_gain) if real_gain else math.inf
+        # No share of a zero real gain: the difference alone.
+        off = (f"off by {abs(twin_gain - real_gain) / abs(real_gain):.0%} of the real one"
+               if real_gain else f"{100 * twin_gain:+.1f} points off")  # fmt: skip
         print(
             f"\nCODA over plain Slurm with the replay's settings: simulated {twin_gain:+.1%}, "
-            f"real {real_gain:+.1%}; the simulated gain is off by {off:.0%} of the real one."
+            f"real {real_gain:+.1%}; the simulated gain is {off}."
         )
     return 0
 

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from coda.replay import outcome as O
@@ -41,23 +42,28 @@ def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module")
-def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _write_replay(out: Path, dnn_only: bool = False) -> Path:
     """A replay's output as `coda replay` leaves it: its trace and replay.json (the real
     runs' figures are made up; the script reads them, it never reruns them)."""
-    out = tmp_path_factory.mktemp("replay")
-    shape = SHAPE
     table = compress(load_table(None, None, SEED, 30), 30, 300.0, ["coda-u1", "coda-u2"])
-    prepared = prepare_replay(table, shape, out, SEED, 0.9)
+    if dnn_only:
+        table = table.take(np.flatnonzero(table.gpus > 0))
+    prepared = prepare_replay(table, SHAPE, out, SEED, 0.9)
     jobs = plan(prepared)
     jct = {j.idx: 100.0 + 10 * j.idx for j in jobs[:10]}
     setting = {
-        "jobs": len(jobs), "speed": 300.0, "load": 0.9, "seed": SEED, "cluster": shape.spec,
+        "jobs": len(jobs), "speed": 300.0, "load": 0.9, "seed": SEED, "cluster": SHAPE.spec,
         "controller_period_s": PERIOD_S, "agent_window_s": WINDOW_S,
     }  # fmt: skip
-    doc = {"setting": setting, "plain": _real_run("plain", jct), "coda": _real_run("coda", jct)}
+    doc = {"setting": setting, "jobs": [j.record() for j in jobs],
+           "plain": _real_run("plain", jct), "coda": _real_run("coda", jct)}  # fmt: skip
     (out / "replay.json").write_text(json.dumps(doc))
     return out
+
+
+@pytest.fixture(scope="module")
+def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_replay(tmp_path_factory.mktemp("replay"))
 
 
 def _rows(text: str) -> list[list[str]]:
@@ -127,8 +133,8 @@ def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
     # Each setting reaches the simulation: some rows differing in it alone differ in
     # effective GPU utilisation or CPU queue delay. (Where the allocator starts does
     # not show on 30 jobs: few shapes recur, so little is learned.)
-    settings = {"timing": (2, 3), "control period": (4,), "reclaim": (5,), "grants": (6,),
-                "settle windows": (8,)}  # fmt: skip
+    settings = {"start delay": (2,), "cycle": (3,), "control period": (4,), "reclaim": (5,),
+                "grants": (6,), "settle windows": (8,)}  # fmt: skip
     for name, cols in settings.items():
         outcomes: dict[tuple[str, ...], set[tuple[str, str]]] = {}
         for r in coda:
@@ -180,8 +186,11 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("setting", "seed"), 2**32),  # past the simulator's seeds
         _set(("setting", "jobs"), 31),  # another replay's trace, or a trimmed one
         _set(("setting", "jobs"), "30"),
+        _set(("coda", "jct_s"), {"9" * 5000: 1.0}),  # past int()'s digits, too
         _set(("plain", "gpu_util_effective"), -0.5),
-        _set(("coda", "jct_s"), {"1": -3.0}),
+        _set(("jobs",), "all of them"),
+        lambda doc: doc["jobs"].pop(),
+        lambda doc: doc["jobs"][3].update(user="root"),  # another trace than the replay's
         _set(("coda", "jct_s"), {"1": 100.0, "01": 90.0}),  # two keys for job 1
         _set(("coda", "jct_s"), {"+1": 100.0}),
         _set(("coda", "jct_s"), {"30": 100.0}),  # the trace's jobs are 0-29
@@ -245,16 +254,47 @@ def test_a_trace_without_users_is_not_a_replays(
     assert "not a replay's trace" in capsys.readouterr().err
 
 
-def test_no_cpu_queue_delay_is_a_dash_not_a_zero(
+def test_no_cpu_queue_delay_is_not_a_zero(
     replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A run where no CPU job started has no CPU queue delay (replay.json: null)."""
     out = _broken(replay_dir, tmp_path, _set(("coda", "cpu_queue_delay_mean_s"), None))
     assert rt.main([str(out), "--replay-only", "--seeds", "1"]) == 0
     rows = {r[0]: r for r in _rows(capsys.readouterr().out)}
-    assert rows["coda"][12] == "—"  # the real column
+    assert rows["coda"][12] == "n/a"  # the real column
     assert float(rows["plain"][12]) == 12.5
     assert float(rows["coda"][11]) >= 0.0  # the twin's CPU jobs did start
+
+
+def test_a_replay_of_dnn_jobs_alone_has_no_simulated_cpu_queue_delay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _write_replay(tmp_path, dnn_only=True)
+    assert rt.main([str(out), "--replay-only", "--seeds", "2"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert [r[11] for r in rows] == ["n/a", "n/a"]  # not 0.0
+    assert all(float(r[9]) > 0 for r in rows)
+
+
+def test_no_probed_latency_gives_each_timing_once(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay run with --probes 0 records no latency: the start delay is 0 s, the same
+    timing as none, so one row each, not two."""
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["plain"]["start_latency_s"] = []
+        doc["coda"]["start_latency_s"] = []
+
+    out = _broken(replay_dir, tmp_path, edit)
+    assert rt.main([str(out), "--seeds", "1"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    plain = [r for r in rows if r[0] == "plain"]
+    coda = [r for r in rows if r[0] == "coda"]
+    # plain: 2 policies x 1 timing; coda: 2 timings (none, the cycle) x 24 the rest.
+    assert (len(plain), len(coda)) == (2, 48)
+    assert [r[-1] for r in rows].count("replay") == 2
+    assert len({tuple(r[1:9]) for r in coda}) == 48
 
 
 def test_a_trace_row_without_a_user_is_not_a_replays(
@@ -272,3 +312,33 @@ def test_a_trace_row_without_a_user_is_not_a_replays(
         rt.main([str(out), "--replay-only", "--seeds", "1"])
     assert e.value.code == 2
     assert "has no user" in capsys.readouterr().err
+
+
+def test_a_trace_row_without_a_time_limit_is_not_a_replays(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, lambda doc: None)
+    lines = (out / "replay-trace.csv").read_text().splitlines()
+    col = lines[0].split(",").index("time_limit_s")
+    cells = lines[3].split(",")
+    cells[col] = ""
+    lines[3] = ",".join(cells)
+    (out / "replay-trace.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert e.value.code == 2
+    assert "has no time limit" in capsys.readouterr().err
+
+
+def test_no_real_gain_gets_the_difference_not_a_share_of_it(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, _set(("coda", "gpu_util_effective"), REAL_UTIL["plain"]))
+    assert rt.main([str(out), "--replay-only", "--seeds", "1"]) == 0
+    text = capsys.readouterr().out
+    m = re.search(
+        r"simulated ([+-][0-9.]+)%, real \+0\.0%; the simulated gain is ([+-][0-9.]+) points off",
+        text,
+    )
+    assert m is not None, text
+    assert m.group(1) == m.group(2) and "inf" not in text

@@ -17,6 +17,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,13 @@ class ReplayJob:
     work_s: float  # seconds of work at full speed
     bw_per_core: float  # GB/s per core (CPU jobs)
     time_limit_min: int
+
+    def record(self) -> dict[str, Any]:
+        """The job as replay.json lists it."""
+        return {"idx": self.idx, "name": self.name, "user": self.user, "kind": self.kind,
+                "submit_s": self.submit_s, "nodes": self.nodes, "gpus_pn": self.gpus_pn,
+                "cores_pn": self.cores_pn, "model": self.model, "work_s": self.work_s,
+                "time_limit_min": self.time_limit_min}  # fmt: skip
 
 
 def compress(
@@ -152,6 +160,8 @@ def plan(prepared: Prepared) -> list[ReplayJob]:
     for i in range(len(jobs)):
         if not jobs.user[i]:  # it would be submitted as nobody in particular
             raise ValueError(f"job {jobs.ids[i]!r} has no user: not a replay's trace")
+        if not math.isfinite(jobs.time_limit[i]):  # Slurm would be given none
+            raise ValueError(f"job {jobs.ids[i]!r} has no time limit: not a replay's trace")
         gpus, nodes = int(jobs.gpus[i]), int(jobs.nodes[i])
         dnn = gpus > 0
         out.append(

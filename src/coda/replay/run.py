@@ -367,12 +367,7 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
         "jobs_submitted": len(jobs),
         "sim": {},
     }  # fmt: skip
-    result["jobs"] = [
-        {"idx": j.idx, "name": j.name, "user": j.user, "kind": j.kind, "submit_s": j.submit_s,
-         "nodes": j.nodes, "gpus_pn": j.gpus_pn, "cores_pn": j.cores_pn, "model": j.model,
-         "work_s": j.work_s, "time_limit_min": j.time_limit_min}
-        for j in jobs
-    ]  # fmt: skip
+    result["jobs"] = [j.record() for j in jobs]
     # The real runs first: each measures its stack's start latency, which its simulated
     # twin is then told (sim_timing).
     reals: dict[str, O.RunMetrics] = {}
