@@ -124,14 +124,15 @@ def _f(v: float | None, fmt: str) -> str:
 
 
 def _same_jobs(recorded: Any, jobs: list[ReplayJob]) -> None:
-    """The trace's jobs are the ones replay.json lists (older replays list none)."""
+    """The trace's jobs, as this version plans them, are the ones replay.json lists
+    (older replays list none): else the twins would not be the replay's."""
     if recorded is None:
         return
     if not isinstance(recorded, list) or len(recorded) != len(jobs):
         raise ValueError("jobs: not the jobs of its replay-trace.csv")
     for i, job in enumerate(jobs):
         if recorded[i] != job.record():
-            raise ValueError(f"jobs[{i}]: not job {i} of its replay-trace.csv")
+            raise ValueError(f"jobs[{i}]: not job {i} of its replay-trace.csv as planned now")
 
 
 def _latency(r: dict[str, Any], mode: str) -> list[float]:
