@@ -50,6 +50,7 @@ from coda.runtime.progress import read_trusted
 from coda.sim.run import MAX_SEED, RunConfig, prepare, run_policy
 
 MAX_REPLAY_JSON = 64 << 20  # bytes; a replay.json is far smaller
+MAX_UTILISATION = 1.5
 
 
 def _fail(msg: str) -> NoReturn:
@@ -87,8 +88,10 @@ def _count(x: Any, what: str) -> int:
 
 
 def _utilisation(x: Any, what: str) -> float:
-    if _number(x, what) < 0:
-        raise ValueError(f"{what}: negative: {x!r}")
+    """A share of the GPUs' time. A real run's progress may outrun its nominal speed a
+    little, not by half."""
+    if not 0.0 <= _number(x, what) <= MAX_UTILISATION:
+        raise ValueError(f"{what}: not within 0-{MAX_UTILISATION:g}: {x!r}")
     return float(x) + 0.0  # -0.0 reads as 0.0
 
 
@@ -136,7 +139,13 @@ def _same_jobs(recorded: Any, jobs: list[ReplayJob]) -> None:
 
 
 def _latency(r: dict[str, Any], mode: str) -> list[float]:
-    return [_number(x, f"{mode}.start_latency_s") for x in r.get("start_latency_s") or []]
+    """The probes' start latencies (none: the replay probed none, or predates them)."""
+    latency = r.get("start_latency_s")
+    if latency is None:
+        return []
+    if not isinstance(latency, list):
+        raise ValueError(f"{mode}.start_latency_s: not a list: {latency!r:.40}")
+    return [_number(x, f"{mode}.start_latency_s") for x in latency]
 
 
 def _read_json(path: Path) -> Any:
@@ -279,15 +288,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'replay' if used_here else ''} |")  # fmt: skip
     if twin_gain is None and "plain" in reals and "coda" in reals:
         print("\nNo gain: plain Slurm's simulated effective GPU utilisation is 0.")
-    if twin_gain is not None and reals["plain"].gpu_util_effective > 0:
-        real_gain = reals["coda"].gpu_util_effective / reals["plain"].gpu_util_effective - 1
-        # No share of a zero real gain: the difference alone.
-        off = (f"off by {abs(twin_gain - real_gain) / abs(real_gain):.0%} of the real one"
-               if real_gain else f"{100 * twin_gain:+.1f} points off")  # fmt: skip
-        print(
-            f"\nCODA over plain Slurm with the replay's settings: simulated {twin_gain:+.1%}, "
-            f"real {real_gain:+.1%}; the simulated gain is {off}."
-        )
+    if twin_gain is not None:  # both runs are in the replay
+        real_plain = reals["plain"].gpu_util_effective
+        real_gain = reals["coda"].gpu_util_effective / real_plain - 1 if real_plain else math.inf
+        if not (math.isfinite(real_gain) and math.isfinite(twin_gain)):
+            print(f"\nNo gain: plain Slurm's effective GPU utilisation is {real_plain:.3g} "
+                  f"(real), {plain_util[True]:.3g} (simulated).")  # fmt: skip
+        else:
+            # No share of a zero real gain: the difference alone.
+            off = (f"off by {abs(twin_gain - real_gain) / abs(real_gain):.0%} of the real one"
+                   if real_gain else f"{100 * twin_gain:+.1f} points off")  # fmt: skip
+            print(
+                f"\nCODA over plain Slurm with the replay's settings: simulated "
+                f"{twin_gain:+.1%}, real {real_gain:+.1%}; the simulated gain is {off}."
+            )
     return 0
 
 

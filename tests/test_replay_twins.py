@@ -188,6 +188,9 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         _set(("setting", "jobs"), "30"),
         _set(("coda", "jct_s"), {"9" * 5000: 1.0}),  # past int()'s digits, too
         _set(("plain", "gpu_util_effective"), -0.5),
+        _set(("plain", "gpu_util_effective"), 1e308),  # not a share of the GPUs' time
+        _set(("coda", "start_latency_s"), 0),  # not "none probed"
+        _set(("coda", "start_latency_s"), {}),
         _set(("jobs",), "all of them"),
         lambda doc: doc["jobs"].pop(),
         lambda doc: doc["jobs"][3].update(user="root"),  # another trace than the replay's
@@ -342,3 +345,70 @@ def test_no_real_gain_gets_the_difference_not_a_share_of_it(
     )
     assert m is not None, text
     assert m.group(1) == m.group(2) and "inf" not in text
+
+
+def _replay_row(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, list[str]], str]:
+    assert rt.main([str(out), "--replay-only", "--seeds", "1"]) == 0
+    text = capsys.readouterr().out
+    return {r[0]: r for r in _rows(text)}, text
+
+
+def test_jct_errors_exactly_0_and_none_at_all(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real run whose JCTs are its twin's has error 0.000 (not nan); a real run with
+    no job finished has none (n/a)."""
+    config = RunConfig(
+        trace=str(replay_dir / "replay-trace.csv"), format="csv", cluster=SHAPE.spec,
+        load=0.9, seed=SEED, estimates="time-limits", warmup=0.0,
+    )  # fmt: skip
+    prepared = prepare(config)
+    timing = sim_timing(ReplayConfig(window_s=WINDOW_S), "plain", LATENCY["plain"])
+    r = run_sim(prepared, "plain", timing, SEED)
+    twin = O.sim_metrics(plan(prepared), r.jobs, r.summary, timing.start_delay_s)
+    assert twin.jct_s
+    exact = {str(i): t for i, t in twin.jct_s.items()}
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["plain"]["jct_s"] = exact
+        doc["coda"]["jct_s"] = {}
+
+    rows, _ = _replay_row(_broken(replay_dir, tmp_path, edit), capsys)
+    assert rows["plain"][13:15] == ["0.000", "0.000-0.000"]
+    assert rows["coda"][13:15] == ["n/a", "n/a"]
+
+
+def test_negative_real_jcts_are_read_and_left_out_of_the_error(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wall-clock step can make a real JCT negative: not a broken replay."""
+    rows, _ = _replay_row(
+        _broken(replay_dir, tmp_path, _set(("coda", "jct_s"), {"1": -3.0})), capsys
+    )
+    assert rows["coda"][13] == "n/a"  # its one job is left out
+
+
+def test_job_index_keys_are_short_plain_decimals(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _broken(replay_dir, tmp_path, _set(("coda", "jct_s"), {"1234567890": 1.0}))
+    with pytest.raises(SystemExit):
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert "'1234567890' is not a job index" in capsys.readouterr().err
+
+
+def test_odd_real_utilisations(
+    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    rows, _ = _replay_row(
+        _broken(replay_dir, tmp_path / "a", _set(("coda", "gpu_util_effective"), -0.0)), capsys
+    )
+    assert rows["coda"][10] == "0.000"
+    _, text = _replay_row(
+        _broken(replay_dir, tmp_path / "b", _set(("plain", "gpu_util_effective"), 5e-324)),
+        capsys,
+    )
+    assert "No gain: plain Slurm's effective GPU utilisation is 4.94e-324 (real)" in text
+    assert "inf" not in text and "nan" not in text
