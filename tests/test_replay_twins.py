@@ -15,7 +15,7 @@ import pytest
 from coda.replay import outcome as O
 from coda.replay.plan import ClusterShape, compress, load_table, plan, prepare_replay
 from coda.replay.run import ReplayConfig, run_sim, sim_timing
-from coda.sim.run import RunConfig, prepare
+from coda.sim.run import Prepared, RunConfig, prepare
 from tests.bench_module import load_bench
 
 rt = load_bench("replay_twins")
@@ -74,15 +74,19 @@ def _rows(text: str) -> list[list[str]]:
     ]
 
 
+def _prepared(replay_dir: Path) -> Prepared:
+    """The replay's workload as `coda replay` prepared it for its twins."""
+    config = RunConfig(
+        trace=str(replay_dir / "replay-trace.csv"), format="csv", cluster=SHAPE.spec,
+        load=0.9, seed=SEED, estimates="time-limits", warmup=0.0,
+    )  # fmt: skip
+    return prepare(config)
+
+
 def _twin_util(replay_dir: Path, mode: str, seeds: list[int]) -> float:
     """The twin's mean effective GPU utilisation as `coda replay` computes it
     (coda.replay.run: the same prepared jobs, its timing, each noise seed)."""
-    config = RunConfig(
-        trace=str(replay_dir / "replay-trace.csv"), format="csv",
-        cluster=SHAPE.spec, load=0.9, seed=SEED,
-        estimates="time-limits", warmup=0.0,
-    )  # fmt: skip
-    prepared = prepare(config)
+    prepared = _prepared(replay_dir)
     jobs = plan(prepared)
     timing = sim_timing(ReplayConfig(window_s=WINDOW_S), mode, LATENCY[mode])
     utils = []
@@ -358,11 +362,7 @@ def test_jct_errors_exactly_0_and_none_at_all(
 ) -> None:
     """A real run whose JCTs are its twin's has error 0.000 (not nan); a real run with
     no job finished has none (n/a)."""
-    config = RunConfig(
-        trace=str(replay_dir / "replay-trace.csv"), format="csv", cluster=SHAPE.spec,
-        load=0.9, seed=SEED, estimates="time-limits", warmup=0.0,
-    )  # fmt: skip
-    prepared = prepare(config)
+    prepared = _prepared(replay_dir)
     timing = sim_timing(ReplayConfig(window_s=WINDOW_S), "plain", LATENCY["plain"])
     r = run_sim(prepared, "plain", timing, SEED)
     twin = O.sim_metrics(plan(prepared), r.jobs, r.summary, timing.start_delay_s)
