@@ -157,6 +157,16 @@ def _broken(replay_dir: Path, tmp_path: Path, edit: Any) -> Path:
     return out
 
 
+def _refusal(out: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The script's one line on a replay directory it refuses (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        rt.main([str(out), "--replay-only", "--seeds", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replay_twins: ") and err.count("\n") == 1, err
+    return err
+
+
 def _set(path: tuple[str, ...], value: Any) -> Any:
     def edit(doc: dict[str, Any]) -> None:
         for key in path[:-1]:
@@ -207,12 +217,7 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
 def test_a_broken_replay_output_gets_one_line_and_exit_2(
     replay_dir: Path, tmp_path: Path, edit: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _broken(replay_dir, tmp_path, edit)
-    with pytest.raises(SystemExit) as e:
-        rt.main([str(out), "--replay-only", "--seeds", "1"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("replay_twins: ") and err.count("\n") == 1, err
+    _refusal(_broken(replay_dir, tmp_path, edit), capsys)
 
 
 def test_a_missing_or_unreadable_replay_gets_one_line(
@@ -255,10 +260,7 @@ def test_a_trace_without_users_is_not_a_replays(
     assert len(keep) < len(cols)
     rows = [",".join(line.split(",")[i] for i in keep) for line in lines]
     (out / "replay-trace.csv").write_text("\n".join(rows) + "\n")
-    with pytest.raises(SystemExit) as e:
-        rt.main([str(out), "--replay-only", "--seeds", "1"])
-    assert e.value.code == 2
-    assert "not a replay's trace" in capsys.readouterr().err
+    assert "not a replay's trace" in _refusal(out, capsys)
 
 
 def test_no_cpu_queue_delay_is_not_a_zero(
@@ -304,37 +306,27 @@ def test_no_probed_latency_gives_each_timing_once(
     assert len({tuple(r[1:9]) for r in coda}) == 48
 
 
-def test_a_trace_row_without_a_user_is_not_a_replays(
-    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("column", "was", "refusal"),
+    [("user", "coda-u", "has no user"), ("time_limit_s", "", "has no time limit")],
+)
+def test_a_trace_row_missing_a_replay_field_is_not_a_replays(
+    replay_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    column: str,
+    was: str,
+    refusal: str,
 ) -> None:
     out = _broken(replay_dir, tmp_path, lambda doc: None)
     lines = (out / "replay-trace.csv").read_text().splitlines()
-    col = lines[0].split(",").index("user")
+    col = lines[0].split(",").index(column)
     cells = lines[3].split(",")
-    assert cells[col].startswith("coda-u")
+    assert cells[col] and cells[col].startswith(was)
     cells[col] = ""
     lines[3] = ",".join(cells)
     (out / "replay-trace.csv").write_text("\n".join(lines) + "\n")
-    with pytest.raises(SystemExit) as e:
-        rt.main([str(out), "--replay-only", "--seeds", "1"])
-    assert e.value.code == 2
-    assert "has no user" in capsys.readouterr().err
-
-
-def test_a_trace_row_without_a_time_limit_is_not_a_replays(
-    replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = _broken(replay_dir, tmp_path, lambda doc: None)
-    lines = (out / "replay-trace.csv").read_text().splitlines()
-    col = lines[0].split(",").index("time_limit_s")
-    cells = lines[3].split(",")
-    cells[col] = ""
-    lines[3] = ",".join(cells)
-    (out / "replay-trace.csv").write_text("\n".join(lines) + "\n")
-    with pytest.raises(SystemExit) as e:
-        rt.main([str(out), "--replay-only", "--seeds", "1"])
-    assert e.value.code == 2
-    assert "has no time limit" in capsys.readouterr().err
+    assert refusal in _refusal(out, capsys)
 
 
 def test_no_real_gain_gets_the_difference_not_a_share_of_it(
@@ -392,9 +384,7 @@ def test_job_index_keys_are_short_plain_decimals(
     replay_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = _broken(replay_dir, tmp_path, _set(("coda", "jct_s"), {"1234567890": 1.0}))
-    with pytest.raises(SystemExit):
-        rt.main([str(out), "--replay-only", "--seeds", "1"])
-    assert "'1234567890' is not a job index" in capsys.readouterr().err
+    assert "'1234567890' is not a job index" in _refusal(out, capsys)
 
 
 def test_odd_real_utilisations(
