@@ -286,14 +286,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_f(real.cpu_queue_delay_mean_s, '.1f')} | "
                   f"{_f(statistics.median(errs) if errs else None, '.3f')} | {err_range} | "
                   f"{'replay' if used_here else ''} |")  # fmt: skip
-    if twin_gain is None and "plain" in reals and "coda" in reals:
-        print("\nNo gain: plain Slurm's simulated effective GPU utilisation is 0.")
-    if twin_gain is not None:  # both runs are in the replay
-        real_plain = reals["plain"].gpu_util_effective
+    if "plain" in reals and "coda" in reals:
+        real_plain, sim_plain = reals["plain"].gpu_util_effective, plain_util.get(True, 0.0)
         real_gain = reals["coda"].gpu_util_effective / real_plain - 1 if real_plain else math.inf
-        if not (math.isfinite(real_gain) and math.isfinite(twin_gain)):
+        if twin_gain is None or not (math.isfinite(real_gain) and math.isfinite(twin_gain)):
             print(f"\nNo gain: plain Slurm's effective GPU utilisation is {real_plain:.3g} "
-                  f"(real), {plain_util[True]:.3g} (simulated).")  # fmt: skip
+                  f"(real), {sim_plain:.3g} (simulated).")  # fmt: skip
         else:
             # No share of a zero real gain: the difference alone.
             off = (f"off by {abs(twin_gain - real_gain) / abs(real_gain):.0%} of the real one"
