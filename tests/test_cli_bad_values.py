@@ -46,6 +46,8 @@ OPTION_CASES = [
     (["--seed", "99999999999999999999999"], "'--seed'"),
     (["--seed", "1.5"], "'--seed'"),
     (["--seed", "nan"], "'--seed'"),
+    (["--seed", "٣"], "'--seed'"),  # Arabic-Indic 3: int() takes it, a seed must not
+    (["--seed", "1_000"], "'--seed'"),
     (["--fractional", "half"], "'--fractional'"),
     (["--censored", "maybe"], "'--censored'"),
     (["--format", "xml"], "'--format'"),
@@ -65,6 +67,8 @@ INPUT_CASES = [
     (["--cluster", "openb:0"], "openb:0"),
     (["--cluster", "openb:1e-9"], "openb:1e-9"),
     (["--cluster", "openb:x"], "openb:x"),
+    (["--cluster", "openb:٠.١"], "openb:"),
+    (["--cluster", "١x٢g١٦c"], "cluster"),
     (["--mix", "AlexNet=nan"], "AlexNet"),
     (["--mix", "AlexNet=-1"], "AlexNet"),
     (["--mix", "AlexNet=inf"], "AlexNet"),

@@ -702,6 +702,13 @@ def test_text_that_is_not_text_is_refused(tmp_path: Path, spec, why: str) -> Non
         ("time_limit_s", 1e300),
         ("wait_reason", "two\nlines"),
         ("wait_reason", "x" * 201),
+        # Numbers the agent never writes: shown as inf, -inf/s or invalid JSON before.
+        ("quota", float("inf")),
+        ("throughput", float("inf")),
+        ("reference", float("-inf")),
+        ("quota", -5.0),
+        ("throughput", -1.0),
+        ("submit_t", float("inf")),
     ],
 )
 def test_damaged_job_rows_are_one_line_in_every_command(tmp_path: Path, column, value) -> None:

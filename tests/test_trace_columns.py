@@ -138,6 +138,24 @@ def test_hostile_values_are_one_line_errors_naming_file_line_and_column(
     assert len(errors) == 1 and "hostile.csv:3:" in errors[0] and column in errors[0]
 
 
+@pytest.mark.parametrize(
+    ("header", "column"),
+    [
+        ("job_id,submit_s,duration_s,gpus,gpus,cores", "gpus"),
+        (HEADER + ", Time_Limit_S ", "time_limit_s"),  # the same name once normalised
+        ("u_id,gpu_num,cpu_num,node_num,interval,run_time,gpu_num", "gpu_num"),
+    ],
+)
+def test_a_column_named_twice_is_refused_naming_it(tmp_path, header, column):
+    # Read as a dict, the last copy would win: a GPU job could load as a CPU job.
+    width = header.count(",") + 1
+    p = write(tmp_path, "twice.csv", header, ",".join(["1"] * width))
+    with pytest.raises(TraceFormatError) as e:
+        load_trace(p)
+    assert e.value.line == 1 and e.value.column == column
+    assert "named more than once" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_bandwidth_on_a_gpu_job_is_a_bad_row(tmp_path):
     p = write(tmp_path, "t.csv", HEADER, "a,0,10,0.5,1,,,,1.5")  # half a GPU is a GPU job
     with pytest.raises(TraceFormatError) as e:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS, _config, _trace_options
 from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
-from coda.params import FiniteFloat, OutDir
+from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD
 
@@ -73,7 +73,7 @@ def _parse_experiment_policies(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--seeds",
-    type=click.IntRange(1, MAX_SEEDS),
+    type=AsciiIntRange(1, MAX_SEEDS),
     default=5,
     show_default=True,
     help="Seeds 0..N-1.",
@@ -115,7 +115,7 @@ def _parse_experiment_policies(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(1, MAX_WORKERS),
+    type=AsciiIntRange(1, MAX_WORKERS),
     default=None,
     help="Parallel processes. Default: the number of CPUs; 1 runs inline.",
 )

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
-from coda.params import FiniteFloat, OutDir
+from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD, prepare
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
@@ -40,11 +40,11 @@ from coda.workload.traces import FORMATS
     default=None,
     help="With --trace: rescale arrivals to this offered GPU load (default 1.0).",
 )
-@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True)
+@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=3, show_default=True)
 @click.option(
     "--jobs",
     "n_jobs",
-    type=click.IntRange(1, MAX_TRACE_JOBS),
+    type=AsciiIntRange(1, MAX_TRACE_JOBS),
     default=None,
     help="Generated workload: this many jobs at the paper's rate (default 100,000).",
 )
@@ -63,7 +63,7 @@ from coda.workload.traces import FORMATS
 @click.option("--out", type=OutDir(), default="out/paper", show_default=True)
 @click.option(
     "--workers",
-    type=click.IntRange(1, MAX_WORKERS),
+    type=AsciiIntRange(1, MAX_WORKERS),
     default=None,
     help="Parallel processes (default min(2, CPUs)); 1 runs inline.",
 )

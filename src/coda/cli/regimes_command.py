@@ -11,7 +11,7 @@ from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
-from coda.params import OutDir
+from coda.params import AsciiIntRange, OutDir
 from coda.workload.limits import MAX_TRACE_JOBS
 
 
@@ -41,15 +41,15 @@ from coda.workload.limits import MAX_TRACE_JOBS
 @click.option(
     "--jobs",
     "n_jobs",
-    type=click.IntRange(1, MAX_TRACE_JOBS),
+    type=AsciiIntRange(1, MAX_TRACE_JOBS),
     default=None,
     help="DNN jobs in each workload; a CPU share s adds s / (1 - s) CPU jobs per DNN job "
     "(default 1,500).",
 )
-@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=1, show_default=True)
+@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=1, show_default=True)
 @click.option(
     "--workers",
-    type=click.IntRange(1, MAX_WORKERS),
+    type=AsciiIntRange(1, MAX_WORKERS),
     default=None,
     help="Parallel processes (default min(2, CPUs)); 1 runs inline.",
 )

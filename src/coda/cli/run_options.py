@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from coda.params import FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
 from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
@@ -70,7 +70,7 @@ def _trace_options(f: F) -> F:
         ),
         click.option(
             "--seed",
-            type=click.IntRange(0, MAX_SEED),
+            type=AsciiIntRange(0, MAX_SEED),
             default=0,
             show_default=True,
             help="Seeds the model draw, profile perturbation and sample noise.",
@@ -161,7 +161,7 @@ def _model_options(f: F) -> F:
     (simulate, compare)."""
     f = click.option(
         "--settle-windows",
-        type=click.IntRange(0, 10),
+        type=AsciiIntRange(0, 10),
         default=0,
         show_default=True,
         help="CODA's allocator leaves this many throughput windows out after each core "

@@ -7,7 +7,7 @@ import click
 from rich.text import Text
 
 from coda.cli.terminal import _user_errors, console
-from coda.params import FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.sim.run import CENSORED, FRACTIONAL, MAX_SEED
 from coda.workload.generate import PRESETS
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
@@ -113,11 +113,11 @@ def trace_info(
     show_default=True,
     help="Parameter set (docs/trace-formats.md, Generated workloads, lists each with its source).",
 )
-@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
+@click.option("--seed", type=AsciiIntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option(
     "--jobs",
     "n_jobs",
-    type=click.IntRange(1, MAX_TRACE_JOBS),
+    type=AsciiIntRange(1, MAX_TRACE_JOBS),
     default=None,
     help="Number of jobs. Default: the preset's (paper: 100,000).",
 )

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from coda.params import FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.cli_agent import agent, spawn_agent
 from coda.runtime.cli_daemon import (
     checked_loop,
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-JOB_ID = click.IntRange(min=1, max=MAX_JOB_ID)
+JOB_ID = AsciiIntRange(min=1, max=MAX_JOB_ID)
 
 
 def register(main: click.Group) -> None:
@@ -89,6 +89,9 @@ def _client(state_dir: str, create: bool = False) -> AgentClient:
         return connect(state_dir, create=create)
     except (ClientError, StateDirError, StoreError) as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # a name too long, a directory that is a file, ...
+        shown = state_dir if len(state_dir) <= 80 else state_dir[:77] + "..."
+        raise click.ClickException(f"state directory {shown}: {e.strerror or e}") from None
 
 
 def _ask(state_dir: str, call: Callable[[AgentClient], T]) -> tuple[AgentClient, T]:
@@ -189,7 +192,7 @@ def _quiet_cancel(client: AgentClient, job_id: int) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Also list finished jobs (last 50).")
 @click.option(
     "--decisions",
-    type=click.IntRange(min=0, max=1000),
+    type=AsciiIntRange(min=0, max=1000),
     default=10,
     show_default=True,
     help="Recent decisions to show.",
@@ -227,7 +230,7 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
 @click.option("--stdout", "stream", flag_value="stdout", default=True, help="[default]")
 @click.option(
     "--tail",
-    type=click.IntRange(0, MAX_LOG_TAIL),
+    type=AsciiIntRange(0, MAX_LOG_TAIL),
     default=65536,
     show_default=True,
     help=f"Bytes from the end (at most {MAX_LOG_TAIL}).",

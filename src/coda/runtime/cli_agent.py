@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from coda.params import AsciiIntRange
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
 from coda.runtime.cli_daemon import checked_loop, control_loop_options, timestamped
 from coda.runtime.cli_state_dir import locked_state_dir, state_dir_option
@@ -71,7 +72,7 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
 @control_loop_options
 @click.option(
     "--gpus",
-    type=click.IntRange(min=0, max=MAX_GPUS),
+    type=AsciiIntRange(min=0, max=MAX_GPUS),
     default=None,
     help=f"GPUs on this node, 0-{MAX_GPUS} [default: /dev/nvidia0.. devices found].",
 )
@@ -98,7 +99,7 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
 @click.option("--cgroup-prefix", default="", help="Prefix every mount path with this directory.")
 @click.option(
     "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
+    type=AsciiIntRange(min=0, max=65535),
     default=None,
     help="Serve Prometheus metrics on this port (0: any free port).",
 )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from coda.params import AsciiIntRange
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.jobspec import MAX_CORES, MAX_GPUS, MAX_SPEC_BYTES, JobSpec, SpecError
 from coda.runtime.timelimit import FORMS, parse_time_limit
@@ -47,13 +48,13 @@ def spec_options(f: F) -> F:
         click.option("--name", default="", help="Job name [default: the program's name]."),
         click.option(
             "--cores",
-            type=click.IntRange(1, MAX_CORES),
+            type=AsciiIntRange(1, MAX_CORES),
             default=None,
             help=f"Cores asked for, 1-{MAX_CORES} [default: 1].",
         ),
         click.option(
             "--gpus",
-            type=click.IntRange(0, MAX_GPUS),
+            type=AsciiIntRange(0, MAX_GPUS),
             default=None,
             help=f"GPUs asked for, 0-{MAX_GPUS}; > 0 makes a DNN job.",
         ),
@@ -104,6 +105,8 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
             raise click.ClickException(f"{spec_file}: not UTF-8 text: {e.reason}") from None
         except json.JSONDecodeError as e:
             raise click.ClickException(f"{spec_file}: not valid JSON: {e}") from None
+        except ValueError as e:  # an integer of over 4,300 digits
+            raise click.ClickException(f"{spec_file}: unreadable JSON: {str(e)[:80]}") from None
         except (OSError, RecursionError) as e:
             raise click.ClickException(f"{spec_file}: cannot read it: {e}") from None
         try:

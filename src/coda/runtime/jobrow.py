@@ -7,6 +7,7 @@ hand-edited database cannot crash the agent or the CLI.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pwd
 import sqlite3
@@ -114,7 +115,7 @@ class JobRow:
         for name, kind in (("id", int), ("cores", int), ("gpus", int), ("launches", int),
                            ("preemptions", int), ("cancel", int)):  # fmt: skip
             v = getattr(self, name)
-            if not isinstance(v, kind) or isinstance(v, bool):
+            if not isinstance(v, kind) or isinstance(v, bool) or v < 0:
                 raise bad(name)
         for name in ("name", "kind", "cwd", "model", "state", "cpus", "gpu_ids", "phase",
                      "message", "wait_reason"):  # fmt: skip
@@ -135,7 +136,9 @@ class JobRow:
                 raise bad(name)
         for name in ("submit_t", "start_t", "end_t", "throughput", "reference", "quota"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf
+            ):  # times, rates and shares the agent writes are finite and never negative
                 raise bad(name)
         if self.uid is not None and not 0 <= self.uid < 2**32:
             raise bad("uid")

@@ -202,7 +202,10 @@ def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
         if text == "openb":
             return ClusterSpec(label="openb", nodes=full.nodes)
         try:
-            frac = float(text.split(":", 1)[1])
+            given = text.split(":", 1)[1]
+            if not given.isascii() or "_" in given:  # float() takes ٣, full-width digits, _
+                raise ValueError(given)
+            frac = float(given)
         except ValueError:
             raise ValueError(
                 f"bad cluster {text!r}: expected openb:<fraction>, e.g. openb:0.1"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from coda.params import FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.cli import (
     checked_loop,
     checked_policy,
@@ -71,7 +71,7 @@ def slurm() -> None:
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option(
     "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
+    type=AsciiIntRange(min=0, max=65535),
     default=None,
     help="Serve Prometheus metrics on this port (0: any free port; not with --once). "
     "They are also written to <state-dir>/metrics.prom every cycle.",

@@ -23,7 +23,7 @@ DEFAULT_BW_PER_CORE = 2.0
 _GROUP = re.compile(
     r"^\s*(?P<count>\d+)\s*x\s*(?P<gpus>\d+)g(?P<cores>\d+)c"
     r"(?:(?P<mem>\d+)m)?(?:(?P<bw>\d+(?:\.\d+)?)b)?\s*$",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,  # \d: ASCII digits only (not ٣ or full-width ones)
 )
 _SPEC = limits.FIELDS["cluster spec"]
 _NODE_LIST = limits.FIELDS["node list"]

@@ -20,6 +20,12 @@ def _empty(s: str | None) -> bool:
     return s is None or not s.strip()
 
 
+def _plain(s: str) -> bool:
+    """ASCII digits and signs only: Python's parsers also take other scripts' digits (٣),
+    full-width ones and '_' separators, which no trace writer means."""
+    return s.isascii() and "_" not in s
+
+
 _EPOCH = datetime(1970, 1, 1)
 # Longest user or model name a trace may give: names are labels in reports, and a bound
 # keeps a hostile row from making every message or table cell huge.
@@ -76,6 +82,8 @@ class FieldParser:
         """The precise complaint about a value the fast path refused."""
         if _empty(s):
             return self.error(col, "value is missing")
+        if not _plain(s):
+            return self.error(col, f"not a plain ASCII number: {clip(s)}")
         try:
             v = float(s)
         except ValueError:
@@ -104,7 +112,7 @@ class FieldParser:
                 return None
             raise self._bad_number(col, s) from None
         lo, hi = self._bounds.get(col, _UNBOUNDED)
-        if not lo <= v <= hi:
+        if not lo <= v <= hi or not _plain(s):
             raise self._bad_number(col, s)
         return v
 
@@ -116,7 +124,7 @@ class FieldParser:
         except (TypeError, ValueError):
             raise self._bad_number(col, s) from None
         lo, hi = self._bounds.get(col, _UNBOUNDED)
-        if not lo <= v <= hi:
+        if not lo <= v <= hi or not _plain(s):
             raise self._bad_number(col, s)
         return v
 
@@ -134,6 +142,8 @@ class FieldParser:
             if not f.is_integer():
                 raise self.error(col, f"not a whole number: {clip(s)}") from None
             v = int(f)
+        if not _plain(s):
+            raise self._bad_number(col, s)
         lo, hi = self._bounds.get(col, _UNBOUNDED)
         if not lo <= v <= hi:
             raise self.out_of_range(col, v)
@@ -163,6 +173,8 @@ class FieldParser:
                 raise self.error(col, f"not a number: {clip(s)}") from None
             if not v.is_finite():
                 raise self.error(col, f"not a finite number: {clip(s)}") from None
+        if not _plain(s):
+            raise self._bad_number(col, s)
         lo, hi = self._bounds.get(col, _TIME_BOUNDS)
         if not lo <= v <= hi:
             raise self.out_of_range(col, s.strip())

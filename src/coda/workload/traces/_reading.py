@@ -144,6 +144,16 @@ def iter_rows(
                     f"missing required column(s) {', '.join(missing)}; "
                     f"header is {clip(','.join(header), 200)}",
                 )
+            # A column read twice is ambiguous (a reader would keep the last copy).
+            twice = sorted({c for c in header if c in known and header.count(c) > 1})
+            if twice:
+                raise TraceFormatError(
+                    path,
+                    reader.line_num,
+                    ", ".join(twice),
+                    f"column(s) {', '.join(twice)} named more than once; "
+                    f"header is {clip(','.join(header), 200)}",
+                )
             names = header
         width = len(names)
         for line, why in bad:  # bad lines before the first record
