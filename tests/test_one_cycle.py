@@ -28,6 +28,7 @@ from test_slurm_controller import FakeSlurm
 from coda.cycle import Decision, Start, describe
 from coda.policy import PolicyOptions, make_policy
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
+from coda.runtime.jobrow import Owner
 from coda.runtime.store import JobSpec, Store
 from coda.sim.engine import Simulator
 from coda.slurm.client import SlurmClient
@@ -42,18 +43,22 @@ OPTIONS = PolicyOptions(estimates="time-limits", reclaim="requeue")
 T0 = 1_700_000_000.0  # the Slurm and agent clocks' origin (epoch seconds)
 
 # (name, GPUs, cores, duration s, time limit s or None, submit s) on one node with
-# 2 GPUs and 3 cores:
+# 2 GPUs and 3 cores; A, B and C are user 1000's, D user 1001's (OWNERS), and jobs are
+# ordered by DRF between owners:
 # - A starts; B (2 GPUs) waits for A's GPU and holds the reservation (A's limit: 60 min);
-# - C (limit 30 min) backfills onto the free core; D (no limit) could delay B for ever:
-#   it waits behind B's reservation;
-# - when A ends, B needs 3 cores but C holds one: C is requeued (reclaim), B starts;
-# - when B ends, C and D run.
+# - C (limit 30 min) backfills onto the free core;
+# - D (no limit) would delay B for ever, but its owner holds nothing while B's holds A:
+#   D comes before B, and starts on the last core (under FIFO, or with the owners
+#   dropped, it would wait behind B's reservation);
+# - when A ends, B needs 3 cores but C and D hold two: both are requeued, B starts;
+# - when B ends, C and D run again.
 TRACE = [
     ("A", 1, 2, 600.0, 3600.0, 0.0),
     ("B", 2, 3, 900.0, 3600.0, 1.0),
     ("C", 0, 1, 1200.0, 1800.0, 2.0),
     ("D", 0, 1, 300.0, None, 3.0),
 ]
+OWNERS = {"A": 1000, "B": 1000, "C": 1000, "D": 1001}
 
 
 def _table() -> JobTable:
@@ -64,6 +69,7 @@ def _table() -> JobTable:
     n = len(ids)
     t = JobTable.from_columns(ids, sub, dur, g, c, [0] * n, [1] * n, [0] * n)
     t.time_limit = np.asarray(lim, dtype=np.float64)
+    t.user = [str(OWNERS[name]) for name in ids]
     return t
 
 
@@ -89,6 +95,9 @@ def _record(sched: Any, into: list[Decision]) -> None:
     def cycle(now: float, executor: Any) -> list[Decision]:
         got = real(now, executor)
         into.extend(got)
+        # Every queued job waits once (a requeued job's old entry is dead).
+        waiting = [job for job, _ in sched.waiting()]
+        assert len(waiting) == len(set(waiting)), waiting
         return got
 
     sched.cycle = cycle
@@ -144,7 +153,8 @@ def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
             for name, g, c, _, lim, s in TRACE:
                 if s == t:
                     spec = JobSpec(argv=["true"], name=name, gpus=g, cores=c, time_limit_s=lim)
-                    ids[name] = store.submit(spec)
+                    uid = OWNERS[name]
+                    ids[name] = store.submit(spec, Owner(uid, uid))
             for e, name in ends:
                 if e == t:
                     m = agent.running[ids[name]]
@@ -205,6 +215,7 @@ def run_controller(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decisi
                 d = fake.job(jid, name, c, gpus_pn=g)
                 d.update(
                     submit_time=int(T0 + s),
+                    user_id=OWNERS[name],
                     requeue=True,
                     time_limit=int(lim // 60) if lim else None,
                 )
@@ -214,7 +225,10 @@ def run_controller(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decisi
         for _ in range(2):  # a requeued job is CODA's again at the next cycle
             ctl.cycle()
     assert {d["job_state"] for d in fake.jobs.values()} == {"COMPLETED"}
+    # D was placed and taken back in one cycle, before it was written to Slurm: only C,
+    # which ran, is requeued.
     assert fake.ids("requeuehold") == [ids["C"]]
+
     return seen
 
 
@@ -223,6 +237,8 @@ def test_three_drivers_make_the_same_decisions_in_the_same_order(tmp_path: Path)
     expected = [
         ("start", "A", 2),
         ("start", "C", 1),
+        ("start", "D", 1),
+        ("reclaim", "B", "Preempt", "D"),
         ("reclaim", "B", "Preempt", "C"),
         ("start", "B", 3),
         ("start", "C", 1),

@@ -445,6 +445,7 @@ def test_an_absent_time_limit_or_requeue_is_none_and_not_requeueable() -> None:
         ("restart_cnt", "2"),
         ("requeue", 1),
         ("requeue", "yes"),
+        ("batch_flag", 1),
     ],
 )
 def test_a_bad_time_or_requeue_field_is_one_line_naming_the_job(field: str, value: object) -> None:
@@ -454,6 +455,16 @@ def test_a_bad_time_or_requeue_field_is_one_line_naming_the_job(field: str, valu
     text = str(e.value)
     assert "\n" not in text and text.startswith("squeue --json: cannot read its output")
     assert "job 42" in text and field in text, text
+
+
+def test_only_a_batch_job_with_requeue_may_be_requeued() -> None:
+    # Slurm refuses to requeue a job srun or salloc made, though it shows requeue too.
+    client, _ = client_for(
+        sq_job(1, requeue=True),
+        sq_job(2, requeue=True, batch_flag=False),
+        sq_job(3, requeue=False, batch_flag=True),
+    )
+    assert [j.requeueable for j in client.jobs()] == [True, False, False]
 
 
 def test_no_jobs() -> None:

@@ -423,7 +423,9 @@ def test_jobs_with_a_dependency_or_a_user_hold_are_left_alone(
     fake.job(6, "seen", 2, comment="reserved by admin")
     ctl = controller(fake, tmp_path)
     assert ctl.cycle() == []
-    assert fake.ids("update") == [] and fake.ids("release") == []
+    # Job 4 is CODA's (held): its mark says why it waits; the others are not touched.
+    assert fake.ids("update") == [4] and fake.ids("release") == []
+    assert parse_mark(fake.jobs[4]["admin_comment"]) == {"state": "held", "wait": "dependency"}
     assert all(fake.jobs[j]["priority"] == 0 for j in (4, 5, 6))
     # Slurm does not re-evaluate a held job's dependency ("unfulfilled" stays): CODA
     # judges it from job 3's state, and places job 4 once job 3 completed.

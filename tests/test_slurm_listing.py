@@ -31,20 +31,22 @@ from tests.bench_module import load_bench
 # Recorded from Slurm 22.05.8 (deploy/slurm-test-cluster, TZ=UTC): the listing, then the
 # names query for some of its jobs. Job 9's name forges a line of job 2:
 # ``sbatch -J $'x\n2||fake'``; job 10's is ``a|b`` with ``--exclude=n3``; job 1's is
-# ``evil\nname|x``; 3, 6, 7 are an array's tasks, 8 a pending array.
+# ``evil\nname|x``; 3, 6, 7 are an array's tasks, 8 a pending array. The listing asks for
+# BatchFlag (after Requeue) since this was recorded: every job here is sbatch's, so its
+# column reads 1, inserted by hand.
 LISTED = (
-    "1|1|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|main|(null)\n"
-    "2|2|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|main|coda:held\n"
-    "6|3|1|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
-    "7|3|2|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
-    "3|3|3|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n2||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|main|(null)\n"
-    "4|4|N/A|N/A|0|PENDING|BadConstraints|2|1|1|gres:gpu:2|N/A|N/A|||(null)|0|2026-12-02T06:56:34|N/A|N/A|0|0|2:00|1|main|coda:held\n"
-    "5|5|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||afterok:2(unfulfilled)|0|2026-12-02T06:56:34|N/A|N/A|0|0|UNLIMITED|1|main|coda:held\n"
-    "8|8|1-2|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:58:50|N/A|N/A|0|0|5:00|1|main|coda:held\n"
-    "9|9|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1:30:00|1|main|coda:held\n"
-    "10|10|N/A|N/A|0|PENDING|JobHeldUser|2|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1-02:00:00|1|main|coda:held\n"
-    "12|12|N/A|N/A|65534|CANCELLED|None|2|1|1|N/A|N/A|N/A|n1||(null)|4294901758|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|15|0|1:30:00|1|main|coda:held\n"
-    "13|13|N/A|N/A|65534|CANCELLED|JobHeldUser|1|1|4294967294|gres:gpu:1|N/A|N/A|||(null)|0|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|0|0|1-02:00:00|1|main|coda:held\n"
+    "1|1|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|1|main|(null)\n"
+    "2|2|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:54:55|N/A|N/A|0|0|5:00|1|1|main|coda:held\n"
+    "6|3|1|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|1|main|(null)\n"
+    "7|3|2|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n1||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|1|main|(null)\n"
+    "3|3|3|N/A|0|CANCELLED|None|1|1|1|N/A|N/A|N/A|n2||(null)|4294901759|2026-12-02T06:56:34|2026-12-02T06:56:47|2026-12-02T06:58:02|15|0|5:00|1|1|main|(null)\n"
+    "4|4|N/A|N/A|0|PENDING|BadConstraints|2|1|1|gres:gpu:2|N/A|N/A|||(null)|0|2026-12-02T06:56:34|N/A|N/A|0|0|2:00|1|1|main|coda:held\n"
+    "5|5|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||afterok:2(unfulfilled)|0|2026-12-02T06:56:34|N/A|N/A|0|0|UNLIMITED|1|1|main|coda:held\n"
+    "8|8|1-2|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T06:58:50|N/A|N/A|0|0|5:00|1|1|main|coda:held\n"
+    "9|9|N/A|N/A|0|PENDING|JobHeldUser|1|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1:30:00|1|1|main|coda:held\n"
+    "10|10|N/A|N/A|0|PENDING|JobHeldUser|2|1|1|N/A|N/A|N/A|||(null)|0|2026-12-02T07:02:50|N/A|N/A|0|0|1-02:00:00|1|1|main|coda:held\n"
+    "12|12|N/A|N/A|65534|CANCELLED|None|2|1|1|N/A|N/A|N/A|n1||(null)|4294901758|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|15|0|1:30:00|1|1|main|coda:held\n"
+    "13|13|N/A|N/A|65534|CANCELLED|JobHeldUser|1|1|4294967294|gres:gpu:1|N/A|N/A|||(null)|0|2026-12-02T07:03:15|2026-12-02T07:03:16|2026-12-02T07:03:16|0|0|1-02:00:00|1|1|main|coda:held\n"
 )  # fmt: skip
 # Each job's part of the names query's answer (squeue prints the asked ones, in this order).
 NAMES_OF = {10: "10|n3|a|b", 9: "9||x\n2||fake", 5: "5||j.sh", 4: "4||j.sh", 2: "2||aaaa",
@@ -116,7 +118,7 @@ def test_an_unchanged_line_gives_back_the_same_job_and_asks_nothing_more() -> No
     assert all(a is b for a, b in zip(first, second, strict=True))
     assert len(runner.calls) == n + 1  # the listing only: no names query
     runner.listed = LISTED.replace(
-        "|2:00|1|main|coda:held\n", "|2:00|1|main|coda:held,wait=cores\n"
+        "|2:00|1|1|main|coda:held\n", "|2:00|1|1|main|coda:held,wait=cores\n"
     )
     third = listing.jobs()
     assert [j.job_id for a, j in zip(first, third, strict=True) if a is not j] == [4]
@@ -134,7 +136,8 @@ def test_an_admin_comment_with_a_newline_or_a_pipe_stays_in_its_job() -> None:
     "bad",
     [
         "x|2|N/A",  # not a job id
-        LISTED.splitlines()[1].replace("|1|main|", "|yes|main|"),  # Requeue
+        LISTED.splitlines()[1].replace("|1|1|main|", "|yes|1|main|"),  # Requeue
+        LISTED.splitlines()[1].replace("|1|1|main|", "|1|yes|main|"),  # BatchFlag
         LISTED.splitlines()[1].replace("|5:00|", "|5 min|"),  # TimeLimit
         LISTED.splitlines()[1].replace("2026-12-02T06:54:55", "yesterday"),  # SubmitTime
         LISTED.splitlines()[1].replace("|JobHeldUser|1|", "|JobHeldUser|٣|"),  # NumCPUs
@@ -243,10 +246,19 @@ def test_the_mirror_kept_by_changes_equals_one_built_from_every_job(seed: int) -
     assert checked[0] is False and sum(checked) >= 6  # the first full, then by changes
 
 
+def test_only_a_batch_job_with_requeue_may_be_requeued() -> None:
+    # Slurm refuses to requeue a job srun or salloc made, though it shows Requeue=1 too.
+    line = LISTED.splitlines()[1]
+    assert parse_line(line).requeueable
+    assert not parse_line(line.replace("|1|1|main|", "|1|0|main|")).requeueable
+    assert not parse_line(line.replace("|1|1|main|", "|0|1|main|")).requeueable
+
+
 def test_a_running_job_without_a_time_limit_has_no_end_time() -> None:
-    # Recorded (22.05.8): `sbatch -t 0`, running; squeue -O prints its EndTime as NONE.
+    # Recorded (22.05.8; BatchFlag inserted): `sbatch -t 0`, running; squeue -O prints its
+    # EndTime as NONE.
     line = ("18|18|N/A|N/A|65534|RUNNING|None|2|1|1|gres:gpu:1|N/A|N/A|n1|n1|(null)|"
-            "4294901755|2026-12-02T07:13:20|2026-12-02T07:13:21|NONE|0|0|UNLIMITED|1|main|"
+            "4294901755|2026-12-02T07:13:20|2026-12-02T07:13:21|NONE|0|0|UNLIMITED|1|1|main|"
             "coda:placed,req=2,grant=2,nodes=n1")  # fmt: skip
     job = parse_line(line, "tiny")
     assert (job.state, job.end_time, job.time_limit_s, job.nodes) == ("RUNNING", 0, None, ["n1"])

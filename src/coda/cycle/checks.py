@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from coda.cycle import reasons as R
 from coda.cycle.invariant import InvariantError
+from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def check_no_waiting_fit(self: Scheduler) -> None:
             first = self._earliest(arr)
             waiting = [first] if first is not None else []
         for job in waiting:
-            if every_job and getattr(job.wait, "code", None) == R.DEPTH:
+            if every_job and isinstance(job.wait, Reason) and job.wait.code == R.DEPTH:
                 continue  # past the depth: not looked at, as in Slurm's pass
             cores_pn = self.cores(job)
             job.estimate = self.policy.estimates.runtime(job, cores_pn)

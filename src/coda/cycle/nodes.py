@@ -44,6 +44,10 @@ class NodeBook:
         """A job took or gave back resources (its tenant's share moved)."""
         return None
 
+    def _share_moved(self, job: Job, before: float) -> None:
+        """Under fair share: the job's tenant's share was ``before`` until now."""
+        return None
+
     # ------------------------------------------------------------ nodes
     @property
     def reclaims(self) -> bool:
@@ -140,9 +144,29 @@ class NodeBook:
             node.version += 1
             self.reindex(node)
         self.book_version += 1
+        self.charge(job, nodes, now)
+
+    def charge(self, job: Job, nodes: Sequence[Node], now: float) -> None:
+        """Count a running job in the reserve plugins' books (fair-share usage): every
+        booking does; a driver that mirrors nodes itself (Slurm) calls it for each job
+        it finds running. Charging a job twice counts it once."""
+        fair = self.policy.fair_share
+        before = fair.share(fair.tenant(job)) if fair is not None else 0.0
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._booked(job)
+        if fair is not None:
+            self._share_moved(job, before)
+
+    def discharge(self, job: Job, now: float) -> None:
+        """A job stopped (its counterpart, ``charge``); a job not charged is let be."""
+        fair = self.policy.fair_share
+        before = fair.share(fair.tenant(job)) if fair is not None else 0.0
+        for r in self.policy.reserve:
+            r.unreserve(job, now)
+        self._booked(job)
+        if fair is not None:
+            self._share_moved(job, before)
 
     def vacate(self, job: Job, now: float) -> list[Node]:
         """Take a running job off its nodes (finish, preemption, cancel)."""
@@ -161,9 +185,7 @@ class NodeBook:
             self.reindex(node)
             self.mark_dirty(node)
         self.book_version += 1
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
-        self._booked(job)
+        self.discharge(job, now)
         return nodes
 
     def resize(self, job: Job, cores_pn: int) -> bool:

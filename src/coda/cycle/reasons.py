@@ -19,6 +19,8 @@ FIFO = "fifo"  # no runtime estimates, so no backfill: waits behind its array's 
 DEPTH = "depth"  # the cycle's backfill depth ran out before it got to this job
 NEVER = "never"  # too big for every node it may use, even empty (not queued)
 NEW = "new"  # queued since the last cycle
+CYCLE = "cycle"  # waited only for the scheduler's next cycle (a periodic scheduler)
+DEPENDENCY = "dependency"  # its dependency on other jobs is not met (Slurm's --dependency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,10 @@ class Reason:
             return f"can never run here: {self.detail}"
         if self.code == NEW:
             return "queued since the last cycle"
+        if self.code == CYCLE:
+            return "waits for the scheduler's next cycle"
+        if self.code == DEPENDENCY:
+            return "waits for its dependency on other jobs"
         return self.code
 
 

@@ -68,6 +68,8 @@ class Scheduler(Backfill):
         self._slurm_windows = policy.plan_times == "slurm-windows"
         self._bucket_of: dict[Job, Bucket] = {}
         self.queued = {DNN: 0, CPU: 0}
+        self._filed = 0  # entries filed so far (``_enqueue``)
+        self._unbound: set[str] = set()  # arrays whose reservation shares moved past
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search
         self._carry: set[Job] = set()  # requeued jobs still owed a full search
         self._requeue: list[Job] = []  # preempted during a cycle, queued after its round
@@ -145,8 +147,10 @@ class Scheduler(Backfill):
 
     def _enqueue(self, job: Job) -> None:
         arr = self.policy.arrays.array_of(job)
-        # The preemption count keeps a requeued job's new entry apart from its old one.
-        job.queue_key = (self.policy.queue_sort.key(job), job.idx, job.preemptions)
+        # The filing count keeps a requeued job's new entry apart from its old one (not
+        # its preemption count: a driver may requeue a job before it counts that).
+        self._filed += 1
+        job.queue_key = (self.policy.queue_sort.key(job), job.idx, self._filed)
         self._file(arr, job)
         self._queues.push(arr, job)
         self.queued[job.kind] += 1
@@ -304,18 +308,22 @@ class Scheduler(Backfill):
         self._new = []
         try:
             for _ in range(_MAX_ROUNDS):
+                if self._rebind_due():
+                    self._rebind()
                 dirty = list(self.dirty)
                 self.dirty = {}
                 self._round(dirty, fresh)
-                fresh = set()  # they have had their full search
+                # They have had their full search; a job the round's starts moved to
+                # its array's front (fair share) is owed one as the head it now is.
+                fresh = self._overtaken()
                 if self._requeue:
                     # Preempted mid-round: queued now (not while buckets were being
                     # walked) and given a full search like new arrivals.
                     for job in self._requeue:
                         self._enqueue(job)
-                    fresh = set(self._requeue)
+                    fresh.update(self._requeue)
                     self._requeue = []
-                elif not self.dirty:
+                elif not self.dirty and not fresh and not self._rebind_due():
                     break
         finally:
             self._in_cycle = False
@@ -326,6 +334,54 @@ class Scheduler(Backfill):
         self._deferred = {}
         self._carry = {job for job in fresh if job.start < 0 and job in self._bucket_of}
         return self._decisions
+
+    def _share_moved(self, job: Job, before: float) -> None:
+        """A reservation binds the jobs ranked after its holder (by share, then queue
+        key). A job it kept off its nodes may rank before it now if its tenant's share
+        fell past the holder's, or the holder's own tenant took more: its array is
+        owed a retry of those nodes (``_rebind``). Other moves only bind more jobs."""
+        fair = self.policy.fair_share
+        assert fair is not None  # called under fair share only
+        tenant = fair.tenant(job)
+        after = fair.share(tenant)
+        for arr, resv in self.reservations.items():
+            if resv is None or arr in self._unbound:
+                continue
+            if fair.tenant(resv.job) == tenant:
+                if after > before:
+                    self._unbound.add(arr)
+            elif after < before and after <= resv.rank[0] <= before:
+                self._unbound.add(arr)
+
+    def _rebind_due(self) -> bool:
+        """Whether a reservation's nodes are owed a retry (``_share_moved``)."""
+        return bool(self._unbound)
+
+    def _rebind(self) -> None:
+        """The nodes of the reservations shares moved past are retried, as if they had
+        gained room: a job those reservations kept off them may start there now."""
+        for arr in self._unbound:
+            resv = self.reservations.get(arr)
+            if resv is not None:
+                for node in resv.nodes:
+                    self.mark_dirty(node)
+        self._unbound.clear()
+
+    def _overtaken(self) -> set[Job]:
+        """Each array's first job that is not the head the round settled on: under fair
+        share a start moves its tenant's share, so a job of another tenant may come
+        first after its array's head was settled (and bound by that head's reservation).
+        Another round settles it; without this it waited, with a stale reason, for a
+        node to change."""
+        if self.policy.fair_share is None:
+            return set()
+        overtaken = set()
+        for arr, head in self.heads.items():
+            if head is not None and head.start < 0:
+                first = self._earliest(arr)
+                if first is not None and first is not head:
+                    overtaken.add(first)
+        return overtaken
 
     def _round(self, dirty: list[Node], fresh: set[Job]) -> None:
         if self._every_job:
@@ -434,8 +490,9 @@ class Scheduler(Backfill):
         old = self.reservations[arr]
         resv = self._reserve_for(arr, job, cores_pn, active)
         moved = old is not None and old is not resv
-        if moved and resv is not None and old is not None:
-            # The same nodes, reserved from no later: nothing kept off them may fit now.
+        if moved and resv is not None and old is not None and resv.job is old.job:
+            # The same job on the same nodes, from no later: nothing kept off them may
+            # fit now. (A new head was itself kept off them, by its predecessor's hold.)
             moved = resv.nodes != old.nodes or resv.shadow > old.shadow
         if moved and old is not None:
             for node in old.nodes:

@@ -361,7 +361,4 @@ class AdaptiveAllocator(CoreSearch):
 
     @staticmethod
     def _cpu_colocated(job: Job) -> bool:
-        return any(
-            getattr(n, "cpu_job_cores", 0) > 0 or any(j.kind == CPU for j in n.jobs)
-            for n in job.placement
-        )
+        return any(n.cpu_job_cores > 0 or any(j.kind == CPU for j in n.jobs) for n in job.placement)

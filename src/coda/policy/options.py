@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from coda.policy.estimates import ESTIMATES, ExactProjection, NoEstimates, TimeLimits
 from coda.policy.framework import Filter, Reclaim, RuntimeEstimate
 
-RECLAIMS = ("shrink", "requeue")
+RECLAIMS = ("shrink", "requeue")  # what a simulation or a node's agent may be asked for
+# ... and "none": nothing is ever taken back (Slurm's node agent: Slurm owns the grants).
+POLICY_RECLAIMS = (*RECLAIMS, "none")
 ORDERS = ("drf", "fifo")  # how CODA orders jobs inside each array
 # A control period shorter than this is no setting (ticks would pile up at one instant
 # once t + period == t); a period or start delay longer than a day neither.
@@ -80,8 +82,10 @@ class PolicyOptions:
             raise ValueError(
                 f"unknown runtime estimates {self.estimates!r}; known: {', '.join(ESTIMATES)}"
             )
-        if self.reclaim not in RECLAIMS:
-            raise ValueError(f"unknown reclaim {self.reclaim!r}; known: {', '.join(RECLAIMS)}")
+        if self.reclaim not in POLICY_RECLAIMS:
+            raise ValueError(
+                f"unknown reclaim {self.reclaim!r}; known: {', '.join(POLICY_RECLAIMS)}"
+            )
         sw = self.settle_windows
         if isinstance(sw, bool) or not isinstance(sw, int) or not 0 <= sw <= 10:
             raise ValueError(
@@ -100,7 +104,9 @@ class PolicyOptions:
             return TimeLimits(self.default_time_limit_s)
         return NoEstimates()
 
-    def reclaimer(self) -> Reclaim:
+    def reclaimer(self) -> Reclaim | None:
         from coda.policy.coda import RequeueOnly, ShrinkThenPreempt
 
+        if self.reclaim == "none":
+            return None
         return ShrinkThenPreempt() if self.reclaim == "shrink" else RequeueOnly()

@@ -313,6 +313,9 @@ class NodeAgent:
             1,
             float("inf"),
             model=model,
+            # The tenant fair share shares between: its owner (no uid: the agent's own
+            # user, as the row's run does), as in the Slurm controller.
+            user=str(r.uid if r.uid is not None else os.geteuid()),
             time_limit=r.time_limit_s if r.time_limit_s is not None else math.inf,
             pcie_heavy=pcie_heavy(model, r.gpus) if r.gpus else False,
         )

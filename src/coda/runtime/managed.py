@@ -17,7 +17,7 @@ class AgentConfig:
     settle_s: float = 1.0  # after a core or quota change, ignore this long (buffers drain)
     stall_s: float = 15.0  # no progress for this long: the job's samples are not trusted
     policy: str = "coda"
-    reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue
+    reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue | none
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long

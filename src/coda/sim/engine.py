@@ -38,6 +38,7 @@ from coda.workload.tenants import users_of
 
 # Kept under their old names: tests read the heap's event kinds.
 _FINISH, _TICK, _SAMPLE = FINISH, TICK, SAMPLE
+_CYCLE = Reason(R.CYCLE)
 # The heap is compacted once it holds this many events and twice as many as after
 # the last compaction. Each compaction walks the heap and sorts in the retired times
 # still ahead (several per live event): a constant share of the pushes since the last.
@@ -387,8 +388,10 @@ class Simulator:
         job, nodes, cores_pn = start.job, list(start.nodes), start.cores_pn
         now = self.now
         wait = job.wait
-        if isinstance(wait, Reason) and wait.code != R.NEW:
-            self.wait_reason[job.idx] = wait.token
+        # Its reason, if it waited at all (a job refused and started at one instant did
+        # not); one never looked at before this cycle waited for the cycle.
+        if isinstance(wait, Reason) and now > self._requeued_at.get(job, job.submit):
+            self.wait_reason[job.idx] = _CYCLE.token if wait.code == R.NEW else wait.token
         job.last_update = now
         # Its first throughput window opens when it begins to work.
         job.sample_t = now + self.start_delay

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from coda.cycle import reasons as R
 from coda.policy.state import DNN, GPU_POOL
 from coda.sim.constants import EPISODE_LOSS
 from coda.sim.result import SimResult, describe
@@ -181,7 +182,8 @@ def _result(self: Simulator, wall: float) -> SimResult:
     for job, since in self._requeued_at.items():  # preempted, not restarted by the end
         self.waited[job.idx] += max(0.0, self.now - since)
     for job, reason in self.sched.waiting():  # still queued at the end: why
-        self.wait_reason[job.idx] = reason.token
+        # Queued since the last cycle: it waits for the next one (a periodic scheduler).
+        self.wait_reason[job.idx] = R.CYCLE if reason.code == R.NEW else reason.token
     waits = Counter(r.split(":", 1)[0] for r in self.wait_reason if r)
     queued_time = area.get("dnn_queued", 0.0)
     frag = self.series["gpu_frag_cores"]

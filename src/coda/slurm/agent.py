@@ -75,12 +75,13 @@ class SlurmNodeAgent(NodeAgent):
         wall: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
     ) -> None:
+        # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
+        config = dataclasses.replace(config or AgentConfig(), reclaim="none")
         super().__init__(store, cgroups, state_dir, config, None, clock, wall, log, node_name=node)  # type: ignore[arg-type]
+        assert self.policy.reclaim is None  # built so (PolicyOptions.reclaim "none")
         self.slurm = client
         self.sg = cgroups
         self.progress_dir = Path(progress_dir)
-        # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
-        self.policy.reclaim = None
         self.info: dict[int, SlurmJobInfo] = {}
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}

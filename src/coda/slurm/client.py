@@ -229,7 +229,8 @@ class SlurmJob:
     exit_code: int | None = None
     restarts: int = 0  # times Slurm requeued it (restart_cnt)
     time_limit_s: float | None = None  # None: no limit (UNLIMITED, or none given)
-    requeueable: bool = False  # Requeue=1: `scontrol requeuehold` may take it back
+    # A batch job with Requeue=1: `scontrol requeuehold` may take it back.
+    requeueable: bool = False
     array_job_id: int = 0
     array_task_id: int | None = None
     het_job_id: int = 0
@@ -349,6 +350,9 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
     requeue = d.get("requeue", False)
     if not isinstance(requeue, bool):
         raise ValueError(f"requeue {requeue!r} is not true or false")
+    batch = d.get("batch_flag", True)  # squeue --json gives it; records without it: sbatch's
+    if not isinstance(batch, bool):
+        raise ValueError(f"batch_flag {batch!r} is not true or false")
     return SlurmJob(
         job_id=_positive(d.get("job_id"), "job_id", 0) or _no_id(),
         name=str(d.get("name") or ""),
@@ -370,7 +374,8 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
         restarts=_count(d.get("restart_cnt"), "restart_cnt"),
         time_limit_s=_time_limit_s(d.get("time_limit")),
-        requeueable=requeue,
+        # Slurm requeues batch jobs only (an srun or salloc job shows requeue too).
+        requeueable=requeue and batch,
         array_job_id=int(d.get("array_job_id") or 0),
         array_task_id=d["array_task_id"] if isinstance(d.get("array_task_id"), int) else None,
         het_job_id=int(d.get("het_job_id") or 0),

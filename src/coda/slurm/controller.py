@@ -24,6 +24,7 @@ they outlive both the controller and Slurm's memory of ended jobs.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.cycle import Decision, Reason, Reclaimed, Scheduler, Start
+from coda.cycle import reasons as R
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Preempt
@@ -65,6 +67,7 @@ Placement = Start
 # Mark updates with a changed wait reason written per cycle: each is one scontrol call,
 # so a queue of thousands converges over cycles instead of stalling one.
 WAIT_MARKS_PER_CYCLE = 20
+_DEPENDENCY = Reason(R.DEPENDENCY)
 
 
 _DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
@@ -343,7 +346,9 @@ class Controller:
             if self._write_placement(sj, p):
                 marked.append((sj, p))
         done = self._release_checked(marked)
-        self._mark_waits(queued)
+        # Held behind an unmet dependency: not the cycle's to place, but held by CODA.
+        blocked = [j for j in with_deps if ready.get(j.job_id) is False]
+        self._mark_waits(queued, blocked)
         return done
 
     def decide(
@@ -428,9 +433,10 @@ class Controller:
                 f"job {sj.job_id} ({sj.name!r}): requeued for a DNN job ({lost:.0f} core-s lost)"
             )
 
-    def _mark_waits(self, queued: Sequence[SlurmJob]) -> None:
-        """Why each held job waits, into its mark (a few per cycle, queue order)."""
-        reasons: dict[int, Reason] = {}
+    def _mark_waits(self, queued: Sequence[SlurmJob], blocked: Sequence[SlurmJob] = ()) -> None:
+        """Why each held job waits, into its mark (a few per cycle, queue order); the
+        ``blocked`` ones wait for their dependency."""
+        reasons: dict[int, Reason] = dict.fromkeys((j.job_id for j in blocked), _DEPENDENCY)
         reason_of = self.sched.reason_of
         for jid, job in self.mirror.queued.items():  # O(1) each, no sort of the queue
             why = reason_of(job)
@@ -439,7 +445,7 @@ class Controller:
         reasons.update(self.mirror.never)
         self.stats.waits = Counter(r.code for r in reasons.values())  # a token's first word
         budget = WAIT_MARKS_PER_CYCLE
-        for sj in queued:
+        for sj in itertools.chain(queued, blocked):
             if budget <= 0:
                 break
             why = reasons.get(sj.job_id)

@@ -67,6 +67,7 @@ def line_of(d: dict[str, Any]) -> str:
         str(d.get("restart_cnt") or 0),
         _limit(d.get("time_limit")),
         "1" if d.get("requeue") else "0",
+        "0" if d.get("batch_flag") is False else "1",
         str(d.get("partition") or ""),
         _na(d.get("admin_comment"), "(null)"),
     ]

@@ -50,7 +50,7 @@ FIELDS = (
     "JobID", "ArrayJobID", "ArrayTaskID", "HetJobID", "UserID", "State", "Reason",
     "NumCPUs", "NumNodes", "NumTasks", "tres-per-node", "tres-per-job", "tres-per-task",
     "NodeList", "ReqNodes", "Dependency", "PriorityLong", "SubmitTime", "StartTime",
-    "EndTime", "exit_code", "RestartCnt", "TimeLimit", "Requeue", "Partition",
+    "EndTime", "exit_code", "RestartCnt", "TimeLimit", "Requeue", "BatchFlag", "Partition",
     "admin_comment",
 )  # fmt: skip
 FORMAT = ",".join(f"{f}:0|" for f in FIELDS[:-1]) + f",{FIELDS[-1]}:0"
@@ -158,7 +158,7 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         raise ValueError(f"{len(f)} fields, not {len(FIELDS)}")
     (jid, array_jid, array_tid, het_jid, uid, state, reason, cpus, n_nodes, tasks,
      tpn, tpj, tpt, nodelist, reqnodes, dep, prio, submit, start, end, exit_code,
-     restarts, limit, requeue, partition, comment) = f  # fmt: skip
+     restarts, limit, requeue, batch, partition, comment) = f  # fmt: skip
     job_id = _int(jid, "JobID")
     if job_id < 1:
         raise ValueError("no JobID")
@@ -171,6 +171,8 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
     running = state != "PENDING"
     if requeue not in ("0", "1"):
         raise ValueError(f"Requeue {requeue!r} is not 0 or 1")
+    if not _ID.fullmatch(batch):
+        raise ValueError(f"BatchFlag {batch!r} is not a count")
     in_array = array_tid not in _EMPTY
     comment = _text(comment)
     return SlurmJob(
@@ -194,7 +196,8 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         exit_code=int(exit_code) if _ID.fullmatch(exit_code) else None,
         restarts=_int(restarts, "RestartCnt"),
         time_limit_s=time_limit_s(limit),
-        requeueable=requeue == "1",
+        # Slurm requeues batch jobs only (an srun or salloc job shows Requeue=1 too).
+        requeueable=requeue == "1" and batch != "0" and int(batch) > 0,
         array_job_id=_int(array_jid, "ArrayJobID") if in_array else 0,
         array_task_id=int(array_tid) if array_tid.isascii() and array_tid.isdigit() else None,
         het_job_id=_int(het_jid, "HetJobID"),

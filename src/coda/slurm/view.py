@@ -35,10 +35,13 @@ def policy_job(sj: SlurmJob) -> Job:
         sj.node_count,
         float("inf"),
         model=model,
+        # The tenant fair share shares between: its owner, as in the agent.
+        user=str(sj.user_id),
         time_limit=sj.time_limit_s if sj.time_limit_s is not None else math.inf,
         # Only a job Slurm may requeue can have its cores taken back.
         preemptible=sj.requeueable,
-        pcie_heavy=pcie_heavy(model, sj.gpus_per_node) if sj.gpus_per_node else False,
+        # The profile's model name is the job's name (the model key adds its owner).
+        pcie_heavy=pcie_heavy(sj.name, sj.gpus_per_node) if sj.gpus_per_node else False,
     )
     job.preemptions = sj.restarts
     return job
@@ -76,6 +79,7 @@ class SlurmView:
         # Nodes a cycle booked onto: their job lists are rebuilt at the next sync.
         self.touched: set[str] = set()
         self.never: dict[int, Reason] = {}  # held jobs that can never run here
+        self._now = 0.0  # the time of the sync under way (usage dropped is released then)
 
     def job(self, sj: SlurmJob) -> Job:
         """The one Job object of a Slurm job (made again only if its request changed)."""
@@ -104,6 +108,7 @@ class SlurmView:
         now. ``delta``: the jobs new or changed since the last sync and the ids gone
         (``JobIndex``), so only those are looked at; None: look at every job.
         Returns whether the set of usable nodes changed."""
+        self._now = now
         changed = self._sync_nodes(snodes)
         if changed:
             self.never.clear()  # a job that could never run may fit now: ask again
@@ -226,6 +231,8 @@ class SlurmView:
             job.placement = [self.nodes[x] for x in names]
             use = _Usage(fp, job, names, held_g, held_c, j)
             self._usage[j.job_id] = use
+            # Its owner's fair share counts it, whoever started it, until it is gone.
+            self.sched.charge(job, job.placement, now)
             for x in names:
                 self._held[x][0] += held_g
                 self._held[x][1] += held_c
@@ -266,6 +273,7 @@ class SlurmView:
 
     def _drop_usage(self, jid: int, changed: set[str]) -> None:
         use = self._usage.pop(jid)
+        self.sched.discharge(use.job, self._now)
         for x in use.names:
             if x in self._held:
                 self._held[x][0] -= use.held_g
