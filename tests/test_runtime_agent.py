@@ -241,6 +241,35 @@ def test_a_silent_job_is_not_trusted(env) -> None:
     assert render(agent).count('coda_job_stalled{job="1"') == 1
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_restarted_progress_count_gives_no_rate_and_stops_nothing(env, gpus: int) -> None:
+    """A second Reporter in one job (e.g. one per epoch) counts from 0 again: the rate
+    across it would be negative, which the agent must not record (its rows would read
+    as damaged and stop every command)."""
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    code = (
+        "import time\nfrom coda.runtime.progress import Reporter\n"
+        "for n in (1000, 10):\n"
+        "    r = Reporter()\n"
+        "    for _ in range(6):\n"
+        "        r.step(n // 6); time.sleep(0.25)\n"
+        "    r.close()\n"
+    )
+    jid = submit(store, py("-c", code), name="epochs", cores=1, gpus=gpus, model="e")
+    seen: list[float] = []
+
+    def done() -> bool:
+        row = store.job(jid)
+        if row.throughput is not None:
+            seen.append(row.throughput)
+        return row.state == "done"
+
+    tick_until(agent, done)
+    assert seen and min(seen) >= 0, seen
+    assert store.jobs() and store.job(jid).state == "done"
+
+
 def test_dnn_job_reclaims_cores_from_cpu_jobs(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()

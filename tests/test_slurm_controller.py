@@ -802,3 +802,87 @@ def test_a_placement_slurm_took_in_part_is_not_released(fake: FakeSlurm, tmp_pat
     assert j["priority"] == 0 and parse_mark(j["admin_comment"])["state"] == "held"  # type: ignore[index]
     assert ctl.stats.refusals == {"placement_not_taken_whole": 1}  # and the metrics say so
     assert fake.ids("release") == []
+
+
+# ------------------------------------------------------------ fair share on Slurm
+def test_the_share_book_follows_what_slurm_runs(tmp_path: Path) -> None:
+    """DRF's usage on Slurm: a job counts for its owner while it holds cores, once,
+    however often its record or its Job changes, and not after it is gone."""
+    fake = FakeSlurm()
+    for i in range(3):
+        fake.node(f"c{i}", 8)
+    fake.job(50, "mpi", 5, node_count=2)  # 5 CPUs on 2 nodes: its Job is made again
+    ctl = controller(fake, tmp_path)
+    fair = ctl.policy.fair_share
+    assert fair is not None
+    assert [p.job.idx for p in ctl.cycle()] == [50]
+    j = fake.jobs[50]
+    j.update(job_state="RUNNING", nodes=j["required_nodes"], start_time=1000)
+    ctl.cycle()
+    assert fair.usage() == {"1000": (0, 6)}  # its placement: 3 cores on each node
+    del fake.jobs[50]  # ended, and Slurm forgot it
+    ctl.cycle()
+    assert fair.usage() == {"1000": (0, 0)}
+
+
+def test_a_placed_job_slurm_does_not_start_holds_no_share(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    fake.node("g1", 16, gpus=2)
+    fake.job(91, "big", 16, gpus_pn=1, priority=1, required="g1",
+             comment="coda:placed,req=16,grant=16,nodes=g1")  # fmt: skip
+    fake.jobs[91]["state_reason"] = "QOSMaxJobsPerUserLimit"
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    assert ctl.policy.fair_share is not None
+    assert ctl.policy.fair_share.usage().get("1000", (0, 0)) == (0, 0)
+
+
+def test_a_placement_slurm_refused_is_not_charged_after_a_cancel(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    fake.node("g1", 16, gpus=2)
+    fake.job(30, "resnet", 4, gpus_pn=1)
+    fake.fail.append(lambda argv: argv[:3] == ["scontrol", "update", "JobId=30"])
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []  # the placement update failed
+    fake.fail.clear()
+    fake.jobs[30]["job_state"] = "CANCELLED"
+    ctl.cycle()
+    assert ctl.policy.fair_share is not None
+    assert ctl.policy.fair_share.usage()["1000"] == (0, 0)
+
+
+def test_a_share_moved_by_a_job_slurm_started_is_a_cycle_owed(tmp_path: Path) -> None:
+    """b's job waits behind a's head (it would delay a's reservation). Slurm runs an
+    array task of a (passed through to it): a's share passes b's, the reservation no
+    longer binds b's job, and the next pass starts it though no node gained room."""
+    fake = FakeSlurm()
+    fake.node("g1", 16, gpus=2)
+    fake.node("c1", 16)
+    fake.node("c2", 16)
+
+    def running(jid: int, name: str, cpus: int, node: str, uid: int, gpus: int = 0) -> None:
+        d = fake.job(jid, name, cpus, gpus_pn=gpus, state="RUNNING", priority=1, nodes=node,
+                     comment="")  # fmt: skip
+        d.update(user_id=uid, time_limit=60, start_time=1000)
+
+    running(1, "hog", 2, "g1", 3000, gpus=1)  # ends within the hour
+    running(2, "b-prep", 4, "c1", 2000)  # b holds 4 of 48 cores
+    fake.job(10, "a-big", 2, gpus_pn=2)["user_id"] = 1000  # a's head: both GPUs of g1
+    fake.job(11, "b-long", 2, gpus_pn=1)["user_id"] = 2000  # no limit: would delay a-big
+    sweep = fake.job(12, "a-sweep", 12)
+    sweep.update(user_id=1000, array_job_id=12)
+    ctl = controller(fake, tmp_path)
+    assert ctl.cycle() == []
+    assert ctl.sched.reason_of(ctl.mirror.jobs[11]).code == "reservation"
+    sweep.update(job_state="RUNNING", nodes="c2", start_time=1001)
+    assert [p.job.idx for p in ctl.cycle()] == [11]
+
+
+def test_an_array_job_with_a_dependency_keeps_its_passed_mark(tmp_path: Path) -> None:
+    fake = FakeSlurm()
+    fake.node("c1", 8)
+    fake.job(3, "before", 1, state="RUNNING", priority=1, nodes="c1", comment="")
+    fake.job(92, "sweep", 2, dependency="afterok:3(unfulfilled)")["array_job_id"] = 92
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    assert parse_mark(fake.jobs[92]["admin_comment"]) == {"state": "passed", "why": "array"}

@@ -156,6 +156,21 @@ def test_a_column_named_twice_is_refused_naming_it(tmp_path, header, column):
     assert "named more than once" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("value", ["\u0663", "1_0", "\uff11", "\xa03"])
+@pytest.mark.parametrize("column", ["submit_s", "duration_s", "cores", "time_limit_s"])
+def test_a_number_in_another_script_is_refused(tmp_path, column, value):
+    # Python's float() and int() take them; no trace writer means them.
+    values = {"job_id": "a", "submit_s": "0", "duration_s": "10", "gpus": "0", "cores": "1"}
+    values[column] = value
+    header = "job_id,submit_s,duration_s,gpus,cores,time_limit_s"
+    row = ",".join(values.get(c, "") for c in header.split(","))
+    p = write(tmp_path, "digits.csv", header, row)
+    with pytest.raises(TraceFormatError) as e:
+        load_trace(p)
+    assert e.value.line == 2 and e.value.column == column
+    assert "not a plain ASCII number" in str(e.value)
+
+
 def test_a_bandwidth_on_a_gpu_job_is_a_bad_row(tmp_path):
     p = write(tmp_path, "t.csv", HEADER, "a,0,10,0.5,1,,,,1.5")  # half a GPU is a GPU job
     with pytest.raises(TraceFormatError) as e:

@@ -273,6 +273,7 @@ class Scheduler(Backfill):
             self.dirty
             or self._new
             or self._carry
+            or self._unbound  # shares moved past a reservation (``_share_moved``)
             or self.policy.core_count.generation != self._generation
             or self.policy.pools.generation != self._pools_generation
         )

@@ -48,6 +48,9 @@ def _sample(self: NodeAgent, now: float) -> None:
         if m.window is None:
             m.window = rec
             continue
+        if rec.samples < m.window.samples:
+            m.window = rec  # its count restarted (a new Reporter): no rate across that
+            continue
         span = rec.t - m.window.t
         if span < cfg.window_s:
             continue
@@ -59,8 +62,8 @@ def _sample(self: NodeAgent, now: float) -> None:
 
 
 def _cpu_throughput(self: NodeAgent, m: Managed, rec: Progress, now: float) -> None:
-    if m.window is None:
-        m.window = rec
+    if m.window is None or rec.samples < m.window.samples:
+        m.window = rec  # first record, or its count restarted: a window opens here
     elif rec.t - m.window.t >= self.config.window_s:
         m.throughput = (rec.samples - m.window.samples) / (rec.t - m.window.t)
         m.window = rec

@@ -347,7 +347,9 @@ class Controller:
                 marked.append((sj, p))
         done = self._release_checked(marked)
         # Held behind an unmet dependency: not the cycle's to place, but held by CODA.
-        blocked = [j for j in with_deps if ready.get(j.job_id) is False]
+        blocked = [
+            j for j in with_deps if ready.get(j.job_id) is False and not j.is_array_or_het
+        ]  # array and het jobs were passed through to Slurm above
         self._mark_waits(queued, blocked)
         return done
 

@@ -90,7 +90,7 @@ class SlurmView:
         self._read[sj.job_id] = sj
         if job is None or self._shapes[sj.job_id] != shape:
             if job is not None:
-                self.sched.withdraw(job)
+                self._let_go(job)  # its new Job is charged if it runs
                 self.queued.pop(sj.job_id, None)
             job = self.jobs[sj.job_id] = policy_job(sj)
             self._shapes[sj.job_id] = shape
@@ -130,7 +130,7 @@ class SlurmView:
             live = {j.job_id for j in sjobs}
             gone = [j for j in self.jobs if j not in live]
         for jid in gone:  # Slurm forgot it
-            self.sched.withdraw(self.jobs.pop(jid))
+            self._let_go(self.jobs.pop(jid))
             self._shapes.pop(jid, None)
             self._read.pop(jid, None)
             self.queued.pop(jid, None)
@@ -231,8 +231,12 @@ class SlurmView:
             job.placement = [self.nodes[x] for x in names]
             use = _Usage(fp, job, names, held_g, held_c, j)
             self._usage[j.job_id] = use
-            # Its owner's fair share counts it, whoever started it, until it is gone.
-            self.sched.charge(job, job.placement, now)
+            # Its owner's fair share counts what it holds, whoever started it, until it
+            # is gone; a placed job waiting for something else holds nothing.
+            if running or held_g or held_c:
+                self.sched.charge(job, job.placement, now)
+            else:
+                self.sched.discharge(job, now)
             for x in names:
                 self._held[x][0] += held_g
                 self._held[x][1] += held_c
@@ -281,6 +285,12 @@ class SlurmView:
                 self._on[x].pop(use.job.idx, None)
                 changed.add(x)
 
+    def _let_go(self, job: Job) -> None:
+        """A Job this view no longer stands for: out of the queue and of the shares (a
+        placement Slurm did not take leaves it charged by the cycle's booking)."""
+        self.sched.withdraw(job)
+        self.sched.discharge(job, self._now)
+
     def _sync_queue(self, ready: Sequence[SlurmJob]) -> None:
         want: dict[int, Job] = {}
         for sj in ready:
@@ -290,12 +300,17 @@ class SlurmView:
                 continue
             job.start, job.placement = -1.0, []
             job.preemptions = sj.restarts
+            self.sched.discharge(job, self._now)  # booked by a placement Slurm did not take
             never = self.sched.submit(job)
             if never is not None:
                 self.never[sj.job_id] = never
             else:
                 self.queued[sj.job_id] = job
         for jid in [j for j in self.queued if j not in want]:
-            self.sched.withdraw(self.queued.pop(jid))
+            job = self.queued.pop(jid)
+            if jid in self._usage:  # it runs, or is placed: no longer queued, still charged
+                self.sched.withdraw(job)
+            else:
+                self._let_go(job)
         for jid in [j for j in self.never if j not in want]:
             del self.never[jid]
