@@ -10,6 +10,8 @@ from typing import NoReturn
 
 import click
 
+from coda.workload.limits import plain_number
+
 
 def _plain_ascii(
     fail: Callable[[str, click.Parameter | None, click.Context | None], NoReturn],
@@ -19,7 +21,7 @@ def _plain_ascii(
 ) -> None:
     """A number typed on the command line is ASCII digits and signs: Python's own
     parsers also take other scripts' digits (٣), full-width ones and '_' separators."""
-    if isinstance(value, str) and (not value.isascii() or "_" in value):
+    if isinstance(value, str) and not plain_number(value):
         fail(f"{value!r} is not a plain ASCII number.", param, ctx)
 
 

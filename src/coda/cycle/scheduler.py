@@ -309,7 +309,7 @@ class Scheduler(Backfill):
         self._new = []
         try:
             for _ in range(_MAX_ROUNDS):
-                if self._rebind_due():
+                if self._unbound:
                     self._rebind()
                 dirty = list(self.dirty)
                 self.dirty = {}
@@ -324,7 +324,7 @@ class Scheduler(Backfill):
                         self._enqueue(job)
                     fresh.update(self._requeue)
                     self._requeue = []
-                elif not self.dirty and not fresh and not self._rebind_due():
+                elif not self.dirty and not fresh and not self._unbound:
                     break
         finally:
             self._in_cycle = False
@@ -353,10 +353,6 @@ class Scheduler(Backfill):
                     self._unbound.add(arr)
             elif after < before and after <= resv.rank[0] <= before:
                 self._unbound.add(arr)
-
-    def _rebind_due(self) -> bool:
-        """Whether a reservation's nodes are owed a retry (``_share_moved``)."""
-        return bool(self._unbound)
 
     def _rebind(self) -> None:
         """The nodes of the reservations shares moved past are retried, as if they had

@@ -26,6 +26,7 @@ from coda.workload.cluster import (
     parse_cluster_spec,
 )
 from coda.workload.jobs import FLAG_CENSORED, FLAG_FRACTIONAL, Trace, TraceReport
+from coda.workload.limits import plain_number
 from coda.workload.perf import Workload, build_workload, load_profile_set, parse_mix
 from coda.workload.scaling import (
     DEFAULT_WARMUP,
@@ -203,7 +204,7 @@ def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
             return ClusterSpec(label="openb", nodes=full.nodes)
         try:
             given = text.split(":", 1)[1]
-            if not given.isascii() or "_" in given:  # float() takes ٣, full-width digits, _
+            if not plain_number(given):
                 raise ValueError(given)
             frac = float(given)
         except ValueError:

@@ -173,3 +173,10 @@ def markdown_table() -> str:
     out += ["", "| cap | value | unit |", "|---|---|---|"]
     out += [f"| {name} | {_num(v)} | {unit} |" for name, v, unit in CAPS]
     return "\n".join(out)
+
+
+def plain_number(text: str) -> bool:
+    """Whether a number's text is ASCII without '_': Python's float() and int() also
+    take other scripts' digits (٣), full-width ones and '_' separators, which no trace,
+    spec or command line means. Every reader of numbers refuses those."""
+    return text.isascii() and "_" not in text

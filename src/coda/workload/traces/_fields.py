@@ -12,18 +12,13 @@ from typing import Literal, overload
 
 from coda.workload import limits
 from coda.workload.jobs import TraceFormatError
+from coda.workload.limits import plain_number as _plain_number
 from coda.workload.traces._rules import Time
 from coda.workload.traces._text import clip
 
 
 def _empty(s: str | None) -> bool:
     return s is None or not s.strip()
-
-
-def _plain(s: str) -> bool:
-    """ASCII digits and signs only: Python's parsers also take other scripts' digits (٣),
-    full-width ones and '_' separators, which no trace writer means."""
-    return s.isascii() and "_" not in s
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -82,7 +77,7 @@ class FieldParser:
         """The precise complaint about a value the fast path refused."""
         if _empty(s):
             return self.error(col, "value is missing")
-        if not _plain(s):
+        if not _plain_number(s):
             return self.error(col, f"not a plain ASCII number: {clip(s)}")
         try:
             v = float(s)
@@ -112,7 +107,7 @@ class FieldParser:
                 return None
             raise self._bad_number(col, s) from None
         lo, hi = self._bounds.get(col, _UNBOUNDED)
-        if not lo <= v <= hi or not _plain(s):
+        if not lo <= v <= hi or not _plain_number(s):
             raise self._bad_number(col, s)
         return v
 
@@ -124,7 +119,7 @@ class FieldParser:
         except (TypeError, ValueError):
             raise self._bad_number(col, s) from None
         lo, hi = self._bounds.get(col, _UNBOUNDED)
-        if not lo <= v <= hi or not _plain(s):
+        if not lo <= v <= hi or not _plain_number(s):
             raise self._bad_number(col, s)
         return v
 
@@ -142,7 +137,7 @@ class FieldParser:
             if not f.is_integer():
                 raise self.error(col, f"not a whole number: {clip(s)}") from None
             v = int(f)
-        if not _plain(s):
+        if not _plain_number(s):
             raise self._bad_number(col, s)
         lo, hi = self._bounds.get(col, _UNBOUNDED)
         if not lo <= v <= hi:
@@ -173,7 +168,7 @@ class FieldParser:
                 raise self.error(col, f"not a number: {clip(s)}") from None
             if not v.is_finite():
                 raise self.error(col, f"not a finite number: {clip(s)}") from None
-        if not _plain(s):
+        if not _plain_number(s):
             raise self._bad_number(col, s)
         lo, hi = self._bounds.get(col, _TIME_BOUNDS)
         if not lo <= v <= hi:
