@@ -151,6 +151,35 @@ def test_bad_files_are_one_line_errors_naming_the_file(files, tmp_path, key, arg
     assert_one_line_error(result, path.name, tmp_path)
 
 
+def test_a_trace_with_no_job_left_says_where_its_rows_went(files, tmp_path):
+    trace = tmp_path / "zero.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,cores\na,0,0,1,4\nb,5,0,0,2\n", "utf-8")
+    result = invoke(files, tmp_path, ["--trace", str(trace)])
+    line = assert_one_line_error(result, "zero.csv: no jobs left to simulate", tmp_path)
+    assert line.endswith("2 rows read, left out: 2 zero duration"), line  # not the report dict
+
+
+LONG = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "--seed", LONG], "'--seed'"),
+        (["simulate", "--order", LONG], "'--order'"),
+        (["simulate", "--trace", "/" + LONG], "'--trace'"),
+        (["simulate", "--cluster", LONG], "bad cluster spec"),  # a name the OS refuses
+        (["submit", "--cores", LONG, "--", "true"], "'--cores'"),
+        (["submit", "--time", LONG, "--", "true"], "is not a time limit"),
+    ],
+)
+def test_an_overlong_value_gives_a_short_error_line(tmp_path, args, needle):
+    result = CliRunner().invoke(main, args)
+    line = assert_one_line_error(result, needle)
+    assert len(line) < 400, len(line)  # the value is cut, its start and the verdict kept
+    assert line.count("9") < 300
+
+
 def test_an_unwritable_out_folder_is_one_line(files, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder", encoding="utf-8")

@@ -5,6 +5,7 @@ keeps jobs as dicts and answers the commands SlurmClient runs."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from coda.slurm import fake_squeue
 from coda.slurm.client import HELD, SlurmClient, SlurmError, parse_mark
 from coda.slurm.controller import STATE_FILE, Controller, handback
 from coda.slurm.view import policy_job
+from tests.bench_module import load_bench
 
 
 # ------------------------------------------------------------------ plan (pure)
@@ -886,3 +888,46 @@ def test_an_array_job_with_a_dependency_keeps_its_passed_mark(tmp_path: Path) ->
     ctl = controller(fake, tmp_path)
     ctl.cycle()
     assert parse_mark(fake.jobs[92]["admin_comment"]) == {"state": "passed", "why": "array"}
+
+
+def test_a_placement_slurm_refuses_leaves_the_job_a_reason(fake: FakeSlurm, tmp_path: Path) -> None:
+    """The cycle started it, so the cycle has no reason for it: the controller gives
+    the one it knows (its placement was refused), every cycle the refusal lasts."""
+    fake.job(30, "resnet", 4, gpus_pn=1)
+    fake.fail.append(lambda argv: argv[:3] == ["scontrol", "update", "JobId=30"]
+                     and any(a.startswith("ReqNodeList=") for a in argv))  # fmt: skip
+    ctl = controller(fake, tmp_path)
+    for _ in range(2):
+        assert ctl.cycle() == []
+        assert parse_mark(fake.jobs[30]["admin_comment"]) == {"state": "held", "wait": "place"}
+        assert ctl.stats.waits == {"place": 1}
+    fake.fail.clear()
+    assert [p.job.idx for p in ctl.cycle()] == [30]
+
+
+def test_a_failed_requeue_leaves_the_dnn_job_a_reason(tmp_path: Path) -> None:
+    """A DNN job that needs the cores of a running CPU job whose requeue Slurm refuses
+    is not placed; its mark says why (``reclaim``), every cycle the refusal lasts, and
+    once Slurm requeues the CPU job the DNN job is placed."""
+    bench = load_bench("bench_slurm_controller")
+    s = bench.FakeSlurm(random.Random(0))
+    node = bench.FakeNode("g1", 1, cores=8)
+    s.nodes[node.name] = node
+    cpu_job = s._job(8, 0)
+    s._run(cpu_job, node)  # every core of the only GPU node
+    dnn_job = s._job(4, 1)
+    refuse = [True]
+
+    def slurm(argv: Sequence[str]) -> str:
+        if refuse[0] and list(argv[:2]) == ["scontrol", "requeuehold"]:
+            raise SlurmError(f"{' '.join(argv)}: Socket timed out on send/recv operation")
+        return str(s(argv))
+
+    ctl = Controller(SlurmClient(slurm), tmp_path, wall=lambda: s.now)
+    for _ in range(2):
+        assert ctl.cycle() == []
+        assert parse_mark(dnn_job["admin_comment"])["wait"] == "reclaim"
+        assert ctl.stats.waits == {"reclaim": 1} and ctl.stats.requeues == 0
+    refuse[0] = False
+    assert [p.job.idx for p in ctl.cycle()] == [dnn_job["job_id"]]
+    assert ctl.stats.requeues == 1 and cpu_job["job_state"] == "PENDING"

@@ -273,14 +273,16 @@ def test_a_running_job_without_a_time_limit_has_no_end_time() -> None:
         ),
         min_size=1,
         max_size=6,
-    )
+    ),
+    forgets=st.lists(st.sets(st.integers(1, 12), max_size=3), min_size=6, max_size=6),
 )
 def test_what_a_listing_remembers_never_changes_what_it_reads(
-    reads: list[dict[int, str]],
+    reads: list[dict[int, str]], forgets: list[set[int]]
 ) -> None:
-    """Over any sequence of reads (jobs coming, changing, going, in any order), a
-    listing that remembers the last read returns the jobs a fresh one reads, and its
-    ``changed`` and ``gone`` say exactly what differs from the read before."""
+    """Over any sequence of reads (jobs coming, changing, going, in any order; some
+    forgotten between reads), a listing that remembers the last read returns the jobs
+    a fresh one reads, and its ``changed`` and ``gone`` say exactly what differs from
+    the read before."""
     template = LISTED.splitlines()[1]  # job 2, held
     listing = JobListing(Recorded())
     before: dict[int, SlurmJob] = {}
@@ -306,6 +308,8 @@ def test_what_a_listing_remembers_never_changes_what_it_reads(
         }
         assert sorted(listing.gone) == sorted(before.keys() - now.keys())
         before = now
+        for jid in forgets[len(before) % 6]:
+            listing.forget(jid)  # read afresh: a new object, "changed" if listed, else gone
 
 
 def test_what_squeue_prints_unlike_json_reads_as_json_would() -> None:
@@ -376,3 +380,39 @@ def test_forget_reads_a_job_afresh() -> None:
     listing.forget(10)
     again = {j.job_id: j for j in listing.jobs()}
     assert again[10].name == "renamed" and again[4] is first[4]
+
+
+def test_a_job_read_afresh_that_slurm_then_drops_is_reported_gone() -> None:
+    """A job whose line is to be read afresh (CODA's write to it failed) and that
+    Slurm then no longer lists is gone, like any other: else the controller's view
+    kept it queued and placed it again every cycle."""
+    runner = Recorded()
+    listing = JobListing(runner)
+    assert 10 in {j.job_id for j in listing.jobs()}
+    listing.forget(10)
+    runner.listed = "".join(x + "\n" for x in LISTED.splitlines() if not x.startswith("10|"))
+    assert 10 not in {j.job_id for j in listing.jobs()}
+    assert listing.gone == [10]
+
+
+def test_a_job_left_unsettled_that_slurm_then_drops_is_reported_gone() -> None:
+    """The same for a job whose name a flood of forged lines left unsettled."""
+    ids = list(range(1, 201))
+    forged = "".join(f"\n{i}||fake" for i in ids)
+    names = "".join(f"{i}||n{i}\n" for i in ids[1:]) + f"1||evil{forged}\n"
+    line = LISTED.splitlines()[1]
+    listed = ["".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids)]
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return listed[0]
+        if argv[-1] == "--format=%x|%j":
+            return "|" + argv[4].removeprefix("--jobs=") + "\n"
+        return names
+
+    listing = JobListing(slurm)
+    listing.jobs()
+    assert listing._last_text is None  # some left unsettled: the last ones asked about
+    listed[0] = "".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids[:-1])
+    listing.jobs()
+    assert listing.gone == [200]

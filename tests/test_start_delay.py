@@ -184,6 +184,7 @@ def test_the_control_period_sets_the_eliminator_tick_and_the_sample_window():
         ["--start-delay", "1_0"],
         ["--control-period", "\uff12"],  # FULLWIDTH DIGIT TWO
         ["--cycle-period", "-1"],
+        ["--cycle-period", "0.005"],  # neither off nor a period the cycle can keep
     ],  # fmt: skip
 )
 def test_the_cli_refuses_bad_timing_in_one_line(args, tmp_path):

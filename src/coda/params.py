@@ -43,6 +43,25 @@ class FiniteFloat(click.FloatRange):
         return rv
 
 
+class OffOrFiniteFloat(FiniteFloat):
+    """0 (off), or a finite float in [min, max]: a period that is either off or at
+    least its floor, checked where the option is named."""
+
+    name = "0 or finite float"
+
+    def __init__(self, low: float, high: float) -> None:
+        super().__init__(0.0, high)
+        self.low = low
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        rv = super().convert(value, param, ctx)
+        if rv != 0.0 and rv < self.low:
+            self.fail(f"{rv:g} is neither 0 nor at least {self.low:g}.", param, ctx)
+        return rv
+
+
 class AsciiIntRange(click.IntRange):
     """click.IntRange, for ASCII digits only."""
 

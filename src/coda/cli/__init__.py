@@ -9,6 +9,8 @@ script; ``python -m coda.cli`` runs it too (__main__).
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from coda.cli.headline_command import headline
@@ -18,6 +20,7 @@ from coda.cli.simulate_commands import compare, list_policies, simulate
 from coda.cli.terminal import console, err_console, one_line
 from coda.cli.trace_commands import trace_generate, trace_group, trace_info
 from coda.params import FiniteFloat
+from coda.text import clip_middle
 
 __all__ = [
     "FiniteFloat",
@@ -38,7 +41,42 @@ __all__ = [
 ]
 
 
-@click.group()
+MAX_ERROR_CHARS = 320  # an error line's message; a value quoted in it is cut to fit
+
+
+class _ShortErrors(click.Group):
+    """The top group: an error, click's own (which quote the value given) included,
+    stays a short line however long the value on the command line was."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:  # fmt: skip
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            raise _shortened(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            raise _shortened(e) from None
+
+
+def _shortened(e: click.ClickException) -> click.ClickException:
+    """The same error (its kind, exit status and usage line), its message cut short."""
+    text = e.format_message()
+    if len(text) <= MAX_ERROR_CHARS:
+        return e
+    if isinstance(e, click.UsageError):
+        return click.UsageError(clip_middle(text, MAX_ERROR_CHARS), e.ctx)
+    if type(e) is click.ClickException:
+        return click.ClickException(clip_middle(text, MAX_ERROR_CHARS))
+    return e  # another kind, with an exit status of its own: left as it is
+
+
+@click.group(cls=_ShortErrors)
 @click.version_option(package_name="coda")
 def main() -> None:
     """CODA: slim DNN jobs' CPU allocations and co-locate CPU jobs on the cores freed."""

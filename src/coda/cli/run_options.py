@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from coda.params import AsciiIntRange, FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat, OffOrFiniteFloat
 from coda.policy.allocator import START_POINTS
 from coda.policy.estimates import ESTIMATES
 from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
@@ -187,7 +187,7 @@ def _model_options(f: F) -> F:
     )(f)
     f = click.option(
         "--cycle-period",
-        type=FiniteFloat(0.0, MAX_PERIOD_S),
+        type=OffOrFiniteFloat(MIN_CONTROL_PERIOD_S, MAX_PERIOD_S),
         default=0.0,
         show_default=True,
         help="Run the scheduling cycle only every S seconds, as a periodic scheduler does "

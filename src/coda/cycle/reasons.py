@@ -21,6 +21,9 @@ NEVER = "never"  # too big for every node it may use, even empty (not queued)
 NEW = "new"  # queued since the last cycle
 CYCLE = "cycle"  # waited only for the scheduler's next cycle (a periodic scheduler)
 DEPENDENCY = "dependency"  # its dependency on other jobs is not met (Slurm's --dependency)
+# A driver's: the cycle started it, but carrying that out failed (tried again next cycle).
+RECLAIM = "reclaim"  # the cores it was to take back from CPU jobs were not given back
+PLACE = "place"  # the cluster manager refused the placement written for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,10 @@ class Reason:
             return "waits for the scheduler's next cycle"
         if self.code == DEPENDENCY:
             return "waits for its dependency on other jobs"
+        if self.code == RECLAIM:
+            return "waits for cores CPU jobs hold: taking them back failed (tried again)"
+        if self.code == PLACE:
+            return "its placement was refused (tried again)"
         return self.code
 
 

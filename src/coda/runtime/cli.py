@@ -46,6 +46,7 @@ from coda.runtime.joblogs import MAX_LOG_TAIL
 from coda.runtime.jobrow import ACTIVE, FINAL
 from coda.runtime.statedir import StateDirError
 from coda.runtime.store import MAX_JOB_ID, StoreError
+from coda.text import shown
 
 __all__ = [
     "JOB_ID",
@@ -90,8 +91,8 @@ def _client(state_dir: str, create: bool = False) -> AgentClient:
     except (ClientError, StateDirError, StoreError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:  # a name too long, a directory that is a file, ...
-        shown = state_dir if len(state_dir) <= 80 else state_dir[:77] + "..."
-        raise click.ClickException(f"state directory {shown}: {e.strerror or e}") from None
+        why = e.strerror or e
+        raise click.ClickException(f"state directory {shown(state_dir, 80)}: {why}") from None
 
 
 def _ask(state_dir: str, call: Callable[[AgentClient], T]) -> tuple[AgentClient, T]:

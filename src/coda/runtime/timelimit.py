@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 
+from coda.text import clip
 from coda.workload.limits import MAX_TIME_LIMIT_S
 
 FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
@@ -37,18 +38,18 @@ def parse_time_limit(text: str) -> float:
     fields = [days, *clock.split(":")] if dash else text.split(":")
     units = _UNITS.get((bool(dash), len(fields) - bool(dash)))
     if units is None or not all(_FIELD.fullmatch(f) for f in fields):
-        raise ValueError(f"{text!r} is not a time limit: use {FORMS}")
+        raise ValueError(f"{clip(text, 40)} is not a time limit: use {FORMS}")
     total = 0
     for f, (unit, bound) in zip(fields, units, strict=True):
         v = int(f)
         if bound is not None and v >= bound:
             name = {1: "seconds", 60: "minutes", 3600: "hours"}[unit]
-            raise ValueError(f"{text!r}: the {name} must be below {bound}, not {v}")
+            raise ValueError(f"{clip(text, 40)}: the {name} must be below {bound}, not {v}")
         total += v * unit
     if total == 0:
-        raise ValueError(f"{text!r}: a limit must be more than 0 (leave it out for none)")
+        raise ValueError(f"{clip(text, 40)}: a limit must be more than 0 (leave it out for none)")
     if total > MAX_TIME_LIMIT_S:
-        raise ValueError(f"{text!r} is over the cap of {MAX_TIME_LIMIT_S // 86400} days")
+        raise ValueError(f"{clip(text, 40)} is over the cap of {MAX_TIME_LIMIT_S // 86400} days")
     return float(total)
 
 

@@ -214,7 +214,11 @@ def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
         if not 0 < frac <= 1:
             raise ValueError(f"bad cluster {text!r}: the fraction must be in (0, 1]")
         return scale_node_list(full, frac, label=text)
-    if Path(text).is_file():
+    try:
+        is_file = Path(text).is_file()
+    except OSError:  # a name the OS refuses as a path (too long): it is read as a spec
+        is_file = False
+    if is_file:
         return load_node_list(text, bw_per_core)
     return parse_cluster_spec(text, bw_per_core)
 
@@ -244,7 +248,14 @@ def prepare(config: RunConfig) -> Prepared:
     if config.trace is None:
         trace.report.path = BUNDLED
     if len(trace.jobs) == 0:
-        raise ValueError(f"{trace_path}: no jobs left to simulate ({trace.report.as_dict()})")
+        rep = trace.report
+        gone = [f"{n:,} {why.replace('_', ' ')}" for why, n in sorted(rep.excluded.items()) if n]
+        if rep.skipped_bad_rows:
+            gone.append(f"{rep.skipped_bad_rows:,} bad (skipped)")
+        raise ValueError(
+            f"{trace_path}: no jobs left to simulate: {rep.rows_read:,} rows read"
+            + (f", left out: {', '.join(gone)}" if gone else "")
+        )
     profiles = load_profile_set(config.profiles)
     if config.perturb:
         # Its own stream, so the same seed draws the same models with or without it.

@@ -68,6 +68,8 @@ Placement = Start
 # so a queue of thousands converges over cycles instead of stalling one.
 WAIT_MARKS_PER_CYCLE = 20
 _DEPENDENCY = Reason(R.DEPENDENCY)
+_RECLAIM = Reason(R.RECLAIM)
+_PLACE = Reason(R.PLACE)
 
 
 _DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
@@ -230,6 +232,9 @@ class Controller:
         self.mirror = SlurmView(self.sched)
         self._starts: list[Start] = []
         self._decisions: list[Decision] = []
+        # Jobs the cycle started whose start this cycle could not carry out, and why:
+        # the cycle has no reason for them (it started them), their marks need one.
+        self._undone: dict[int, Reason] = {}
         self._requeues: list[Job] = []
         self.log = log or (lambda msg: None)
         self.wall = wall
@@ -363,7 +368,7 @@ class Controller:
         """The pure part of a cycle: the view brought up to date and the scheduling
         cycle run over it (no Slurm command). Its starts and requeues are in
         ``_starts`` and ``_requeues`` (what ``bench_slurm_controller`` times)."""
-        self._starts, self._requeues = [], []
+        self._starts, self._requeues, self._undone = [], [], {}
         delta, self._delta = self._delta, None
         if self.mirror.sync(snodes, jobs, queued, now, delta):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
@@ -418,6 +423,7 @@ class Controller:
                     if isinstance(d, Reclaimed) and d.action.job is job
                 }  # fmt: skip
                 self._starts = [s for s in self._starts if s.job not in needed]
+                self._undone.update((j.idx, _RECLAIM) for j in needed)
                 self.mirror.forget(job.idx)
                 try:  # its comment as it was
                     self.slurm.update(sj.job_id, AdminComment=sj.admin_comment or "")
@@ -445,6 +451,7 @@ class Controller:
             if why is not None:
                 reasons[jid] = why
         reasons.update(self.mirror.never)
+        reasons.update(self._undone)
         self.stats.waits = Counter(r.code for r in reasons.values())  # a token's first word
         budget = WAIT_MARKS_PER_CYCLE
         for sj in itertools.chain(queued, blocked):
@@ -578,6 +585,7 @@ class Controller:
         except SlurmError as e:
             self.stats.refusals["placement_update"] += 1
             self.listing.forget(sj.job_id)  # what CODA knows of it may be stale: ask again
+            self._undone[sj.job_id] = _PLACE
             self.log(f"job {sj.job_id}: placement on {','.join(names)} failed: {e}")
             self._decide(sj.job_id, "error", {"error": str(e)})
             return False

@@ -260,7 +260,9 @@ class JobListing:
         self.clock = clock
         self._by_line: dict[str, SlurmJob] = {}  # the last read: each line's job
         self._line_of: dict[int, str] = {}  # each job's line in the last read
-        self._last_text = ""  # the last read's whole text, and its jobs
+        # The last read's whole text, and its jobs; None: read the next one through
+        # (an empty listing is a text like any other).
+        self._last_text: str | None = None
         self._jobs: list[SlurmJob] = []
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
         self._refreshed_at = clock()
@@ -275,11 +277,16 @@ class JobListing:
     def forget(self, job_id: int) -> None:
         """Read this job afresh next time, its name and excluded nodes asked again
         (Slurm refused what CODA wrote for it: what CODA knows may be stale)."""
-        line = self._line_of.pop(job_id, None)
+        self._unread(job_id)
+        self._names.pop(job_id, None)
+        self._last_text = None
+
+    def _unread(self, job_id: int) -> None:
+        """The job's line is parsed again next time it is listed. Its id stays among
+        the last read's, so a job that is not listed again is still reported gone."""
+        line = self._line_of.get(job_id)
         if line is not None:
             self._by_line.pop(line, None)
-        self._names.pop(job_id, None)
-        self._last_text = ""
 
     def jobs(self) -> list[SlurmJob]:
         text = self.run(listing_argv())
@@ -324,11 +331,9 @@ class JobListing:
         self.changed = [sj for _, sj in pairs]
         self.gone = self._remember(lines, jobs, pairs)
         for again in retry:
-            stale = self._line_of.pop(again, None)
-            if stale is not None:
-                self._by_line.pop(stale, None)
+            self._unread(again)
         # Something left to read again: the next read must not take the shortcut.
-        self._last_text, self._jobs = ("" if retry or bad else text), jobs
+        self._last_text, self._jobs = (None if retry or bad else text), jobs
         return list(jobs)
 
     def _parse(self, line: str) -> SlurmJob:
@@ -353,9 +358,7 @@ class JobListing:
         unsettled = self._learn_names(pending)
         for jid, was in old.items():
             if self._names.get(jid) != was:
-                stale = self._line_of.pop(jid, None)
-                if stale is not None:
-                    self._by_line.pop(stale, None)
+                self._unread(jid)
         return unsettled
 
     def _remember(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from coda.text import clip
 from coda.workload import limits
-from coda.workload.traces._text import clip
 
 if TYPE_CHECKING:  # a ProfileSet checks its own default_mix with normalise_mix
     from coda.workload.profile_set import ProfileSet

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from coda.text import clip
 from coda.workload import limits
-from coda.workload.traces._text import clip
 
 SCHEMA = "coda-profile-set/1"
 TABLE_COLUMNS = ("1N1G", "1N2G", "1N4G", "2N2G")

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from coda.text import clip, shown
 from coda.workload import limits
 from coda.workload.job_perf import JobPerf
 from coda.workload.mix import normalise_mix
 from coda.workload.profile_schema import SCHEMA, SpecReader, parse_model
-from coda.workload.traces._text import clip, shown
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 _ONE_NODE_POINTS = ((1, "1N1G"), (2, "1N2G"), (4, "1N4G"))

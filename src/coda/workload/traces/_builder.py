@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coda.text import clip, shown
 from coda.workload import limits
 from coda.workload.jobs import (
     FLAG_CENSORED,
@@ -41,7 +42,6 @@ from coda.workload.traces._rules import (
     Time,
     check_options,
 )
-from coda.workload.traces._text import clip, shown
 
 # limits.JOB caps as plain module constants: job() runs once per kept job.
 _MAX_DURATION = limits.JOB["duration"].hi

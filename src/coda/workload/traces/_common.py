@@ -15,6 +15,7 @@ same across formats lives once in the modules re-exported here:
 
 from __future__ import annotations
 
+from coda.text import clip, shown
 from coda.workload.traces._builder import TraceBuilder
 from coda.workload.traces._fields import FieldParser
 from coda.workload.traces._reading import iter_rows, read_header
@@ -37,7 +38,6 @@ from coda.workload.traces._rules import (
     Time,
     check_options,
 )
-from coda.workload.traces._text import clip, shown
 
 __all__ = [
     "CENSORED",

@@ -10,11 +10,11 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal, overload
 
+from coda.text import clip
 from coda.workload import limits
 from coda.workload.jobs import TraceFormatError
 from coda.workload.limits import plain_number as _plain_number
 from coda.workload.traces._rules import Time
-from coda.workload.traces._text import clip
 
 
 def _empty(s: str | None) -> bool:

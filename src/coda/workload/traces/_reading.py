@@ -11,9 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from coda.text import clip
 from coda.workload import limits
 from coda.workload.jobs import TraceFormatError
-from coda.workload.traces._text import clip
 
 
 def _norm(name: str) -> str:

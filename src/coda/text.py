@@ -1,5 +1,5 @@
 """Values cut short for one-line error messages (trace loaders, the cluster and profile
-readers): a message names the bad value but never grows with it."""
+readers, command-line values): a message names the bad value but never grows with it."""
 
 from __future__ import annotations
 
@@ -14,3 +14,12 @@ def shown(value: object, n: int = 40) -> str:
     """str() of a value (a time stamp, say) cut to n characters, for messages."""
     t = str(value)
     return t if len(t) <= n else t[: n - 3] + "..."
+
+
+def clip_middle(text: str, n: int) -> str:
+    """text cut to about n characters in its middle, so its start (what is wrong) and
+    end (what would be right) both stay: for messages that quote a value given."""
+    if len(text) <= n:
+        return text
+    keep = n - 5
+    return text[: keep * 2 // 3] + " ... " + text[len(text) - keep // 3 :]
