@@ -5,6 +5,9 @@ traceback, and never after a simulation (every case fails before simulating)."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,7 @@ INPUT_CASES = [
     (["--mix", "AlexNet=x"], "AlexNet"),
     (["--mix", "Nope=1"], "Nope"),
     (["--mix", ","], "mix"),
+    (["--mix", "AlexNet=\u0661"], "AlexNet"),  # ARABIC-INDIC DIGIT ONE
     (["--profiles", "nonesuch"], "nonesuch"),
     (["--grants", "fixed"], "fixed grants need reclaim 'requeue'"),  # the default: shrink
 ]
@@ -180,6 +184,48 @@ def test_an_overlong_value_gives_a_short_error_line(tmp_path, args, needle):
     assert line.count("9") < 300
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "--policy", "a\nb"], "'a\\nb'"),  # shown escaped, on one line
+        (["compare", "--policies", " , "], "names no policy"),
+        (["simulate", "--out", ""], "'--out'"),
+        (["status", "--state-dir", "/"], "'--state-dir'"),
+        (["status", "--state-dir", ""], "'--state-dir'"),
+        (["status", "--state-dir", "a\nb"], "a\\nb"),
+        (["experiment", "paper", "--trace", "x" * 5000], "--trace"),  # a name the OS refuses
+        (["experiment", "paper", "--policies", ","], "names no policy"),
+        (["experiment", "regimes", "--cores-per-gpu", "\u0661"], "--cores-per-gpu"),
+    ],
+)
+def test_empty_unprintable_or_rootless_values_are_one_line(tmp_path, args, needle):
+    result = CliRunner().invoke(main, args)
+    assert_one_line_error(result, needle)
+
+
+def test_a_state_dir_variable_naming_root_is_one_line(monkeypatch):
+    monkeypatch.setenv("CODA_STATE_DIR", "/")
+    assert_one_line_error(CliRunner().invoke(main, ["status"]), "'--state-dir'")
+
+
+def test_an_ascii_only_terminal_gets_escapes_not_a_traceback(files, tmp_path):
+    """The summary table prints '·': with PYTHONIOENCODING=ascii it is escaped."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    argv = [sys.executable, "-m", "coda.cli", "simulate", "--trace", str(files["trace"]),
+            "--cluster", CLUSTER, "--native-time", "--out", str(tmp_path / "o")]  # fmt: skip
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and "\\xb7" in run.stdout
+
+
+@pytest.mark.parametrize("group", [[], ["slurm"], ["experiment"]])
+def test_a_group_run_bare_prints_its_help_whole(group):
+    """Its 'error' is its help, longer than any error line: shown as it is, not cut."""
+    result = CliRunner().invoke(main, group)
+    assert "Error:" not in result.output and " ... " not in result.output
+    assert "Commands:" in result.output
+
+
 def test_an_unwritable_out_folder_is_one_line(files, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder", encoding="utf-8")
@@ -206,6 +252,7 @@ def test_the_trace_command_reports_bad_files_in_one_line(files, tmp_path):
         (["--loads", "1,1"], "--loads"),
         (["--loads", "1e9"], "--loads"),
         (["--loads", ","], "--loads"),
+        (["--loads", "\u0661"], "--loads"),
         (["--seeds", "0"], "'--seeds'"),
         (["--seeds", "100000"], "'--seeds'"),
         (["--workers", "0"], "'--workers'"),

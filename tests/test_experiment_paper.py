@@ -120,7 +120,7 @@ def test_a_failed_run_is_recorded_and_the_others_kept(runner, tmp_path, monkeypa
     [
         (["--seeds", "0"], "--seeds"),
         (["--jobs", "0"], "--jobs"),
-        (["--policies", "fifo,nope"], "unknown policy nope"),
+        (["--policies", "fifo,nope"], "unknown policy 'nope'"),
         (["--policies", "fifo,fifo"], "named twice"),
         (["--policies", ","], "no policy"),
         (["--trace", "/nonexistent/trace.csv"], "--trace"),

@@ -264,6 +264,14 @@ def test_submit_spec_file_that_is_not_text_or_too_deep_is_one_line(tmp_path: Pat
     assert one_line_error(code, out), out
 
 
+def test_a_spec_naming_a_key_twice_is_refused(tmp_path: Path) -> None:
+    """json keeps the last copy: '{"cores": 1, "cores": 64}' would ask for 64."""
+    f = tmp_path / "spec.json"
+    f.write_text('{"argv": ["true"], "env": {"A": "1"}, "cores": 1, "cores": 64}')
+    code, out = run("submit", "--state-dir", str(tmp_path / "s"), "--spec", str(f))
+    assert one_line_error(code, out) and "key 'cores' is given twice" in out, out
+
+
 def test_huge_specs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="arguments; at most"):
         JobSpec(argv=["x"] * 5000, cwd=str(tmp_path)).validate()

@@ -85,6 +85,8 @@ class OutDir(click.Path):
         param: click.Parameter | None,
         ctx: click.Context | None,
     ) -> str:
+        if isinstance(value, str) and value.strip() == "":
+            self.fail("is empty: name a directory (. for this one)", param, ctx)
         rv = os.fspath(super().convert(value, param, ctx))
         try:
             st = os.stat(rv)

@@ -19,7 +19,15 @@ def shown(value: object, n: int = 40) -> str:
 def clip_middle(text: str, n: int) -> str:
     """text cut to about n characters in its middle, so its start (what is wrong) and
     end (what would be right) both stay: for messages that quote a value given."""
-    if len(text) <= n:
+    if len(text) <= max(n, 5):
         return text
     keep = n - 5
     return text[: keep * 2 // 3] + " ... " + text[len(text) - keep // 3 :]
+
+
+def visible(text: str) -> str:
+    """text with every unprintable character (a line break, an escape) written as its
+    escape sequence: a message quoting a value stays one line and prints no control."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -9,6 +9,8 @@ script; ``python -m coda.cli`` runs it too (__main__).
 
 from __future__ import annotations
 
+import io
+import sys
 from typing import Any
 
 import click
@@ -20,7 +22,7 @@ from coda.cli.simulate_commands import compare, list_policies, simulate
 from coda.cli.terminal import console, err_console, one_line
 from coda.cli.trace_commands import trace_generate, trace_group, trace_info
 from coda.params import FiniteFloat
-from coda.text import clip_middle
+from coda.text import clip_middle, visible
 
 __all__ = [
     "FiniteFloat",
@@ -65,14 +67,18 @@ class _ShortErrors(click.Group):
 
 
 def _shortened(e: click.ClickException) -> click.ClickException:
-    """The same error (its kind, exit status and usage line), its message cut short."""
+    """The same error (its kind, exit status and usage line), its message one short
+    line: a value quoted in it may hold line breaks or be thousands of characters."""
     text = e.format_message()
-    if len(text) <= MAX_ERROR_CHARS:
+    short = clip_middle(visible(text), MAX_ERROR_CHARS)
+    if short == text:
         return e
     if isinstance(e, click.UsageError):
-        return click.UsageError(clip_middle(text, MAX_ERROR_CHARS), e.ctx)
+        if type(e).show is not click.UsageError.show:
+            return e  # shows itself otherwise (a group run bare prints its help)
+        return click.UsageError(short, e.ctx)
     if type(e) is click.ClickException:
-        return click.ClickException(clip_middle(text, MAX_ERROR_CHARS))
+        return click.ClickException(short)
     return e  # another kind, with an exit status of its own: left as it is
 
 
@@ -80,6 +86,11 @@ def _shortened(e: click.ClickException) -> click.ClickException:
 @click.version_option(package_name="coda")
 def main() -> None:
     """CODA: slim DNN jobs' CPU allocations and co-locate CPU jobs on the cores freed."""
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal or pipe whose encoding lacks a character printed (PYTHONIOENCODING=
+        # ascii: '·', '≥'): escaped, not a traceback after the work is done.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 @main.group()

@@ -15,6 +15,7 @@ from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD
+from coda.workload.limits import plain_number
 
 
 def _parse_loads(text: str) -> tuple[float, ...]:
@@ -23,6 +24,8 @@ def _parse_loads(text: str) -> tuple[float, ...]:
         if not item:
             continue
         try:
+            if not plain_number(item):
+                raise ValueError(item)
             load = float(item)
         except ValueError:
             raise click.BadParameter(

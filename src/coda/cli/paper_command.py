@@ -99,7 +99,7 @@ def paper(
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     if trace == "openb":
         trace = str(bundled_trace_path())
-    elif trace is not None and not (Path(trace).is_file() and os.access(trace, os.R_OK)):
+    elif trace is not None and not _readable_file(trace):
         raise click.BadParameter(f"{trace!r} is not a readable file", param_hint="--trace")
     with _user_errors():
         check_policies(names, list(POLICIES))
@@ -172,3 +172,10 @@ def paper(
         raise click.ClickException(
             f"{len(res['errors'])} of {len(records)} runs failed; see {cfg.out / 'results.json'}"
         )
+
+
+def _readable_file(path: str) -> bool:
+    try:
+        return Path(path).is_file() and os.access(path, os.R_OK)
+    except OSError:  # a name the OS refuses (too long)
+        return False

@@ -15,10 +15,12 @@ from coda.policy import POLICIES
 
 
 def _check_policies(names: list[str]) -> None:
+    if not names:
+        raise click.BadParameter("names no policy", param_hint="--policy/--policies")
     unknown = [p for p in names if p not in POLICIES]
     if unknown:
         raise click.BadParameter(
-            f"unknown policy {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}",
+            f"unknown policy {', '.join(map(repr, unknown))}; known: {', '.join(sorted(POLICIES))}",
             param_hint="--policy/--policies",
         )
 

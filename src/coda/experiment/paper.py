@@ -251,10 +251,13 @@ def run_all(
 
 
 def check_policies(names: Sequence[str], known: Sequence[str]) -> None:
+    if not names:
+        raise ValueError("--policies: names no policy")
     unknown = [p for p in names if p not in known]
     if unknown:
         raise ValueError(
-            f"--policies: unknown policy {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            f"--policies: unknown policy {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(known))}"
         )
     dup = [p for i, p in enumerate(names) if p in names[:i]]
     if dup:

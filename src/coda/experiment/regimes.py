@@ -28,7 +28,7 @@ from coda.sim.run import MAX_LOAD, PAPER_CLUSTER, RunConfig
 from coda.workload.cluster import load_node_list, parse_cluster_spec
 from coda.workload.generate import PaperParams, generate, write_csv
 from coda.workload.jobs import JobTable
-from coda.workload.limits import MAX_NODE_CORES, MAX_TRACE_JOBS
+from coda.workload.limits import MAX_NODE_CORES, MAX_TRACE_JOBS, plain_number
 from coda.workload.scaling import max_reachable_load, scale_to_load, window_bounds
 from coda.workload.traces import bundled_nodes_path
 
@@ -124,6 +124,8 @@ def parse_values(text: str, option: str) -> tuple[float, ...]:
     for item in (x.strip() for x in text.split(",")):
         if not item:
             continue
+        if not plain_number(item):
+            raise OptionError(option, f"{item!r} is not a plain ASCII number")
         try:
             v = float(item)
         except ValueError:

@@ -15,6 +15,7 @@ from coda.params import AsciiIntRange
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.jobspec import MAX_CORES, MAX_GPUS, MAX_SPEC_BYTES, JobSpec, SpecError
 from coda.runtime.timelimit import FORMS, parse_time_limit
+from coda.text import clip
 
 MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
 F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
@@ -90,6 +91,20 @@ def spec_options(f: F) -> F:
     return f
 
 
+class _KeyTwice(ValueError):
+    pass
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if a key is in it twice (json keeps the last silently)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _KeyTwice(f"key {clip(key, 40)} is given twice")
+        seen.add(key)
+    return dict(pairs)
+
+
 def build_spec(kw: dict[str, Any]) -> JobSpec:
     """The spec that the --spec file and the options (which win) describe, with the
     submitter's PATH and an absolute working directory."""
@@ -100,11 +115,13 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
                 raw = f.read(MAX_SPEC_FILE + 1)
             if len(raw) > MAX_SPEC_FILE:
                 raise click.ClickException(f"{spec_file}: larger than {MAX_SPEC_FILE} bytes")
-            data = json.loads(raw.decode("utf-8"))
+            data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_key_twice)
         except UnicodeDecodeError as e:
             raise click.ClickException(f"{spec_file}: not UTF-8 text: {e.reason}") from None
         except json.JSONDecodeError as e:
             raise click.ClickException(f"{spec_file}: not valid JSON: {e}") from None
+        except _KeyTwice as e:
+            raise click.ClickException(f"{spec_file}: {e}") from None
         except ValueError as e:  # an integer of over 4,300 digits
             raise click.ClickException(f"{spec_file}: unreadable JSON: {str(e)[:80]}") from None
         except (OSError, RecursionError) as e:

@@ -30,12 +30,28 @@ def default_state_dir() -> str:
     return str(Path.home() / ".local" / "state" / "coda")
 
 
+class StateDirPath(click.Path):
+    """A state directory: absolute from here on (``.`` is this directory by its name),
+    never empty or ``/``, which have no name to put the ``.run`` directory beside."""
+
+    def __init__(self) -> None:
+        # Not readable=True: a root agent's state directory is closed to its users.
+        super().__init__(file_okay=False, readable=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip() == "":
+            self.fail("is empty: name a directory", param, ctx)
+        path = os.path.abspath(os.fspath(value))
+        if Path(path).name == "":
+            self.fail(f"{path!r} has no name (the socket goes in NAME.run beside it)", param, ctx)
+        return super().convert(path, param, ctx)
+
+
 def state_dir_option(f: F) -> F:
     """The ``--state-dir`` option every runtime command takes."""
     return click.option(
         "--state-dir",
-        # Not readable=True: a root agent's state directory is closed to its users.
-        type=click.Path(file_okay=False, readable=False),
+        type=StateDirPath(),
         default=default_state_dir,
         show_default="$CODA_STATE_DIR, else /var/lib/coda as root or while its agent runs, "
         "else ~/.local/state/coda",

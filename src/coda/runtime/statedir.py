@@ -33,7 +33,9 @@ def _owner_name(uid: int) -> str:
 def run_dir_of(state_dir: str | os.PathLike[str]) -> Path:
     """``<state-dir>.run``: beside the private state directory, reachable by users (the
     agent's socket and the jobs' progress files)."""
-    sd = Path(state_dir)
+    sd = Path(os.path.abspath(state_dir))
+    if not sd.name:
+        raise StateDirError(f"state directory {sd}: it has no name (NAME.run goes beside it)")
     return sd.with_name(sd.name + ".run")
 
 

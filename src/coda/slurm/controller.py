@@ -616,6 +616,7 @@ class Controller:
                     detail = {"error": "placement not taken whole", "got_cpus": got and got.cpus}
                     self._decide(sj.job_id, "error", detail)
                     self.stats.refusals["placement_not_taken_whole"] += 1
+                    self._undone[sj.job_id] = _PLACE
                     self.log(f"job {sj.job_id}: Slurm did not take the placement whole; held")
                     continue
                 assert got is not None  # ok implies it

@@ -57,6 +57,8 @@ def parse_mix(text: str, profiles: ProfileSet) -> dict[str, float]:
         if model in weights:
             raise ValueError(f"model {model!r} given twice in mix {text!r}")
         try:
+            if sep and not limits.plain_number(w.strip()):
+                raise ValueError(w)
             weight = float(w) if sep else 1.0
         except ValueError:
             raise ValueError(
