@@ -44,6 +44,11 @@ class NodeBook:
         """A job took or gave back resources (its tenant's share moved)."""
         return None
 
+    def _share_before(self, job: Job) -> float | None:
+        """Under fair share, the job's tenant's share before a booking moves it, where a
+        move matters (``_share_moved`` is then told); None where it cannot."""
+        return None
+
     def _share_moved(self, job: Job, before: float) -> None:
         """Under fair share: the job's tenant's share was ``before`` until now."""
         return None
@@ -150,22 +155,20 @@ class NodeBook:
         """Count a running job in the reserve plugins' books (fair-share usage): every
         booking does; a driver that mirrors nodes itself (Slurm) calls it for each job
         it finds running. Charging a job twice counts it once."""
-        fair = self.policy.fair_share
-        before = fair.share(fair.tenant(job)) if fair is not None else 0.0
+        before = self._share_before(job)
         for r in self.policy.reserve:
             r.reserve(job, nodes, now)
         self._booked(job)
-        if fair is not None:
+        if before is not None:
             self._share_moved(job, before)
 
     def discharge(self, job: Job, now: float) -> None:
         """A job stopped (its counterpart, ``charge``); a job not charged is let be."""
-        fair = self.policy.fair_share
-        before = fair.share(fair.tenant(job)) if fair is not None else 0.0
+        before = self._share_before(job)
         for r in self.policy.reserve:
             r.unreserve(job, now)
         self._booked(job)
-        if fair is not None:
+        if before is not None:
             self._share_moved(job, before)
 
     def vacate(self, job: Job, now: float) -> list[Node]:

@@ -70,6 +70,7 @@ class Scheduler(Backfill):
         self.queued = {DNN: 0, CPU: 0}
         self._filed = 0  # entries filed so far (``_enqueue``)
         self._unbound: set[str] = set()  # arrays whose reservation shares moved past
+        self._shares_moved = False  # a booking moved a share since the round began
         self._new: list[Job] = []  # submitted since the last cycle: owed a full search
         self._carry: set[Job] = set()  # requeued jobs still owed a full search
         self._requeue: list[Job] = []  # preempted during a cycle, queued after its round
@@ -189,6 +190,7 @@ class Scheduler(Backfill):
         fair = self.policy.fair_share
         if fair is not None:
             self._queues.touch(fair.tenant(job))
+            self._shares_moved = True
 
     def _never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         pools = self.policy.pools.pools(job)
@@ -313,6 +315,7 @@ class Scheduler(Backfill):
                     self._rebind()
                 dirty = list(self.dirty)
                 self.dirty = {}
+                self._shares_moved = False
                 self._round(dirty, fresh)
                 # They have had their full search; a job the round's starts moved to
                 # its array's front (fair share) is owed one as the head it now is.
@@ -335,6 +338,15 @@ class Scheduler(Backfill):
         self._deferred = {}
         self._carry = {job for job in fresh if job.start < 0 and job in self._bucket_of}
         return self._decisions
+
+    def _share_before(self, job: Job) -> float | None:
+        fair = self.policy.fair_share
+        if fair is None:
+            return None
+        for arr, resv in self.reservations.items():
+            if resv is not None and arr not in self._unbound:
+                return fair.share(fair.tenant(job))
+        return None  # no reservation a move could unbind
 
     def _share_moved(self, job: Job, before: float) -> None:
         """A reservation binds the jobs ranked after its holder (by share, then queue
@@ -370,7 +382,7 @@ class Scheduler(Backfill):
         first after its array's head was settled (and bound by that head's reservation).
         Another round settles it; without this it waited, with a stale reason, for a
         node to change."""
-        if self.policy.fair_share is None:
+        if not self._shares_moved:  # no start or stop this round: the heads stand
             return set()
         overtaken = set()
         for arr, head in self.heads.items():
