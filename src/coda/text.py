@@ -21,7 +21,7 @@ def clip_middle(text: str, n: int) -> str:
     end (what would be right) both stay: for messages that quote a value given."""
     if len(text) <= max(n, 5):
         return text
-    keep = n - 5
+    keep = max(n - 5, 0)
     return text[: keep * 2 // 3] + " ... " + text[len(text) - keep // 3 :]
 
 
