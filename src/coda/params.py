@@ -6,7 +6,7 @@ import math
 import os
 import stat
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -72,12 +72,25 @@ class AsciiIntRange(click.IntRange):
         return int(super().convert(value, param, ctx))  # type: ignore[arg-type]
 
 
-class OutDir(click.Path):
+class NamedDir(click.Path):
+    """A directory option that must name one: '' (or blanks) would be read as the
+    current directory, which nobody means by giving nothing."""
+
+    def __init__(self, writable: bool = False, readable: bool = True) -> None:
+        super().__init__(file_okay=False, dir_okay=True, writable=writable, readable=readable)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip() == "":
+            self.fail("is empty: name a directory (. for this one)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class OutDir(NamedDir):
     """A directory to write results into: one that exists, or one that can be made
     where nothing else is (checked before a long run, not after it)."""
 
     def __init__(self) -> None:
-        super().__init__(file_okay=False, dir_okay=True, writable=True)
+        super().__init__(writable=True)
 
     def convert(
         self,
@@ -85,8 +98,6 @@ class OutDir(click.Path):
         param: click.Parameter | None,
         ctx: click.Context | None,
     ) -> str:
-        if isinstance(value, str) and value.strip() == "":
-            self.fail("is empty: name a directory (. for this one)", param, ctx)
         rv = os.fspath(super().convert(value, param, ctx))
         try:
             st = os.stat(rv)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from coda.params import NamedDir
 from coda.runtime.client import socket_path
 from coda.runtime.statedir import StateDirError, secure_dir
 
@@ -30,17 +31,17 @@ def default_state_dir() -> str:
     return str(Path.home() / ".local" / "state" / "coda")
 
 
-class StateDirPath(click.Path):
+class StateDirPath(NamedDir):
     """A state directory: absolute from here on (``.`` is this directory by its name),
     never empty or ``/``, which have no name to put the ``.run`` directory beside."""
 
     def __init__(self) -> None:
         # Not readable=True: a root agent's state directory is closed to its users.
-        super().__init__(file_okay=False, readable=False)
+        super().__init__(readable=False)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip() == "":
-            self.fail("is empty: name a directory", param, ctx)
+            return super().convert(value, param, ctx)  # refused as empty
         path = os.path.abspath(os.fspath(value))
         if Path(path).name == "":
             self.fail(f"{path!r} has no name (the socket goes in NAME.run beside it)", param, ctx)
