@@ -56,6 +56,7 @@ OPTION_CASES = [
     (["--format", "xml"], "'--format'"),
     (["--policy", "nonesuch"], "nonesuch"),
     (["--grants", "loose"], "'--grants'"),
+    (["--grants", "fixed"], "--grants fixed needs --reclaim requeue"),  # the default: shrink
     (["--settle-windows", "11"], "'--settle-windows'"),
     (["--settle-windows", "-1"], "'--settle-windows'"),
 ]
@@ -81,7 +82,6 @@ INPUT_CASES = [
     (["--mix", ","], "mix"),
     (["--mix", "AlexNet=\u0661"], "AlexNet"),  # ARABIC-INDIC DIGIT ONE
     (["--profiles", "nonesuch"], "nonesuch"),
-    (["--grants", "fixed"], "fixed grants need reclaim 'requeue'"),  # the default: shrink
 ]
 
 
@@ -372,3 +372,42 @@ def test_a_bad_time_limit_is_one_line_naming_the_option(tmp_path, value):
 def test_submit_help_states_the_time_forms():
     text = CliRunner().invoke(main, ["submit", "--help"], terminal_width=200).output
     assert "--time DURATION" in text and "D-HH:MM:SS" in text and "366 days" in text
+
+
+# ------------------------------------------------------------ errors that named no file
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("option", ["--trace", "--cluster"])
+def test_a_file_that_fails_to_read_is_named(tmp_path, option):
+    """/proc/self/mem opens, and its first read fails (EIO): the OSError of a read
+    names no file, so the message was only 'Input/output error'."""
+    other = ["--cluster", CLUSTER] if option == "--trace" else []
+    args = ["simulate", option, "/proc/self/mem", *other, "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert_one_line_error(result, "/proc/self/mem:1: cannot read it")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_file_that_fails_to_write_is_named(tmp_path):
+    """/dev/full opens, and its writes fail (ENOSPC), naming no file."""
+    args = ["trace", "generate", "--preset", "paper", "--out", "/dev/full"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert_one_line_error(result, "No space left on device: '/dev/full'")
+
+
+def test_a_cluster_spec_of_many_groups_is_shown_cut_and_kept_whole(tmp_path):
+    """A spec of 700 groups is a valid cluster; the table's header and the loading line
+    show its two ends, not 5,600 characters, and summary.json keeps it whole."""
+    import json
+
+    spec = ",".join(["1x8g96c"] * 699 + ["1x4g28c"])
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE, encoding="utf-8")
+    out = tmp_path / "o"
+    args = ["simulate", "--trace", str(trace), "--cluster", spec, "--native-time"]
+    result = CliRunner().invoke(main, [*args, "--policy", "coda", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert spec not in result.output and " ... " in result.output and "1x4g28c" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cluster"]["spec"] == spec

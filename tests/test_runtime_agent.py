@@ -388,6 +388,9 @@ def test_shutdown_keeps_jobs_and_releases_throttles(env) -> None:
         (dict(argv=["x"], env={"A B": "1"}), "not allowed"),
         (dict(argv=["x\0y"]), "NUL"),
         (dict(argv=["x"], model="../m"), "model name"),
+        # A program whose name is no job name: the error says so, and how to name it.
+        (dict(argv=["./my job.sh"]), r"program's name 'my job.sh' .*give a name \(--name"),
+        (dict(argv=["/bin/-rf"]), "program's name '-rf'"),
     ],
 )
 def test_bad_specs_are_refused(spec: dict, msg: str) -> None:

@@ -416,3 +416,52 @@ def test_a_job_left_unsettled_that_slurm_then_drops_is_reported_gone() -> None:
     listed[0] = "".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids[:-1])
     listing.jobs()
     assert listing.gone == [200]
+
+
+def test_a_known_job_whose_line_turns_unreadable_keeps_its_last_state() -> None:
+    """Slurm still lists the job: taking it for gone would free what it holds (the
+    controller's view dropped it, and its cores looked free), so it keeps its last
+    state, said in ``unreadable``, until its line reads again."""
+    runner = Recorded()
+    listing = JobListing(runner)
+    first = {j.job_id: j for j in listing.jobs()}
+    good = LISTED.splitlines()[5]  # job 4
+    runner.listed = LISTED.replace(good, good.replace("|2:00|", "|2 min|"))
+    second = {j.job_id: j for j in listing.jobs()}
+    assert second.keys() == first.keys() and second[4] is first[4]
+    assert listing.gone == [] and 4 not in {j.job_id for j in listing.changed}
+    assert len(listing.unreadable) == 1 and listing.unreadable[0].startswith("job 4:")
+    assert {j.job_id: j for j in listing.jobs()}[4] is first[4] and listing.gone == []
+    runner.listed = LISTED.replace(good, good.replace("|2:00|", "|3:00|"))
+    third = {j.job_id: j for j in listing.jobs()}
+    assert third[4].time_limit_s == 180.0 and [j.job_id for j in listing.changed] == [4]
+    assert listing.unreadable == []
+    runner.listed = LISTED.replace(good + "\n", "")
+    assert 4 not in {j.job_id for j in listing.jobs()} and listing.gone == [4]
+
+
+def test_a_job_never_read_whose_line_is_unreadable_is_left_out() -> None:
+    good = LISTED.splitlines()[5]  # job 4
+    runner = Recorded(listed=LISTED.replace(good, good.replace("|2:00|", "|2 min|")))
+    listing = JobListing(runner)
+    assert 4 not in {j.job_id for j in listing.jobs()} and len(listing.unreadable) == 1
+
+
+def test_an_id_listed_twice_never_hides_another_gone() -> None:
+    """Counting lines, one extra line of a job made up for a job gone: that job was
+    never reported gone, for as long as the other stayed listed twice."""
+    lines = LISTED.splitlines()
+    two, four = lines[1], lines[5]
+    runner = Recorded()
+    listing = JobListing(runner)
+    listing.jobs()
+    twice = two.replace("coda:held", "coda:held,wait=x")
+    runner.listed = "".join(x + "\n" for x in lines if x != four) + twice + "\n"
+    listing.jobs()
+    assert listing.gone == [4]
+    runner.listed = LISTED + twice + "\n"  # job 4 back, job 2 still listed twice
+    listing.jobs()
+    assert listing.gone == []
+    runner.listed = "".join(x + "\n" for x in lines if x != four) + twice + "\n"
+    listing.jobs()
+    assert listing.gone == [4]

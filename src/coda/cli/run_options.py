@@ -127,6 +127,12 @@ def _trace_options(f: F) -> F:
 
 
 def _config(kw: dict[str, Any]) -> RunConfig:
+    if kw.get("grants") == "fixed" and kw.get("reclaim", "shrink") != "requeue":
+        # RunConfig refuses it too; said here in the options' own words.
+        raise click.UsageError(
+            "--grants fixed needs --reclaim requeue (a shrunk CPU job would keep its grant: "
+            "Slurm never changes a running job's allocation)"
+        )
     return RunConfig(
         trace=kw["trace"],
         format=kw["fmt"],

@@ -11,8 +11,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coda.report.tables import SPEC_SHOWN
 from coda.sim.result import SimResult
 from coda.sim.run import Prepared, RunConfig, prepare, run_policy
+from coda.text import clip_middle
 from coda.workload.jobs import TraceFormatError
 
 # Piped or captured output has no terminal width; rich would then assume 80
@@ -46,9 +48,10 @@ def _prepare(config: RunConfig) -> Prepared:
     excluded = ", ".join(f"{k} {v}" for k, v in rep.excluded.items()) or "none"
     dups = rep.duplicate_ids
     renamed = f"; duplicate ids (kept, renamed): {dups}" if dups else ""
+    cluster = clip_middle(prepared.cluster.label, SPEC_SHOWN)
     err_console.print(
         f"[dim]{rep.path}: {rep.rows_read} rows, {rep.jobs_loaded} jobs; excluded: {excluded}; "
-        f"bad rows skipped: {rep.skipped_bad_rows}{renamed}; cluster {prepared.cluster.label}: "
+        f"bad rows skipped: {rep.skipped_bad_rows}{renamed}; cluster {cluster}: "
         f"{len(prepared.cluster.nodes)} nodes, {prepared.cluster.gpus} GPUs, "
         f"{prepared.cluster.cores} cores[/dim]"
     )

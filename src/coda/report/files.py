@@ -19,6 +19,7 @@ import numpy as np
 from coda.report.plots import plot_comparison_bars, plot_queue_delay_cdf, plot_utilisation
 from coda.report.tables import markdown_comparison
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
+from coda.writing import naming
 
 # Order of SimResult.jobs columns in jobs.csv; any other arrays follow in their own order.
 JOB_COLUMNS = (
@@ -71,7 +72,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def _write_json(obj: Any, path: Path) -> Path:
-    with path.open("w", encoding="utf-8") as f:
+    with naming(path), path.open("w", encoding="utf-8") as f:
         # allow_nan=False: fail loudly rather than ever write a NaN token.
         json.dump(to_jsonable(obj), f, indent=2, allow_nan=False)
         f.write("\n")
@@ -100,7 +101,7 @@ def _write_columns(columns: dict[str, np.ndarray], order: Iterable[str], path: P
     if len(lengths) > 1:
         sizes = ", ".join(f"{n}={len(a)}" for n, a in zip(names, arrays, strict=True))
         raise ValueError(f"{path.name}: columns differ in length ({sizes})")
-    with path.open("w", encoding="utf-8", newline="") as f:
+    with naming(path), path.open("w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(names)
         for row in zip(*(a.tolist() for a in arrays), strict=True):
@@ -152,7 +153,8 @@ def write_comparison(
     markdown = markdown_comparison(summaries, baseline)  # validates the baseline first
     paths = [_write_json(summaries, out_dir / "comparison.json")]
     md_path = out_dir / "comparison.md"
-    md_path.write_text(markdown, encoding="utf-8")
+    with naming(md_path):
+        md_path.write_text(markdown, encoding="utf-8")
     paths.append(md_path)
     paths.append(plot_utilisation(results, out_dir / "utilisation.png"))
     paths.append(plot_queue_delay_cdf(results, out_dir / "queue_delay_cdf.png"))

@@ -15,6 +15,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from coda.text import clip_middle
+
 MISSING = "—"  # what a None / absent / non-finite value renders as
 
 # (summary key, label) of the four utilisations, all fractions 0..1.
@@ -124,13 +126,17 @@ def lookup(summary: dict[str, Any], *keys: str) -> Any:
     return cur
 
 
+SPEC_SHOWN = 80  # characters of a cluster's spec in a table's header
+
+
 def describe_cluster(cluster: Any) -> str:
     """'openb-nodes: 1,523 nodes (1,213 GPU + 310 CPU), 6,212 GPUs, 125,514 cores'."""
     if cluster is None:
         return "cluster unknown"
     if not isinstance(cluster, dict):
         return str(cluster)
-    name = str(cluster.get("spec", "cluster"))
+    # A spec of many groups is kept whole in summary.json; a table's header shows its ends.
+    name = clip_middle(str(cluster.get("spec", "cluster")), SPEC_SHOWN)
     parts = []
     if cluster.get("nodes") is not None:
         nodes = f"{fmt_count(cluster['nodes'])} nodes"

@@ -102,13 +102,17 @@ class JobSpec:
             raise SpecError("env must be an object of strings")
         if len(self.env) > MAX_ENV:
             raise SpecError(f"env has {len(self.env)} variables; at most {MAX_ENV}")
+        rule = "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
         if not self.name:
-            self.name = Path(self.argv[0]).name or "job"
+            program = Path(self.argv[0]).name or "job"
+            if not NAME_RE.fullmatch(program):
+                raise SpecError(
+                    f"the program's name {program!r} cannot serve as the job name ({rule}):"
+                    " give a name (--name, or name in the spec)"
+                )
+            self.name = program
         if not NAME_RE.fullmatch(self.name):
-            raise SpecError(
-                f"job name {self.name!r} is not allowed: use 1-64 letters, digits, '_', '.' "
-                "or '-', starting with a letter or digit"
-            )
+            raise SpecError(f"job name {self.name!r} is not allowed: use {rule}")
         _whole(self.cores, "cores", 1, MAX_CORES)
         _whole(self.gpus, "gpus", 0, MAX_GPUS)
         self.time_limit_s = checked_time_limit(self.time_limit_s, "the time limit")

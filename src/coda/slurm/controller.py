@@ -311,7 +311,7 @@ class Controller:
         jobs = self.listing.jobs()
         if self.listing.unreadable != self._unreadable:  # said once, not every cycle
             for msg in self.listing.unreadable:
-                self.log(f"squeue: a line left out: {msg}")
+                self.log(f"squeue: a line not read: {msg}")
             self._unreadable = self.listing.unreadable
         changed = self.index.update(jobs, self.listing.changed, self.listing.gone)
         # What only the changed jobs tell is taken at once, before anything can fail:

@@ -35,6 +35,7 @@ import calendar
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
 from coda.slurm.client import (
     Runner,
@@ -251,6 +252,9 @@ def parse_names(text: str, asked: Iterable[int]) -> tuple[dict[int, tuple[str, s
     return got, suspect
 
 
+_JOB_ID = attrgetter("job_id")
+
+
 class JobListing:
     """Slurm's jobs, read with the narrow listing; the same object for a job whose
     line did not change since the last read (objects are shared: read-only)."""
@@ -271,7 +275,8 @@ class JobListing:
         # longer saw: what a reader that keeps its own state needs to look at.
         self.changed: list[SlurmJob] = []
         self.gone: list[int] = []
-        # Lines the last read could not read ("job N: why"): left out, read again next time.
+        # Lines the last read could not read ("job N: why"), read again next time: a job
+        # read before keeps its last state, a new one is left out.
         self.unreadable: list[str] = []
 
     def forget(self, job_id: int) -> None:
@@ -312,24 +317,36 @@ class JobListing:
             fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         if fresh:
             retry |= self._learn_names([line for _, line in fresh])
-        bad: set[int] = set()
-        self.unreadable = []
+        bad: dict[int, str] = {}  # the index of each line it could not read: why
         for i, line in fresh:
             try:
                 out[i] = self._parse(line)
             except ValueError as e:
-                # One job's line must not stop the reading of everyone's: left out
-                # (said in ``unreadable``), and read again next time.
-                bad.add(i)
-                self.unreadable.append(str(e))
+                # One job's line must not stop the reading of everyone's: said in
+                # ``unreadable``, left out (or kept as last read, below), read again
+                # next time.
+                bad[i] = str(e)
         pairs = [(line, sj) for i, line in fresh if (sj := out[i]) is not None and i not in bad]
+        stale: list[str] = []
         if bad:
-            lines = [x for i, x in enumerate(lines) if i not in bad]
-            out = [x for i, x in enumerate(out) if i not in bad]
+            # A job read before keeps its last state while its line cannot be read:
+            # Slurm still lists it, and taking it for gone would free what it holds.
+            last = {sj.job_id: sj for sj in self._jobs}
+            for i, why in bad.items():
+                jid = lines[i].partition("|")[0]
+                if _ID.fullmatch(jid) and (kept := last.get(int(jid))) is not None:
+                    out[i] = kept
+                    stale.append(lines[i])
+                    bad[i] = f"{why} (its last state kept)"
+            lines = [x for i, x in enumerate(lines) if out[i] is not None]
+            out = [x for x in out if x is not None]
         jobs: list[SlurmJob] = out  # type: ignore[assignment]  # every None filled in
         self.parsed += len(fresh)
         self.changed = [sj for _, sj in pairs]
+        self.unreadable = list(bad.values())
         self.gone = self._remember(lines, jobs, pairs)
+        for line in stale:
+            self._by_line.pop(line, None)  # an unreadable line is parsed again next time
         for again in retry:
             self._unread(again)
         # Something left to read again: the next read must not take the shortcut.
@@ -373,10 +390,10 @@ class JobListing:
                 by_line.pop(old, None)
             by_line[line] = sj
             line_of[sj.job_id] = line
-        if len(line_of) == len(lines):
-            return []  # every id listed once, none missing
-        live = {sj.job_id for sj in jobs}
-        gone = [jid for jid in line_of if jid not in live]
+        # line_of holds every id listed, so it is as long as the ids listed only if none
+        # is gone (counting ids, not lines: one listed twice must not hide one gone).
+        live = set(map(_JOB_ID, jobs))
+        gone = [jid for jid in line_of if jid not in live] if len(line_of) != len(live) else []
         for jid in gone:
             by_line.pop(line_of.pop(jid), None)
             self._names.pop(jid, None)

@@ -44,7 +44,11 @@ def _lines(f: IO[str], bad: list[tuple[int, str]]) -> Iterator[str]:
     limit = limits.MAX_LINE_CHARS
     n = 0
     while True:
-        line = readline(limit)
+        try:
+            line = readline(limit)
+        except OSError as e:  # a read error carries no file name: say which file
+            why = f"cannot read it: {e.strerror or e}"
+            raise TraceFormatError(f.name, n + 1, None, why) from None
         if not line:
             return
         n += 1
