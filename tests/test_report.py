@@ -434,3 +434,28 @@ def test_coda_mechanism_rows_show_when_a_run_reports_them() -> None:
     assert "| throttle steps | — | 11 |" in md and "nodes tracked" not in md
     # Runs without them (the baselines alone) show none of these sections.
     assert "Allocator" not in markdown_comparison([base])
+
+
+def test_clusters_whose_long_specs_differ_in_the_middle_are_not_one_cluster() -> None:
+    """A long spec is shown by its ends; runs are compared by the whole spec (cut
+    first, two clusters that differ in their middles read as one, shared)."""
+    from coda.report.plots import _title
+
+    groups = ["1x8g96c"] * 20
+    a, b = fake_result("a").summary, fake_result("b").summary
+    a["cluster"] = {"spec": ",".join(groups), "nodes": 20}
+    b["cluster"] = {"spec": ",".join(groups[:10] + ["1x8g95c"] + groups[11:]), "nodes": 20}
+    assert "cluster varies" in render(comparison_table([a, b]))
+    assert "cluster varies" in markdown_comparison([a, b])
+    assert "varies" in _title([a, b]).split("\n")[0]
+    same = render(comparison_table([a, a]))
+    assert "cluster 1x8g96c" in same and " ... " in same and a["cluster"]["spec"] not in same
+    assert " ... " in _title([a, a])
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_file_of_a_run_that_fails_to_write_is_named(tmp_path: Path) -> None:
+    """A failed write names no file in its OSError: the run's files are many."""
+    (tmp_path / "summary.json").symlink_to("/dev/full")
+    with pytest.raises(OSError, match=r"No space left on device: '.*summary\.json'"):
+        write_run(fake_result("a"), tmp_path)

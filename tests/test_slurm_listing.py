@@ -6,7 +6,7 @@ every job. The same reader against real Slurm: tests/test_slurm_e2e.py."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -282,7 +282,8 @@ def test_what_a_listing_remembers_never_changes_what_it_reads(
     """Over any sequence of reads (jobs coming, changing, going, in any order; some
     forgotten between reads), a listing that remembers the last read returns the jobs
     a fresh one reads, and its ``changed`` and ``gone`` say exactly what differs from
-    the read before."""
+    the read before. (Every line here reads; with lines that do not, see
+    test_unreadable_lines_and_ids_listed_twice_keep_changed_and_gone_exact.)"""
     template = LISTED.splitlines()[1]  # job 2, held
     listing = JobListing(Recorded())
     before: dict[int, SlurmJob] = {}
@@ -465,3 +466,86 @@ def test_an_id_listed_twice_never_hides_another_gone() -> None:
     runner.listed = "".join(x + "\n" for x in lines if x != four) + twice + "\n"
     listing.jobs()
     assert listing.gone == [4]
+
+
+def _line(jid: int, mark: str) -> str:
+    """Job ``jid``'s line (job 2's, held, as recorded), with ``mark`` as CODA's mark;
+    ``bad``/``bad2``: a time limit it cannot read."""
+    line = LISTED.splitlines()[1].replace("2|2|", f"{jid}|{jid}|", 1)
+    if mark.startswith("bad"):
+        return line.replace("|5:00|", "|5 min|" if mark == "bad" else "|6 min|")
+    return line.replace("coda:held", f"coda:{mark}")
+
+
+def _answering(text: str) -> Callable[[Sequence[str]], str]:
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return text
+        asked = argv[4].removeprefix("--jobs=").split(",")
+        return "".join(f"{jid}||n{jid}\n" for jid in asked)
+
+    return slurm
+
+
+def test_a_line_kept_at_its_last_state_and_an_id_listed_twice_never_hide_a_job_gone() -> None:
+    """A kept line is in none of the counts the update by changes relies on: with an id
+    listed twice they balanced, and job 5, gone, was never reported gone (found by the
+    review of the change that kept such lines)."""
+    listing = JobListing(_answering(""))
+    for text, gone in [
+        ([_line(4, "held"), _line(4, "placed"), _line(5, "held")], []),
+        ([_line(4, "held"), _line(4, "placed"), _line(5, "bad")], []),
+        ([_line(5, "bad")], [4]),
+        ([_line(4, "held")], [5]),
+    ]:
+        listing.run = _answering("".join(x + "\n" for x in text))
+        listing.jobs()
+        assert sorted(listing.gone) == gone
+    assert [j.job_id for j in listing.changed] == [4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    reads=st.lists(
+        st.lists(
+            st.tuples(st.integers(1, 5), st.sampled_from(["held", "placed", "bad", "bad2"])),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=7,
+    ),
+    forgets=st.lists(st.sets(st.integers(1, 5), max_size=2), min_size=7, max_size=7),
+    twice=st.booleans(),
+)
+def test_unreadable_lines_and_ids_listed_twice_keep_changed_and_gone_exact(
+    reads: list[list[tuple[int, str]]], forgets: list[set[int]], twice: bool
+) -> None:
+    """Over any reads with unreadable lines (and, with ``twice``, ids listed twice): a
+    job is listed if a line of it reads, or if it was listed before and its line does
+    not read (as it was: the same object); ``gone`` is exactly the ids no longer
+    listed; without ids listed twice, the jobs whose lines read are those a fresh
+    listing reads and ``changed`` is exactly the new objects."""
+    listing = JobListing(_answering(""))
+    before: dict[int, SlurmJob] = {}
+    for k, read in enumerate(reads):
+        if not twice:
+            read = list(dict(read).items())
+        text = "".join(_line(j, m) + "\n" for j, m in read)
+        listing.run = _answering(text)
+        got = listing.jobs()
+        now: dict[int, SlurmJob] = {}
+        for j in got:
+            now.setdefault(j.job_id, j)
+        good = {j for j, m in read if not m.startswith("bad")}
+        unreadable = {j for j, m in read if m.startswith("bad")} - good
+        assert set(now) == good | (unreadable & before.keys())
+        assert sorted(listing.gone) == sorted(before.keys() - now.keys())
+        if not twice:
+            assert [j for j in got if j.job_id in good] == JobListing(_answering(text)).jobs()
+            assert all(now[j] is before[j] for j in unreadable & before.keys())
+            assert {j.job_id for j in listing.changed} == {
+                jid for jid, j in now.items() if before.get(jid) is not j
+            }
+        before = now
+        for jid in forgets[k]:
+            listing.forget(jid)

@@ -673,3 +673,26 @@ def test_every_row_is_accounted_for(tmp_path, fmt, lines):
     assert r.skipped_bad_rows == 1
     assert sum(r.excluded.values()) >= 1
     assert identity_holds(r)
+
+
+@pytest.mark.parametrize("fails_at", [1, 2])
+def test_a_read_error_names_the_file_and_line(fails_at: int) -> None:
+    """A read's OSError names no file; the reader says which, wherever it reads (the
+    second read here is the one that drops the rest of an overlong line)."""
+    import errno
+
+    from coda.workload import limits
+    from coda.workload.traces._reading import _lines
+
+    class Failing:
+        name = "trace.csv"
+        calls = 0
+
+        def readline(self, n: int) -> str:
+            self.calls += 1
+            if self.calls < fails_at:
+                return "x" * limits.MAX_LINE_CHARS  # longer than a line may be
+            raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(TraceFormatError, match=r"trace\.csv:1: cannot read it: Input/output"):
+        list(_lines(Failing(), []))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from os import PathLike
+from pathlib import Path
 
 
 @contextmanager
@@ -21,3 +22,9 @@ def naming(path: str | PathLike[str]) -> Iterator[None]:
         if e.filename is not None or e.errno is None:
             raise
         raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` into the file ``path`` as UTF-8; an error names the file."""
+    with naming(path):
+        path.write_text(text, encoding="utf-8")

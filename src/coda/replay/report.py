@@ -8,6 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from coda.writing import write_text
+
 
 def _f(v: Any, fmt: str = ".3f") -> str:
     return "—" if v is None else format(v, fmt)
@@ -135,5 +137,5 @@ def markdown(r: dict[str, Any]) -> str:
 
 def write_report(result: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "replay.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (out / "report.md").write_text(markdown(result))
+    write_text(out / "replay.json", json.dumps(result, indent=2, default=str) + "\n")
+    write_text(out / "report.md", markdown(result))

@@ -23,6 +23,7 @@ from coda.report.experiment_plots import (
 )
 from coda.report.experiment_terminal import experiment_table, verdict_lines
 from coda.report.files import _write_json
+from coda.writing import write_text
 
 __all__ = [
     "REPORT_FILES",
@@ -59,7 +60,7 @@ def write_experiment(
     out_dir.mkdir(parents=True, exist_ok=True)
     command = command or reproduce_command(result.config, str(out_dir))
     md = out_dir / "report.md"
-    md.write_text(markdown_report(result, command), encoding="utf-8")
+    write_text(md, markdown_report(result, command))
     plots: list[tuple[Callable[[ExperimentResult, Path], Path], str]] = [
         (plot_gpu_util_vs_load, "gpu_util_vs_load.png"),
         (plot_queuing_vs_load, "queuing_vs_load.png"),

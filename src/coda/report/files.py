@@ -19,7 +19,7 @@ import numpy as np
 from coda.report.plots import plot_comparison_bars, plot_queue_delay_cdf, plot_utilisation
 from coda.report.tables import markdown_comparison
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
-from coda.writing import naming
+from coda.writing import naming, write_text
 
 # Order of SimResult.jobs columns in jobs.csv; any other arrays follow in their own order.
 JOB_COLUMNS = (
@@ -153,8 +153,7 @@ def write_comparison(
     markdown = markdown_comparison(summaries, baseline)  # validates the baseline first
     paths = [_write_json(summaries, out_dir / "comparison.json")]
     md_path = out_dir / "comparison.md"
-    with naming(md_path):
-        md_path.write_text(markdown, encoding="utf-8")
+    write_text(md_path, markdown)
     paths.append(md_path)
     paths.append(plot_utilisation(results, out_dir / "utilisation.png"))
     paths.append(plot_queue_delay_cdf(results, out_dir / "queue_delay_cdf.png"))

@@ -10,6 +10,7 @@ from typing import Any
 
 from coda.experiment.paper import PRESET_JOBS, RunRecord
 from coda.experiment.paper_results import METRICS, TARGET_POLICY
+from coda.writing import write_text
 
 MAIN_POLICIES = ("fifo", "drf", "coda")
 
@@ -166,8 +167,8 @@ def write_outputs(
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    path.write_text(json.dumps(res, indent=2, allow_nan=False) + "\n")
+    write_text(path, json.dumps(res, indent=2, allow_nan=False) + "\n")
     plots = write_plots(records, policies, out)
     report = out / "report.md"
-    report.write_text(report_markdown(res, plots))
+    write_text(report, report_markdown(res, plots))
     return [path, report, *(out / p for p in plots)]

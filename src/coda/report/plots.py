@@ -29,6 +29,7 @@ from coda.report.tables import (  # noqa: E402
     lookup,
 )
 from coda.sim.result import SimResult  # noqa: E402
+from coda.writing import naming  # noqa: E402
 
 # pyplot is shared with experiment_plots, which must not import it before the Agg switch.
 __all__ = [
@@ -74,7 +75,9 @@ def _title(summaries: Sequence[dict[str, Any]]) -> str:
     if not summaries:
         return ""
     trace = shared(lambda s: str(s.get("trace", MISSING)))
-    cluster = shared(lambda s: describe_cluster(s.get("cluster")))
+    # Compared whole (specs that differ only in their middles differ), shown cut.
+    whole = {describe_cluster(s.get("cluster"), clip=False) for s in summaries}
+    cluster = describe_cluster(summaries[0].get("cluster")) if len(whole) == 1 else "varies"
     load = shared(lambda s: fmt_number(s.get("load")))
     seed = shared(lambda s: str(s.get("seed", MISSING)))
     return f"{trace} · {cluster}\nload {load} · seed {seed}"
@@ -105,7 +108,8 @@ def _save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        with naming(path):
+            fig.savefig(path, dpi=DPI, bbox_inches="tight")
     finally:
         plt.close(fig)  # pyplot keeps figures alive otherwise; comparisons make many
     return path

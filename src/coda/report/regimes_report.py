@@ -33,6 +33,7 @@ from coda.experiment.regimes import (
 from coda.experiment.stats import mean_ci
 from coda.report.paper_report import format_value
 from coda.report.tables import finite
+from coda.writing import write_text
 
 SCHEMA = "coda.experiment.regimes/1"
 # (key, coda's value x baseline's value -> the per-seed statistic; None: not defined)
@@ -309,8 +310,8 @@ def write_outputs(out: Path, res: dict[str, Any]) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    path.write_text(json.dumps(res, indent=2, allow_nan=False) + "\n")
+    write_text(path, json.dumps(res, indent=2, allow_nan=False) + "\n")
     plots = write_heatmaps(res, out)
     report = out / "report.md"
-    report.write_text(report_markdown(res, plots))
+    write_text(report, report_markdown(res, plots))
     return [path, report, *(out / p for ps in plots.values() for p in ps)]

@@ -129,14 +129,17 @@ def lookup(summary: dict[str, Any], *keys: str) -> Any:
 SPEC_SHOWN = 80  # characters of a cluster's spec in a table's header
 
 
-def describe_cluster(cluster: Any) -> str:
-    """'openb-nodes: 1,523 nodes (1,213 GPU + 310 CPU), 6,212 GPUs, 125,514 cores'."""
+def describe_cluster(cluster: Any, clip: bool = True) -> str:
+    """'openb-nodes: 1,523 nodes (1,213 GPU + 310 CPU), 6,212 GPUs, 125,514 cores'.
+    ``clip``: a long spec shown by its ends (for display; compare with clip=False)."""
     if cluster is None:
         return "cluster unknown"
     if not isinstance(cluster, dict):
         return str(cluster)
     # A spec of many groups is kept whole in summary.json; a table's header shows its ends.
-    name = clip_middle(str(cluster.get("spec", "cluster")), SPEC_SHOWN)
+    name = str(cluster.get("spec", "cluster"))
+    if clip:
+        name = clip_middle(name, SPEC_SHOWN)
     parts = []
     if cluster.get("nodes") is not None:
         nodes = f"{fmt_count(cluster['nodes'])} nodes"
@@ -164,11 +167,12 @@ def describe_window(window: Any) -> str:
     return text
 
 
-def run_context(summary: dict[str, Any]) -> dict[str, str]:
-    """The facts that say which experiment a number belongs to, as display strings."""
+def run_context(summary: dict[str, Any], clip: bool = True) -> dict[str, str]:
+    """The facts that say which experiment a number belongs to, as display strings
+    (``clip``: as describe_cluster's)."""
     return {
         "trace": str(summary.get("trace", MISSING)),
-        "cluster": describe_cluster(summary.get("cluster")),
+        "cluster": describe_cluster(summary.get("cluster"), clip),
         "load": fmt_number(summary.get("load")),
         "seed": str(summary.get("seed", MISSING)),
         "time scale": fmt_number(summary.get("time_scale")),
@@ -179,13 +183,15 @@ def run_context(summary: dict[str, Any]) -> dict[str, str]:
 
 def _shared_context(summaries: Sequence[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
     """Context values common to all runs, and the names of those that differ."""
-    contexts = [run_context(s) for s in summaries]
+    # Compared whole: two specs that differ only in their middles are two clusters.
+    contexts = [run_context(s, clip=False) for s in summaries]
+    shown = run_context(summaries[0])
     shared: dict[str, str] = {}
     differing: list[str] = []
     for key in contexts[0]:
         values = {c[key] for c in contexts}
         if len(values) == 1:
-            shared[key] = values.pop()
+            shared[key] = shown[key]
         else:
             shared[key] = "varies"
             differing.append(key)

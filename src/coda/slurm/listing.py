@@ -257,7 +257,10 @@ _JOB_ID = attrgetter("job_id")
 
 class JobListing:
     """Slurm's jobs, read with the narrow listing; the same object for a job whose
-    line did not change since the last read (objects are shared: read-only)."""
+    line did not change since the last read (objects are shared: read-only). It reads
+    what a fresh listing would, but for a job read before whose line it cannot read
+    now: that job stays as last read (``unreadable`` says so), where a fresh listing
+    would leave it out."""
 
     def __init__(self, runner: Runner, clock: Callable[[], float] = time.monotonic) -> None:
         self.run = runner
@@ -344,7 +347,7 @@ class JobListing:
         self.parsed += len(fresh)
         self.changed = [sj for _, sj in pairs]
         self.unreadable = list(bad.values())
-        self.gone = self._remember(lines, jobs, pairs)
+        self.gone = self._remember(lines, jobs, pairs, rebuild=bool(stale))
         for line in stale:
             self._by_line.pop(line, None)  # an unreadable line is parsed again next time
         for again in retry:
@@ -379,10 +382,15 @@ class JobListing:
         return unsettled
 
     def _remember(
-        self, lines: list[str], jobs: list[SlurmJob], fresh: list[tuple[str, SlurmJob]]
+        self,
+        lines: list[str],
+        jobs: list[SlurmJob],
+        fresh: list[tuple[str, SlurmJob]],
+        rebuild: bool = False,
     ) -> list[int]:
         """Keep this read's lines for the next, touching only what changed; returns
-        the ids no longer listed."""
+        the ids no longer listed. ``rebuild``: made afresh from this read (a line kept
+        at its job's last state is in no count the update by changes relies on)."""
         by_line, line_of = self._by_line, self._line_of
         for line, sj in fresh:
             old = line_of.get(sj.job_id)
@@ -397,7 +405,7 @@ class JobListing:
         for jid in gone:
             by_line.pop(line_of.pop(jid), None)
             self._names.pop(jid, None)
-        if len(line_of) != len(lines) or len(by_line) != len(lines):  # an id listed twice
+        if rebuild or len(line_of) != len(lines) or len(by_line) != len(lines):  # listed twice
             self._by_line = dict(zip(lines, jobs, strict=True))
             self._line_of = {sj.job_id: line for line, sj in self._by_line.items()}
         return gone

@@ -40,21 +40,23 @@ def _open(path: str) -> IO[str]:
 def _lines(f: IO[str], bad: list[tuple[int, str]]) -> Iterator[str]:
     """Physical lines of f for csv.reader; a line that cannot be a record is recorded in
     `bad` as (line, reason) and replaced by a blank line, so line numbers stay right."""
-    readline = f.readline
     limit = limits.MAX_LINE_CHARS
+
+    def readline(at: int) -> str:
+        try:
+            return f.readline(limit)
+        except OSError as e:  # a read error carries no file name: say which file
+            raise TraceFormatError(f.name, at, None, f"cannot read it: {e.strerror or e}") from None
+
     n = 0
     while True:
-        try:
-            line = readline(limit)
-        except OSError as e:  # a read error carries no file name: say which file
-            why = f"cannot read it: {e.strerror or e}"
-            raise TraceFormatError(f.name, n + 1, None, why) from None
+        line = readline(n + 1)
         if not line:
             return
         n += 1
         if len(line) == limit and line[-1] not in "\r\n":
             while line and line[-1] not in "\r\n":  # drop the rest, a bounded read at a time
-                line = readline(limit)
+                line = readline(n)
             bad.append((n, f"line longer than {limit} characters"))
             yield "\n"
             continue
