@@ -411,3 +411,99 @@ def test_a_cluster_spec_of_many_groups_is_shown_cut_and_kept_whole(tmp_path):
     assert spec not in result.output and " ... " in result.output and "1x4g28c" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cluster"]["spec"] == spec
+
+
+# ------------------------------------------------------------ outputs: FIFOs, odd paths
+def _coda(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The command in its own process: a hang fails the test instead of the run."""
+    argv = [sys.executable, "-m", "coda", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", ["summary.json", "jobs.csv", "utilisation.png"])
+def test_an_output_that_is_a_fifo_nothing_reads_is_an_error_not_a_hang(files, tmp_path, name):
+    out = tmp_path / "o"
+    out.mkdir()
+    os.mkfifo(out / name)
+    args = ["--trace", str(files["trace"]), "--cluster", CLUSTER, "--native-time"]
+    done = _coda("simulate", *args, "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    errors = [x for x in done.stderr.splitlines() if x.startswith("Error:")]
+    assert len(errors) == 1 and "no process reads" in errors[0] and name in errors[0]
+
+
+def test_a_trace_written_into_a_fifo_a_process_reads_arrives(tmp_path):
+    """Not waiting for a reader must not refuse one that is there (a pipe)."""
+    import threading
+
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)
+    alone = _coda("trace", "generate", "--jobs", "5", "--out", str(fifo))
+    assert alone.returncode == 1 and "no process reads" in alone.stderr
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    done = _coda("trace", "generate", "--jobs", "5", "--out", str(fifo))
+    reader.join(60)
+    assert done.returncode == 0, done.stderr
+    assert got and len(got[0].splitlines()) == 6  # a header and 5 jobs
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="needs Linux's /proc")
+def test_a_plot_into_a_pipe_is_refused_naming_it():
+    """A PNG writer seeks: into a pipe that a process reads it failed half-way with
+    'File or stream is not seekable', naming no file."""
+    from coda.writing import seekable_output
+
+    r, w = os.pipe()
+    try:
+        with pytest.raises(OSError, match=r"not a regular file .*/fd/"):
+            with seekable_output(f"/proc/self/fd/{w}"):
+                pass
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("newdir/", "names a directory"),
+        ("t.csv/", "names a directory"),
+        ("t.csv/x.csv", "is not a directory"),
+        ("t.csv/a/b.csv", "is not a directory"),
+    ],
+)
+def test_trace_generate_out_names_a_file_it_can_make(tmp_path, value, needle, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("t.csv").write_text("keep\n")
+    result = CliRunner().invoke(main, ["trace", "generate", "--jobs", "3", "--out", value])
+    assert result.exit_code == 2
+    assert_one_line_error(result, needle)
+    assert Path("t.csv").read_text() == "keep\n" and not Path("newdir").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("dangling", "symbolic link to nothing"), ("x/..", "'..' after 'x'"), ("f/sub", "not a dir")],
+)
+def test_an_out_directory_that_cannot_be_made_is_refused_before_the_run(
+    files, tmp_path, value, needle, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("/nonexistent/x", "dangling")
+    Path("f").write_text("")
+    args = ["simulate", "--trace", str(files["trace"]), "--cluster", CLUSTER, "--native-time"]
+    result = CliRunner().invoke(main, [*args, "--out", value])
+    assert result.exit_code == 2
+    assert_one_line_error(result, needle)
+    assert not Path("x").exists()
+
+
+def test_a_cluster_that_is_a_directory_or_fifo_is_said_to_be_one(files, tmp_path):
+    (tmp_path / "d.csv").mkdir()
+    os.mkfifo(tmp_path / "f.csv")
+    for name in ("d.csv", "f.csv"):
+        args = ["simulate", "--trace", str(files["trace"]), "--native-time"]
+        result = CliRunner().invoke(main, [*args, "--cluster", str(tmp_path / name)])
+        assert_one_line_error(result, "not a regular file")

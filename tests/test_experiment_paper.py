@@ -125,6 +125,7 @@ def test_a_failed_run_is_recorded_and_the_others_kept(runner, tmp_path, monkeypa
         (["--policies", ","], "no policy"),
         (["--trace", "/nonexistent/trace.csv"], "--trace"),
         (["--load", "1.0"], "--load rescales a --trace"),
+        (["--format", "csv"], "--format names a --trace's format"),  # was ignored
         (["--arrival-scale", "0"], "--arrival-scale"),
         (["--cluster", "nonsense"], "nonsense"),
         (["--workers", "0"], "--workers"),

@@ -306,3 +306,12 @@ def test_a_zero_baseline_gives_no_gain_not_an_error():
     g = gain_block([_rec("fifo", 0, 0.0), _rec("coda", 0, 0.3)], "fifo")
     assert g["gpu_util_gain_rel"]["mean"] is None
     assert g["gpu_util_gain_points"]["mean"] == pytest.approx(30.0)
+
+
+def test_a_cpu_share_that_gives_no_job_of_a_kind_is_refused():
+    """3 DNN jobs at a CPU share of 1% make a workload of 3 jobs with no CPU job: its
+    cells were labelled 'CPU share 1%' and ran without one."""
+    with pytest.raises(OptionError, match="gives no CPU job") as e:
+        RegimesConfig(out=Path("x"), cpu_shares=(0.01,), dnn_jobs=3).validate()
+    assert e.value.option == "--cpu-shares"
+    RegimesConfig(out=Path("x"), cpu_shares=(0.25,), dnn_jobs=3).validate()

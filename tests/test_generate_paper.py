@@ -394,5 +394,5 @@ def test_cli_generate_needs_an_out_file(tmp_path):
     bad = CliRunner().invoke(
         main, ["trace", "generate", "--jobs", "10", "--out", str(blocker / "g.csv")]
     )
-    assert bad.exit_code == 1
-    one_error_line(bad, "file")
+    assert bad.exit_code == 2  # refused as an option, before generating
+    one_error_line(bad, "is not a directory")

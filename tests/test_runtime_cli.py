@@ -100,6 +100,8 @@ def test_status_and_cancel(tmp_path: Path) -> None:
     assert data["jobs"][0]["state"] == "cancelled" and data["agent"]["running"] is False
     code, out = run("cancel", "--state-dir", sd, "99")
     assert code != 0 and "no job 99" in out
+    code, out = run("cancel", "--state-dir", sd, "1", "1")
+    assert code == 0 and out.count("job 1: cancelled") == 1  # named twice, said once
 
 
 def test_agent_refuses_a_second_instance(tmp_path: Path) -> None:
@@ -210,3 +212,44 @@ def test_submit_time_from_a_spec_file_and_the_option_over_it(tmp_path: Path) -> 
     store = Store(sd / "coda.db")
     assert [r.time_limit_s for r in store.jobs()] == [120.0, 330.0]
     store.close()
+
+
+def test_spec_file_errors_and_env_options_name_their_place(tmp_path: Path) -> None:
+    sd = str(tmp_path / "s")
+    spec = tmp_path / "j.json"
+    spec.write_text('{"argv": ["true"], "name": "bad name"}')
+    code, out = run("submit", "--state-dir", sd, "--spec", str(spec))
+    assert code != 0 and f"{spec} (with the options): job name 'bad name'" in out
+    spec.write_text('{"argv": ["no-such-program-xyz"]}')
+    code, out = run("submit", "--state-dir", sd, "--spec", str(spec))
+    assert code != 0 and f"{spec} (with the options): program" in out
+    code, out = run("submit", "--state-dir", sd, "--env", "A=1", "--env", "A=2", "--", "true")
+    assert code == 2 and "--env 'A' is given twice" in out  # the last won, silently
+    code, out = run("submit", "--state-dir", sd, "--env", "=x", "--", "true")
+    assert code == 2 and "KEY=VALUE" in out
+
+
+def test_a_state_dir_whose_socket_path_is_too_long_is_refused(tmp_path: Path) -> None:
+    """No agent could bind its socket: a job submitted there waited for ever (exit 0)."""
+    sd = str(tmp_path / ("c" * 120))
+    code, out = run("submit", "--state-dir", sd, "--", "true")
+    assert code == 2 and "a Unix socket's holds at most 107" in out
+    assert not Path(sd).exists()
+
+
+def test_a_bad_state_dir_from_the_environment_says_so(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CODA_STATE_DIR", "/")
+    code, out = run("status")
+    assert code == 2 and "(from $CODA_STATE_DIR)" in out
+    code, out = run("status", "--state-dir", "/")
+    assert code == 2 and "CODA_STATE_DIR" not in out  # given, not from there
+
+
+def test_a_spec_fifo_that_nothing_writes_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    import subprocess
+
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    argv = [sys.executable, "-m", "coda", "submit", "--state-dir", str(tmp_path / "s")]
+    done = subprocess.run([*argv, "--spec", str(fifo)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and f"{fifo}: not valid JSON" in done.stderr

@@ -101,10 +101,51 @@ class OutDir(NamedDir):
         rv = os.fspath(super().convert(value, param, ctx))
         try:
             st = os.stat(rv)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            why = _cannot_make(rv)
+            if why:
+                self.fail(why, param, ctx)
             return str(rv)
         except OSError as e:
             self.fail(f"{rv!r}: {e.strerror or e}", param, ctx)
         if not stat.S_ISDIR(st.st_mode):
             self.fail(f"{rv!r} exists and is not a directory", param, ctx)
         return str(rv)
+
+
+class OutFile(click.Path):
+    """A file to write: one that exists, or one that can be made where nothing else is;
+    never a name ending in '/' (a directory meant, whose name the file would take)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, writable=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = os.fspath(value)
+        if isinstance(text, str) and text.strip() == "":
+            self.fail("is empty: name a file", param, ctx)
+        if isinstance(text, str) and text.endswith("/"):
+            self.fail(f"{text!r} names a directory: name the file to write", param, ctx)
+        if not os.path.lexists(text):
+            why = _cannot_make(text)
+            if why:
+                self.fail(why, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _cannot_make(path: str) -> str | None:
+    """Why ``path``, which does not exist, cannot be made: a symlink to nothing, a '..'
+    past a directory not made yet, a file where a directory above it would go."""
+    if os.path.islink(path):
+        return f"{path!r} is a symbolic link to nothing"
+    above = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        return f"{above!r} is not a directory"
+    parts = path.split(os.sep)
+    for i, part in enumerate(parts):
+        # 'x/..' with no x: made as it reads, x would be left behind, empty.
+        if part == ".." and i > 0 and not os.path.isdir(os.sep.join(parts[:i]) or os.sep):
+            return f"{path!r}: '..' after {os.sep.join(parts[:i])!r}, which does not exist"
+    return None

@@ -86,8 +86,9 @@ def _parse_experiment_policies(text: str) -> tuple[str, ...]:
     default="static-separate,static-shared,coda,coda-no-slimming,coda-no-colocation,"
     "coda-no-eliminator,oracle",
     show_default=True,
-    help="Comma-separated; must include static-separate. Names not registered yet are "
-    "skipped with a warning.",
+    help="Comma-separated, each once; must include static-separate. A name that is no "
+    "policy is refused (one of the experiment's own that is not registered is skipped, "
+    "with a warning).",
 )
 @click.option(
     "--headline-load",

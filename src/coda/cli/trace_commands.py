@@ -7,7 +7,7 @@ import click
 from rich.text import Text
 
 from coda.cli.terminal import _user_errors, console
-from coda.params import AsciiIntRange, FiniteFloat
+from coda.params import AsciiIntRange, FiniteFloat, OutFile
 from coda.sim.run import CENSORED, FRACTIONAL, MAX_SEED
 from coda.workload.generate import PRESETS
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
@@ -135,7 +135,7 @@ def trace_info(
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, writable=True),
+    type=OutFile(),
     required=True,
     help="CSV file to write (the csv trace format, optional columns included).",
 )

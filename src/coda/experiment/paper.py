@@ -80,6 +80,8 @@ class PaperConfig:
                     "--load rescales a --trace; the generated workload keeps its own "
                     "arrivals (use --arrival-scale)"
                 )
+            if self.format is not None:
+                raise ValueError("--format names a --trace's format; no --trace is given")
             if self.jobs is not None and not 1 <= self.jobs <= MAX_TRACE_JOBS:
                 raise ValueError(f"--jobs must be in [1, {MAX_TRACE_JOBS}], got {self.jobs}")
             if not 0 < self.arrival_scale <= MAX_ARRIVAL_SCALE:

@@ -186,7 +186,16 @@ class RegimesConfig:
         for s in self.cpu_shares:
             if not 0 < s < 1:
                 raise OptionError("--cpu-shares", f"{s:g} must be in (0, 1)")
-            if jobs_for(self.dnn_jobs, s) > MAX_TRACE_JOBS:
+            n = jobs_for(self.dnn_jobs, s)
+            n_cpu = math.floor(n * s + 0.5)  # as the generator counts them
+            if not 1 <= n_cpu < n:
+                # A cell labelled with a CPU share whose workload has no job of a kind.
+                raise OptionError(
+                    "--cpu-shares",
+                    f"{s:g} with --jobs {self.dnn_jobs} gives no {'CPU' if n_cpu < 1 else 'DNN'}"
+                    f" job ({n} jobs in all): use a larger share or more --jobs",
+                )
+            if n > MAX_TRACE_JOBS:
                 raise OptionError(
                     "--cpu-shares",
                     f"{s:g} with --jobs {self.dnn_jobs} needs {jobs_for(self.dnn_jobs, s):,} "

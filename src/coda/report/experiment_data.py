@@ -21,7 +21,7 @@ from coda.experiment import (
     robustness_policies,
 )
 from coda.report.files import _cell
-from coda.writing import naming
+from coda.writing import text_output
 
 
 def results_dict(result: ExperimentResult, command: str | None = None) -> dict[str, Any]:
@@ -78,7 +78,7 @@ RUN_COLUMNS = ("kind", "policy", "load", "seed", "perturb", "noise", "error")
 def write_runs_csv(records: Sequence[RunRecord], path: Path) -> Path:
     """One row per run: its coordinates, error (empty if none) and every kept metric."""
     keys = [k for k, _, _ in METRICS] + [k for k in EXTRA_METRICS]
-    with naming(path), Path(path).open("w", encoding="utf-8", newline="") as f:
+    with text_output(path, newline="") as f:
         w = csv.writer(f)
         w.writerow([*RUN_COLUMNS, *keys])
         for r in records:

@@ -19,7 +19,7 @@ import numpy as np
 from coda.report.plots import plot_comparison_bars, plot_queue_delay_cdf, plot_utilisation
 from coda.report.tables import markdown_comparison
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
-from coda.writing import naming, write_text
+from coda.writing import text_output, write_text
 
 # Order of SimResult.jobs columns in jobs.csv; any other arrays follow in their own order.
 JOB_COLUMNS = (
@@ -72,7 +72,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def _write_json(obj: Any, path: Path) -> Path:
-    with naming(path), path.open("w", encoding="utf-8") as f:
+    with text_output(path) as f:
         # allow_nan=False: fail loudly rather than ever write a NaN token.
         json.dump(to_jsonable(obj), f, indent=2, allow_nan=False)
         f.write("\n")
@@ -101,7 +101,7 @@ def _write_columns(columns: dict[str, np.ndarray], order: Iterable[str], path: P
     if len(lengths) > 1:
         sizes = ", ".join(f"{n}={len(a)}" for n, a in zip(names, arrays, strict=True))
         raise ValueError(f"{path.name}: columns differ in length ({sizes})")
-    with naming(path), path.open("w", encoding="utf-8", newline="") as f:
+    with text_output(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(names)
         for row in zip(*(a.tolist() for a in arrays), strict=True):

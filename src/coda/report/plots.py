@@ -29,7 +29,7 @@ from coda.report.tables import (  # noqa: E402
     lookup,
 )
 from coda.sim.result import SimResult  # noqa: E402
-from coda.writing import naming  # noqa: E402
+from coda.writing import seekable_output  # noqa: E402
 
 # pyplot is shared with experiment_plots, which must not import it before the Agg switch.
 __all__ = [
@@ -108,8 +108,8 @@ def _save(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with naming(path):
-            fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        with seekable_output(path) as f:
+            fig.savefig(f, format=path.suffix[1:] or "png", dpi=DPI, bbox_inches="tight")
     finally:
         plt.close(fig)  # pyplot keeps figures alive otherwise; comparisons make many
     return path

@@ -112,7 +112,7 @@ def _submit(state_dir: str, kw: dict[str, Any]) -> tuple[AgentClient, int]:
     client = _client(state_dir, create=True)
     try:
         node = client.status(None, False, 0)["agent"]
-        validate_spec(spec, node)
+        validate_spec(spec, node, kw.get("spec_file"))
         job_id = client.submit(spec)
     except ClientError as e:
         client.close()
@@ -214,7 +214,8 @@ def status(
 def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
     """Cancel your jobs: queued ones at once, running ones by the agent (SIGTERM, then
     SIGKILL). Root and the agent's own user may cancel anyone's."""
-    _, results = _ask(state_dir, lambda c: c.cancel(list(job_ids)))
+    once = list(dict.fromkeys(job_ids))  # a job named twice is cancelled (and said) once
+    _, results = _ask(state_dir, lambda c: c.cancel(once))
     failed = [r for r in results if "error" in r]
     for r in results:
         if "error" not in r:

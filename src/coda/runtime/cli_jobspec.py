@@ -111,7 +111,11 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
     spec_file = kw.get("spec_file")
     if spec_file:
         try:
-            with open(spec_file, "rb") as f:
+            # Opened without waiting: a FIFO no process writes reads as empty, not a
+            # hang (one that a process writes, such as <(...), reads as usual).
+            fd = os.open(spec_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as f:
                 raw = f.read(MAX_SPEC_FILE + 1)
             if len(raw) > MAX_SPEC_FILE:
                 raise click.ClickException(f"{spec_file}: larger than {MAX_SPEC_FILE} bytes")
@@ -144,10 +148,14 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
     ):
         if kw.get(opt) not in (None, ""):
             setattr(spec, key, kw[opt])
+    given: set[str] = set()
     for pair in kw.get("env_pairs", ()):
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise click.BadParameter(f"--env {pair!r}: expected KEY=VALUE")
+        if not sep or not key:
+            raise click.BadParameter(f"--env {clip(pair)}: expected KEY=VALUE")
+        if key in given:  # the last would win, silently
+            raise click.BadParameter(f"--env {clip(key)} is given twice")
+        given.add(key)
         spec.env[key] = value
     # The job finds its programs as its submitter does (the agent's own PATH, root's
     # perhaps, is never passed on).
@@ -158,19 +166,21 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
     return spec
 
 
-def validate_spec(spec: JobSpec, node: dict[str, Any]) -> None:
+def validate_spec(spec: JobSpec, node: dict[str, Any], spec_file: str | None = None) -> None:
     """The spec's own checks and the program's existence, as the submitting user sees
-    them (the agent checks the spec again: it trusts nothing a client sends)."""
+    them (the agent checks the spec again: it trusts nothing a client sends). With a
+    spec file, an error names it (what the options set is checked with it)."""
+    where = f"{spec_file} (with the options): " if spec_file else ""
     node_cores = len(parse_cpus(node.get("cpus", "") or "")) or None
     node_gpus = node.get("gpus")
     try:
         spec.validate(node_cores, node_gpus if isinstance(node_gpus, int) else None)
     except SpecError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(f"{where}{e}") from None
     prog = spec.argv[0]
     if "/" in prog:
         path = prog if os.path.isabs(prog) else os.path.join(spec.cwd, prog)
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise click.ClickException(f"program {prog!r} is not an executable file")
+            raise click.ClickException(f"{where}program {prog!r} is not an executable file")
     elif shutil.which(prog, path=spec.env.get("PATH", os.environ.get("PATH"))) is None:
-        raise click.ClickException(f"program {prog!r} is not on PATH")
+        raise click.ClickException(f"{where}program {prog!r} is not on PATH")

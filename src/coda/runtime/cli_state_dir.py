@@ -7,9 +7,10 @@ import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from coda.params import NamedDir
 from coda.runtime.client import socket_path
@@ -31,6 +32,9 @@ def default_state_dir() -> str:
     return str(Path.home() / ".local" / "state" / "coda")
 
 
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path: 108, with its NUL)
+
+
 class StateDirPath(NamedDir):
     """A state directory: absolute from here on (``.`` is this directory by its name),
     never empty or ``/``, which have no name to put the ``.run`` directory beside."""
@@ -39,12 +43,36 @@ class StateDirPath(NamedDir):
         # Not readable=True: a root agent's state directory is closed to its users.
         super().__init__(readable=False)
 
+    def fail(
+        self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None
+    ) -> NoReturn:
+        """A bad value from $CODA_STATE_DIR is said to come from there: the user gave
+        no --state-dir."""
+        if (
+            ctx is not None
+            and param is not None
+            and param.name
+            and ctx.get_parameter_source(param.name) is ParameterSource.DEFAULT
+            and os.environ.get("CODA_STATE_DIR")
+        ):
+            message = f"{message} (from $CODA_STATE_DIR)"
+        super().fail(message, param, ctx)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip() == "":
             return super().convert(value, param, ctx)  # refused as empty
         path = os.path.abspath(os.fspath(value))
         if Path(path).name == "":
             self.fail(f"{path!r} has no name (the socket goes in NAME.run beside it)", param, ctx)
+        sock = len(os.fsencode(socket_path(path)))
+        if sock > MAX_SOCKET_PATH:
+            # The agent could never bind it: a job submitted there would wait for ever.
+            self.fail(
+                f"{path!r} is too long: the agent's socket in it would have a path of {sock} "
+                f"bytes, and a Unix socket's holds at most {MAX_SOCKET_PATH}",
+                param,
+                ctx,
+            )
         return super().convert(path, param, ctx)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from coda.workload import limits
 from coda.workload.jobs import FLAG_CENSORED, JobTable, Trace
 from coda.workload.traces._common import Outcome, TraceBuilder, clip
-from coda.writing import naming
+from coda.writing import text_output
 
 FORMAT = "csv"
 REQUIRED = ("job_id", "submit_s", "duration_s", "gpus", "cores")
@@ -163,7 +163,7 @@ def write_csv(table: JobTable, path: str | Path) -> Path:
     if table.cpu_bw is not None:
         columns.append(("cpu_bw_gbps_per_core", _optional_numbers(table.cpu_bw)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with naming(path), open(path, "w", newline="", encoding="utf-8") as f:
+    with text_output(path, newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow([name for name, _ in columns])
         cols = [values for _, values in columns]
