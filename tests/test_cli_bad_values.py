@@ -507,3 +507,28 @@ def test_a_cluster_that_is_a_directory_or_fifo_is_said_to_be_one(files, tmp_path
         args = ["simulate", "--trace", str(files["trace"]), "--native-time"]
         result = CliRunner().invoke(main, [*args, "--cluster", str(tmp_path / name)])
         assert_one_line_error(result, "not a regular file")
+
+
+def test_a_cluster_spec_is_read_as_one_beside_a_directory_of_its_name(files, tmp_path, monkeypatch):
+    """--out named after the cluster made its spec unusable on the next run (found by
+    review): a spec that parses is a spec, whatever exists by its name."""
+    monkeypatch.chdir(tmp_path)
+    Path(CLUSTER).mkdir()
+    args = ["simulate", "--trace", str(files["trace"]), "--native-time", "--out", CLUSTER]
+    result = CliRunner().invoke(main, [*args, "--cluster", CLUSTER])
+    assert result.exit_code == 0, result.output
+
+
+def test_an_out_path_through_a_symlink_then_dotdot_is_read_as_the_kernel_does(
+    files, tmp_path, monkeypatch
+):
+    """lk/../f is beside lk's target, not beside lk: refused by reading it as text."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep" / "a" / "b").mkdir(parents=True)
+    os.symlink("deep/a/b", "lk")
+    Path("f").write_text("")  # a file where lk/../f would be read as text
+    result = CliRunner().invoke(
+        main, ["trace", "generate", "--jobs", "3", "--out", "lk/../f/t.csv"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "deep" / "a" / "f" / "t.csv").exists()

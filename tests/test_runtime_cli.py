@@ -252,4 +252,4 @@ def test_a_spec_fifo_that_nothing_writes_is_an_error_not_a_hang(tmp_path: Path) 
     os.mkfifo(fifo)
     argv = [sys.executable, "-m", "coda", "submit", "--state-dir", str(tmp_path / "s")]
     done = subprocess.run([*argv, "--spec", str(fifo)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and f"{fifo}: not valid JSON" in done.stderr
+    assert done.returncode == 1 and f"{fifo}: a FIFO that no process writes" in done.stderr

@@ -138,7 +138,7 @@ def _cannot_make(path: str) -> str | None:
     past a directory not made yet, a file where a directory above it would go."""
     if os.path.islink(path):
         return f"{path!r} is a symbolic link to nothing"
-    above = os.path.dirname(os.path.abspath(path))
+    above = os.path.dirname(os.path.realpath(path))  # '..' after a symlink as the kernel reads it
     while not os.path.lexists(above):
         above = os.path.dirname(above)
     if not os.path.isdir(above):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from os import PathLike
@@ -34,11 +35,18 @@ def _open_fd(path: str | PathLike[str]) -> int:
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as e:
-        if e.errno == errno.ENXIO:  # a FIFO (or device) that nothing reads
-            raise OSError(e.errno, "a FIFO or device that no process reads", str(path)) from None
+        if e.errno == errno.ENXIO and _is_fifo(path):  # ENXIO: no reader yet
+            raise OSError(e.errno, "a FIFO that no process reads", str(path)) from None
         raise
     os.set_blocking(fd, True)  # opened: writes wait for the reader as usual
     return fd
+
+
+def _is_fifo(path: str | PathLike[str]) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -105,18 +106,32 @@ def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def _read_spec(spec_file: str) -> bytes:
+    """The spec file's bytes (at most one more than a spec may have). Opened without
+    waiting: a FIFO that no process writes is an error, not a hang (one that a process
+    writes, such as <(...), reads as usual)."""
+    fd = os.open(spec_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fifo = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        raw = f.read(MAX_SPEC_FILE + 1)
+    if fifo and not raw:
+        raise click.ClickException(f"{spec_file}: a FIFO that no process writes")
+    return raw
+
+
 def build_spec(kw: dict[str, Any]) -> JobSpec:
     """The spec that the --spec file and the options (which win) describe, with the
     submitter's PATH and an absolute working directory."""
     spec_file = kw.get("spec_file")
     if spec_file:
         try:
-            # Opened without waiting: a FIFO no process writes reads as empty, not a
-            # hang (one that a process writes, such as <(...), reads as usual).
-            fd = os.open(spec_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb") as f:
-                raw = f.read(MAX_SPEC_FILE + 1)
+            raw = _read_spec(spec_file)
             if len(raw) > MAX_SPEC_FILE:
                 raise click.ClickException(f"{spec_file}: larger than {MAX_SPEC_FILE} bytes")
             data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_key_twice)
@@ -129,7 +144,8 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
         except ValueError as e:  # an integer of over 4,300 digits
             raise click.ClickException(f"{spec_file}: unreadable JSON: {str(e)[:80]}") from None
         except (OSError, RecursionError) as e:
-            raise click.ClickException(f"{spec_file}: cannot read it: {e}") from None
+            why = getattr(e, "strerror", None) or e  # the path is said once, first
+            raise click.ClickException(f"{spec_file}: cannot read it: {why}") from None
         try:
             spec = JobSpec.from_dict(data)
         except SpecError as e:

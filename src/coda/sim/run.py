@@ -216,14 +216,22 @@ def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:
         return scale_node_list(full, frac, label=text)
     try:
         is_file = Path(text).is_file()
-        elsewise = not is_file and Path(text).exists()
     except OSError:  # a name the OS refuses as a path (too long): it is read as a spec
-        is_file = elsewise = False
+        is_file = False
     if is_file:
         return load_node_list(text, bw_per_core)
-    if elsewise:  # read as a spec, it would be blamed for its syntax
-        raise ValueError(f"cluster {text!r}: not a regular file (a directory, FIFO or device)")
-    return parse_cluster_spec(text, bw_per_core)
+    try:
+        return parse_cluster_spec(text, bw_per_core)
+    except ValueError:
+        try:
+            elsewise = Path(text).exists()
+        except OSError:
+            elsewise = False
+        if elsewise:  # a directory or FIFO meant as a node list: not its syntax's fault
+            raise ValueError(
+                f"cluster {text!r}: not a regular file (a directory, FIFO or device)"
+            ) from None
+        raise
 
 
 def scale_node_list(full: ClusterSpec, frac: float, label: str) -> ClusterSpec:
