@@ -88,3 +88,46 @@ def test_slurm_status_shows_any_job_name_as_text(monkeypatch) -> None:
     out = CliRunner().invoke(main, ["slurm", "status"])
     assert out.exit_code == 0, out.output
     assert "[/]" in out.output and "cores" in out.output
+
+
+def test_slurm_status_escapes_control_characters_in_a_job_name(monkeypatch) -> None:
+    """A user's job name must not clear or retitle the terminal of whoever reads it."""
+    from coda.slurm import client as client_mod
+    from coda.slurm.client import SlurmJob
+
+    name = "\x1b[2J\x1b]0;pwn\x1b\\FAKE"
+    job = SlurmJob(
+        7, name, 1000, "PENDING", "JobHeldUser", 1, 1, 0, [], [], "", 0, {"state": "held"}
+    )
+    monkeypatch.setattr(client_mod.SlurmClient, "jobs", lambda self: [job])
+    out = CliRunner().invoke(main, ["slurm", "status"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "\x1b" not in out.output and "\\x1b[2J" in out.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", '{"jobs": ["x"]}', '{"jobs": {"a": 1}}', '{"jobs": ' + "[" * 5000 + "]" * 5000 + "}"],
+)
+def test_slurm_status_reads_any_json_shape_as_one_line(fake_slurm: Path, text: str) -> None:
+    (fake_slurm / "jobs.json").write_text(text)
+    r = CliRunner().invoke(main, ["slurm", "status"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert r.output.startswith("Error: squeue --json: cannot read its output")
+
+
+def test_a_handback_whose_release_fails_leaves_the_job_held_for_coda(fake_slurm: Path) -> None:
+    """Marked passed and still held, nobody would ever release it."""
+    (fake_slurm / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\necho "$@" >> {fake_slurm / "scontrol.log"}\n'
+        '[ "$1" = release ] && { echo "Unable to contact slurm controller" >&2; exit 1; }\n'
+        "exit 0\n"
+    )
+    r = CliRunner().invoke(main, ["slurm", "handback"])
+    assert r.exit_code == 1 and "Unable to contact" in r.output
+    log = (fake_slurm / "scontrol.log").read_text().splitlines()
+    assert log == [
+        "update JobId=8 AdminComment=coda:passed,why=handback",
+        "release 8",
+        "update JobId=8 AdminComment=coda:held",
+    ]

@@ -636,3 +636,24 @@ def test_run_command_failure_names_the_last_stderr_line() -> None:
 def test_run_command_timeout() -> None:
     with pytest.raises(SlurmError, match="no answer"):
         run_command([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.1)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NodeName=gpu/1 CPUTot=8 CPUAlloc=0 Gres=gpu:1 State=IDLE",  # not a mark value
+        "NodeName=n1 CPUTot=" + "9" * 30 + " CPUAlloc=0 State=IDLE",  # no such node
+        "NodeName=n1 CPUTot=8 CPUAlloc=0 Gres=gpu:4294967294 State=IDLE",
+    ],
+)
+def test_a_node_it_cannot_use_is_one_error_not_a_crash(line: str) -> None:
+    """An odd name crashed the controller when it wrote a placement's mark; a huge
+    count overflowed (1 << cores) or built a list of 4 billion GPUs."""
+    with pytest.raises(SlurmError, match="scontrol show node: cannot read"):
+        SlurmClient(lambda argv: line + "\n").nodes()
+
+
+def test_a_host_list_of_many_bracket_groups_is_refused_not_a_recursion() -> None:
+    with pytest.raises(SlurmError, match="too many"):
+        expand_hostlist("n[1]" * 1000)
+    assert expand_hostlist("a[1-2]b[3]") == ["a1b3", "a2b3"]

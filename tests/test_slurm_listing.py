@@ -184,7 +184,7 @@ def test_names_are_asked_for_in_batches() -> None:
     many = "".join(
         LISTED.splitlines()[1].replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in range(1, 4502)
     )
-    runner = Recorded(listed=many, names="")
+    runner = Recorded(listed=many, names={i: f"{i}||n{i}" for i in range(1, 4502)})
     jobs = JobListing(runner).jobs()
     assert len(jobs) == 4501
     assert len([c for c in runner.calls if c[-1] == "--format=%A|%x|%j"]) == 3
@@ -397,10 +397,11 @@ def test_a_job_read_afresh_that_slurm_then_drops_is_reported_gone() -> None:
 
 
 def test_a_job_left_unsettled_that_slurm_then_drops_is_reported_gone() -> None:
-    """The same for a job whose name a flood of forged lines left unsettled."""
+    """The same for a job read before whose name a flood of forged lines left unsettled
+    (it keeps the name and exclusions it had)."""
     ids = list(range(1, 201))
     forged = "".join(f"\n{i}||fake" for i in ids)
-    names = "".join(f"{i}||n{i}\n" for i in ids[1:]) + f"1||evil{forged}\n"
+    names = ["".join(f"{i}|n9|n{i}\n" for i in ids)]
     line = LISTED.splitlines()[1]
     listed = ["".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids)]
 
@@ -409,12 +410,17 @@ def test_a_job_left_unsettled_that_slurm_then_drops_is_reported_gone() -> None:
             return listed[0]
         if argv[-1] == "--format=%x|%j":
             return "|" + argv[4].removeprefix("--jobs=") + "\n"
-        return names
+        return names[0]
 
     listing = JobListing(slurm)
     listing.jobs()
+    names[0] = "".join(f"{i}||n{i}\n" for i in ids[1:]) + f"1||evil{forged}\n"
+    marked = line.replace("coda:held", "coda:held,wait=x")
+    listed[0] = "".join(marked.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids)
+    jobs = {j.job_id: j for j in listing.jobs()}
     assert listing._last_text is None  # some left unsettled: the last ones asked about
-    listed[0] = "".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids[:-1])
+    assert jobs[200].excluded_nodes == ["n9"]  # what it had, not nothing
+    listed[0] = "".join(marked.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in ids[:-1])
     listing.jobs()
     assert listing.gone == [200]
 
@@ -549,3 +555,51 @@ def test_unreadable_lines_and_ids_listed_twice_keep_changed_and_gone_exact(
         before = now
         for jid in forgets[k]:
             listing.forget(jid)
+
+
+def test_a_new_job_whose_exclusions_are_unknown_is_not_listed_until_they_are() -> None:
+    """Read as excluding nothing, it was placed on a node it excludes (the attack
+    helper's flood: job 33, past the single queries' budget, got no name and no
+    exclusions and was placed and released on the node it excluded)."""
+    ids = list(range(1, 34))
+    forged = "".join(f"\n{i}||f" for i in ids)
+    line = LISTED.splitlines()[1]
+    listed = "".join(line.replace("2|2|", f"{i}|{i}|", 1) + "\n" for i in [*ids, 100])
+    flood = [f"100||x{forged}\n" + "".join(f"{i}|n1|victim{i}\n" for i in ids)]
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return listed
+        if argv[-1] == "--format=%x|%j":
+            return "n1|victim" + argv[4].removeprefix("--jobs=") + "\n"
+        return flood[0]
+
+    listing = JobListing(slurm)
+    jobs = {j.job_id: j for j in listing.jobs()}
+    assert all(j.excluded_nodes == ["n1"] for jid, j in jobs.items() if jid != 100)
+    assert 33 not in jobs and any("job 33: its name" in x for x in listing.unreadable)
+    assert listing._last_text is None  # asked again next read
+    flood[0] = "".join(f"{i}|n1|victim{i}\n" for i in [*ids, 100])
+    jobs = {j.job_id: j for j in listing.jobs()}
+    assert jobs[33].excluded_nodes == ["n1"] and listing.unreadable == []
+
+
+def test_a_job_the_names_query_does_not_answer_for_is_not_listed() -> None:
+    """squeue failing the names query ('Invalid job id specified' for one of them)
+    read as no name and no exclusions for every job asked about."""
+    from coda.slurm.client import SlurmError
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return LISTED.splitlines()[5] + "\n"  # job 4
+        raise SlurmError("squeue: error: Invalid job id specified")
+
+    listing = JobListing(slurm)
+    assert listing.jobs() == [] and "job 4: its name" in listing.unreadable[0]
+
+
+def test_a_time_limit_too_long_for_a_number_is_an_unreadable_line() -> None:
+    """400 nines of days overflowed float() and killed the controller."""
+    line = LISTED.splitlines()[1].replace("|5:00|", "|" + "9" * 400 + "-00:00:00|")
+    with pytest.raises(ValueError, match="too long"):
+        parse_line(line)

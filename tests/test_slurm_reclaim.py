@@ -102,3 +102,38 @@ def test_a_placed_cpu_job_not_started_yet_is_not_requeued(tmp_path: Path) -> Non
     ctl.cycle()
     assert fake.ids("requeuehold") == [], "only running jobs are requeued"
     assert fake.jobs[102]["priority"] == 0, "B waits: C's core is spoken for"
+
+
+def test_a_running_job_coda_did_not_place_is_never_requeued(tmp_path: Path) -> None:
+    """A job its user held (released by them) or one from before CODA is the user's
+    and Slurm's: requeueing it killed it and overwrote its comment (attack helper)."""
+    fake = Refusing()
+    fake.now = T0
+    ctl = _setup(tmp_path, fake)
+    theirs = fake.job(7, "theirs", 3, comment="(null)", state="RUNNING", priority=1, nodes="g1")
+    theirs.update(submit_time=int(fake.now) - 100, requeue=True, start_time=int(fake.now) - 50)
+    _add(fake, 102, "B", 3, 2, 60)  # a DNN job that would need its cores
+    for _ in range(2):
+        fake.now += 1
+        ctl.cycle()
+    assert fake.ids("requeuehold") == [] and fake.jobs[7]["job_state"] == "RUNNING"
+    assert fake.jobs[7]["admin_comment"] == "(null)"
+    assert fake.jobs[102]["priority"] == 0  # it waits, as it would under Slurm
+
+
+def test_a_comment_that_cannot_be_put_back_after_a_refused_requeue_is_no_crash(
+    tmp_path: Path,
+) -> None:
+    fake = Refusing()
+    fake.now = T0
+    ctl = _setup(tmp_path, fake)
+    _add(fake, 101, "C", 1, 0, 30)
+    ctl.cycle()
+    ctl.cycle()
+    assert fake.jobs[101]["job_state"] == "RUNNING"
+    fake.jobs[101]["admin_comment"] += " (checked by admin)"  # spaces: scontrol takes none
+    fake.refuse = True
+    _add(fake, 102, "B", 3, 2, 60)
+    fake.now += 1
+    ctl.cycle()  # no exception: the comment could not be put back, and that is said
+    assert fake.jobs[102]["priority"] == 0

@@ -696,3 +696,14 @@ def test_a_read_error_names_the_file_and_line(fails_at: int) -> None:
 
     with pytest.raises(TraceFormatError, match=r"trace\.csv:1: cannot read it: Input/output"):
         list(_lines(Failing(), []))  # type: ignore[arg-type]
+
+
+def test_a_status_in_another_case_means_the_same(tmp_path):
+    """'running' was not Running (kept under --censored drop), PAI 'waiting' ran and a
+    'terminated' task ending before its start was quietly a zero-duration job."""
+    p = openb_file(tmp_path, "run,8000,1024,8,1000,,LS,running,3,500,3")
+    assert load_trace(p, censored="drop").report.excluded == {"censored": 1}
+    waiting = write(tmp_path, "w.csv", "j,t,1,waiting,200,300,100,1,100,T4")
+    assert load_trace(waiting, "pai").report.excluded.get("never_started") == 1
+    with pytest.raises(TraceFormatError, match="before start"):
+        load_trace(write(tmp_path, "t.csv", "j,t,1,TERMINATED,200,100,100,1,100,T4"), "pai")

@@ -430,6 +430,8 @@ def test_profile_missing_key_names_its_path(tmp_path):
         ("[" * 100_000, "unreadable JSON"),
         ('{"schema": ' + "9" * 5000 + "}", "unreadable JSON"),
         ("{", "invalid JSON"),
+        ('{"schema": 1, "schema": 2}', "key 'schema' is given twice"),  # the last won
+        ('{"notes": ' + "[" * 600 + "]" * 600 + "}", "nested more than 32 deep"),
     ],
 )
 def test_profile_unparseable_files_are_one_line(tmp_path, raw, text):
@@ -520,3 +522,24 @@ def test_a_helios_date_at_the_end_of_year_9999_keeps_its_microseconds(tmp_path: 
     t = load_trace(p, "helios")
     assert t.report.time_origin == "9999-12-31 23:59:58.999999"
     assert list(t.jobs.duration) == [1.0]
+
+
+def test_profile_pair_override_naming_a_non_string_is_one_line(tmp_path):
+    """A list where a model name goes raised TypeError (unhashable), a traceback."""
+    p = _profile(tmp_path, _set("pcie.pair_overrides", [{"models": [[1], [2]], "slowdown": 1.2}]))
+    with pytest.raises(ValueError, match=r"pcie.pair_overrides\[0\].models"):
+        load_profile_set(str(p))
+
+
+def test_profile_with_too_many_models_is_refused_at_once(tmp_path):
+    """Every ordered pair of models is precomputed: 20,000 models ran for minutes in
+    gigabytes before doing anything."""
+
+    def many(spec):
+        one = spec["models"]["VGG16"]
+        spec["models"] = {f"m{i}": one for i in range(limits.MAX_PROFILE_MODELS + 1)}
+        spec.pop("default_mix", None)
+
+    p = _profile(tmp_path, many)
+    with pytest.raises(ValueError, match="at most 1000"):
+        load_profile_set(str(p))

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from coda import strict_json
 from coda.params import AsciiIntRange
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.jobspec import MAX_CORES, MAX_GPUS, MAX_SPEC_BYTES, JobSpec, SpecError
 from coda.runtime.timelimit import FORMS, parse_time_limit
+from coda.strict_json import StrictJSONError
 from coda.text import clip
 
 MAX_SPEC_FILE = 2 * MAX_SPEC_BYTES
@@ -92,20 +94,6 @@ def spec_options(f: F) -> F:
     return f
 
 
-class _KeyTwice(ValueError):
-    pass
-
-
-def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused if a key is in it twice (json keeps the last silently)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _KeyTwice(f"key {clip(key, 40)} is given twice")
-        seen.add(key)
-    return dict(pairs)
-
-
 def _read_spec(spec_file: str) -> bytes:
     """The spec file's bytes (at most one more than a spec may have). Opened without
     waiting: a FIFO that no process writes is an error, not a hang (one that a process
@@ -134,12 +122,12 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
             raw = _read_spec(spec_file)
             if len(raw) > MAX_SPEC_FILE:
                 raise click.ClickException(f"{spec_file}: larger than {MAX_SPEC_FILE} bytes")
-            data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_key_twice)
+            data = strict_json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise click.ClickException(f"{spec_file}: not UTF-8 text: {e.reason}") from None
         except json.JSONDecodeError as e:
             raise click.ClickException(f"{spec_file}: not valid JSON: {e}") from None
-        except _KeyTwice as e:
+        except StrictJSONError as e:
             raise click.ClickException(f"{spec_file}: {e}") from None
         except ValueError as e:  # an integer of over 4,300 digits
             raise click.ClickException(f"{spec_file}: unreadable JSON: {str(e)[:80]}") from None

@@ -271,6 +271,7 @@ def status(show_all: bool, as_json: bool) -> None:
     from rich.text import Text
 
     from coda.slurm.client import SlurmClient, SlurmError
+    from coda.text import visible
 
     try:
         jobs = SlurmClient().jobs()
@@ -307,8 +308,9 @@ def status(show_all: bool, as_json: bool) -> None:
     for c in heads:
         t.add_column(c, no_wrap=c != "name", overflow="fold")
     for r in rows:
-        # Text, not markup: a job's name is its user's ("[/]" would crash rich markup).
-        t.add_row(*(Text("-" if v is None else str(v)) for v in r.values()))
+        # Text, not markup: a job's name is its user's ("[/]" would crash rich markup),
+        # and its control characters are shown escaped (an ESC must not reach a terminal).
+        t.add_row(*(Text("-" if v is None else visible(str(v))) for v in r.values()))
     Console(width=max(120, shutil.get_terminal_size().columns)).print(t)
 
 

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS
+
 HELD = "coda:held"
 PLACED = "coda:placed"
 
@@ -87,6 +89,7 @@ def run_command(argv: Sequence[str], timeout_s: float = 30.0) -> str:
 
 # No cluster has more nodes than this: a host list that names more is not Slurm's.
 MAX_HOSTS = 100_000
+MAX_HOST_DIMENSIONS = 8  # [...] groups in one name (Slurm's own names use one to three)
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -107,6 +110,8 @@ def expand_hostlist(text: str) -> list[str]:
             out.append(part)
             continue
         prefix, ranges, suffix = m.groups()
+        if part.count("[") > MAX_HOST_DIMENSIONS:  # each is a level of recursion
+            raise SlurmError(f"cannot read host list {text[:60]!r}: too many [...] in a name")
         rests = expand_hostlist(suffix) if "[" in suffix else [suffix]  # once per part
         for r in ranges.split(","):
             lo, _, hi = r.partition("-")
@@ -417,15 +422,29 @@ def parse_scontrol_line(line: str) -> dict[str, str]:
 
 def _node_from_fields(f: dict[str, str]) -> SlurmNode:
     used = f.get("GresUsed", "")
+    name = f["NodeName"]
+    if not name or not _MARK_VALUE.fullmatch(name):  # it goes into marks and argv
+        raise ValueError(f"node name {name[:40]!r}: only letters, digits and _.:+- are read")
+    cpus = int(f.get("CPUEfctv") or f.get("CPUTot") or 0)
+    gpus = gres_gpus(f.get("Gres"))
+    if not (0 <= cpus <= MAX_NODE_CORES and 0 <= gpus <= MAX_NODE_GPUS):
+        raise ValueError(
+            f"{cpus} CPUs and {gpus} GPUs: at most {MAX_NODE_CORES} and {MAX_NODE_GPUS} are read"
+        )
     return SlurmNode(
-        name=f["NodeName"],
-        cpus=int(f.get("CPUEfctv") or f.get("CPUTot") or 0),
+        name=name,
+        cpus=cpus,
         cpus_alloc=int(f.get("CPUAlloc") or 0),
-        gpus=gres_gpus(f.get("Gres")),
+        gpus=gpus,
         gpus_used=gres_gpus(used),
         state=f.get("State", ""),
         partitions=[x for x in f.get("Partitions", "").split(",") if x and x != "(null)"],
     )
+
+
+# Any shape but Slurm's (a list, a string where a record goes, nesting too deep, a
+# number no float holds): one line, not a traceback.
+_UNREADABLE_JSON = (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError)
 
 
 class SlurmClient:
@@ -441,8 +460,8 @@ class SlurmClient:
         try:
             data = json.loads(text)
             return [_job_from_json(d) for d in data.get("jobs", [])]
-        except (ValueError, KeyError, TypeError) as e:
-            raise SlurmError(f"squeue --json: cannot read its output ({e})") from None
+        except _UNREADABLE_JSON as e:
+            raise SlurmError(f"squeue --json: cannot read its output ({str(e)[:120]})") from None
 
     def nodes(self) -> list[SlurmNode]:
         # -d: slurmctld reports GresUsed (GPUs taken) only on a detailed request.

@@ -46,6 +46,7 @@ from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
 from coda.slurm.client import (
+    HELD,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -427,7 +428,7 @@ class Controller:
                 self.mirror.forget(job.idx)
                 try:  # its comment as it was
                     self.slurm.update(sj.job_id, AdminComment=sj.admin_comment or "")
-                except SlurmError:
+                except (SlurmError, ValueError):  # ValueError: a comment scontrol cannot take
                     pass  # a running job whose mark says held: placed again only if requeued
                 continue
             ran = max(0.0, now - sj.start_time) if sj.start_time else 0.0
@@ -688,7 +689,16 @@ def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
             )
         ):
             client.update(j.job_id, AdminComment=format_mark("passed", why="handback"))
-            client.release(j.job_id)
+            try:
+                client.release(j.job_id)
+            except SlurmError:
+                # Marked passed but still held, nobody would release it: held again for
+                # CODA, so the next handback (or controller) finds it.
+                try:
+                    client.update(j.job_id, AdminComment=j.admin_comment or HELD)
+                except (SlurmError, ValueError):
+                    pass
+                raise
             log(f"job {j.job_id} ({j.name!r}): handed back to Slurm")
             n += 1
     return n

@@ -147,6 +147,8 @@ def time_limit_s(v: str) -> float | None:
         raise ValueError(f"TimeLimit {v!r} is not [D-][HH:]MM:SS")
     if dash and not (days.isascii() and days.isdigit()):
         raise ValueError(f"TimeLimit {v!r} is not [D-][HH:]MM:SS")
+    if max(len(days), *map(len, parts)) > 9:  # beyond any limit Slurm keeps (or a float)
+        raise ValueError(f"TimeLimit {v[:40]!r} is too long")
     h, m, s = ([0] + [int(p) for p in parts])[-3:]
     total = (int(days or 0) * 24 + h) * 3600 + m * 60 + s
     return float(total) if total else None
@@ -322,6 +324,11 @@ class JobListing:
             retry |= self._learn_names([line for _, line in fresh])
         bad: dict[int, str] = {}  # the index of each line it could not read: why
         for i, line in fresh:
+            jid = line.partition("|")[0]
+            if retry and _ID.fullmatch(jid) and int(jid) in retry and int(jid) not in self._names:
+                # Read as excluding nothing, it could be placed on a node it excludes.
+                bad[i] = f"job {jid}: its name and excluded nodes are not known yet"
+                continue
             try:
                 out[i] = self._parse(line)
             except ValueError as e:
@@ -431,7 +438,8 @@ class JobListing:
         """Names and excluded nodes of the jobs whose line changed (array and
         heterogeneous jobs left out: Slurm's own scheduler runs them). Returns the ids
         left unsettled: more suspect readings than ``MAX_ALONE`` single queries (a
-        flood of forged lines); those are asked for again at the next read."""
+        flood of forged lines), or no answer for the job; those keep what was learned
+        of them before, if anything, and are asked for again at the next read."""
         ids: list[int] = []
         for line in fresh:
             f = line.split("|", 4)
@@ -452,9 +460,15 @@ class JobListing:
                     continue
                 alone -= 1
                 exc, sep, name = self._ask(name_argv(jid)).removesuffix("\n").partition("|")
-                got[jid] = (exc, name) if sep else ("", "")
+                if sep:
+                    got[jid] = (exc, name)
+                else:
+                    got.pop(jid, None)
             for jid in batch:
-                exc, name = got.get(jid, ("", ""))
+                if jid not in got:  # never read as none: its exclusions are unknown
+                    unsettled.add(jid)
+                    continue
+                exc, name = got[jid]
                 self._names[jid] = (expand_hostlist(_text(exc)), name)
         return unsettled
 

@@ -223,8 +223,9 @@ class SlurmView:
                 # A grant outside 1..its CPUs is not CODA's writing: Slurm's count holds.
                 held_c = int(grant) if grant.isdigit() and 1 <= int(grant) <= j.cpus else j.cpus
             # Only a running job can be requeued: a placed one Slurm has not started yet
-            # is not the reclaim plugin's to take.
-            job.preemptible = j.requeueable and running
+            # is not the reclaim plugin's to take. Nor is one CODA did not place (its
+            # user held it, or it predates CODA): it is its user's, and Slurm's.
+            job.preemptible = j.requeueable and running and j.placed_by_coda
             # A placed job starts about now; its time limit runs from then.
             job.start = float(j.start_time) if running and j.start_time else now
             job.cores_pn = max(1, j.cpus // len(names))

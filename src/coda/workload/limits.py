@@ -41,6 +41,7 @@ MAX_ABS_TIME = 10**20  # a raw time stamp in any unit (epoch nanoseconds are ~1.
 MAX_LINE_CHARS = 1 << 16  # one physical line of a CSV file
 MAX_TRACE_JOBS = 2_000_000  # jobs one trace may make (PAI rows make up to 10,000 each)
 MAX_PROFILE_BYTES = 16 * 1024 * 1024
+MAX_PROFILE_MODELS = 1_000  # models in one profile set (every ordered pair is precomputed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,7 @@ CAPS = (
     ("one physical CSV line", MAX_LINE_CHARS, "characters"),
     ("jobs made from one trace", MAX_TRACE_JOBS, "jobs"),
     ("profile-set file", MAX_PROFILE_BYTES, "bytes"),
+    ("models in one profile set", MAX_PROFILE_MODELS, "models"),
 )
 
 

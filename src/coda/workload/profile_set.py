@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from coda import strict_json
+from coda.strict_json import StrictJSONError
 from coda.text import clip, shown
 from coda.workload import limits
 from coda.workload.job_perf import JobPerf
@@ -101,6 +103,8 @@ class ProfileSet:
         raw_models = r.get(spec, "models", "")
         if not isinstance(raw_models, dict) or not raw_models:
             raise r.fail("models", "must be a nonempty object")
+        if len(raw_models) > limits.MAX_PROFILE_MODELS:  # pairs are precomputed: n squared
+            raise r.fail("models", f"{len(raw_models)} models; at most {limits.MAX_PROFILE_MODELS}")
         self._models = {n: parse_model(r, n, m, batch, len(press)) for n, m in raw_models.items()}
         self.models = tuple(self._models)
         # Each model's category (cv, nlp, speech; "" where the set does not say): the
@@ -137,7 +141,7 @@ class ProfileSet:
             if (
                 not isinstance(pair, list)
                 or len(pair) != 2
-                or any(p not in self._models for p in pair)
+                or not all(isinstance(p, str) and p in self._models for p in pair)
             ):
                 raise r.fail(
                     f"{key}.models", f"must be two of {list(self.models)}, got {clip(pair)}"
@@ -345,7 +349,9 @@ def load_profile_set(name_or_path: str = "coda") -> ProfileSet:
     if len(raw) > limits.MAX_PROFILE_BYTES:
         raise ValueError(f"profile set {path}: larger than {limits.MAX_PROFILE_BYTES} bytes")
     try:
-        spec = json.loads(raw.decode("utf-8-sig"))
+        spec = strict_json.loads(raw.decode("utf-8-sig"))
+    except StrictJSONError as e:
+        raise ValueError(f"profile set {path}: {e}") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"profile set {path}: not UTF-8 text at byte {e.start}") from None
     except json.JSONDecodeError as e:

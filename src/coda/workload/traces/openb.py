@@ -79,7 +79,7 @@ def load(
             raise b.error("gpu_milli", f"is {gpu_milli} but num_gpu is 0")
         if num_gpu and not gpu_milli:
             raise b.error("gpu_milli", f"is 0 but num_gpu is {num_gpu}")
-        phase = b.text(row, "pod_phase")
+        phase = b.text(row, "pod_phase").capitalize()  # "running" is Running too
         created = b.time(row, "creation_time")
         scheduled = b.time(row, "scheduled_time", allow_empty=True)
         deleted = b.time(row, "deletion_time", allow_empty=True)

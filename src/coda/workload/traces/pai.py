@@ -147,7 +147,7 @@ def load(
         nonlocal trace_end
         name = f"{b.ident(row, 'job_name')}/{b.ident(row, 'task_name')}"
         inst = b.integer(row, "inst_num")  # capped: a CPU task makes inst_num jobs
-        status = b.text(row, "status")
+        status = b.text(row, "status").capitalize()  # "waiting" is Waiting too
         start = b.time(row, "start_time", allow_empty=True)
         end = b.time(row, "end_time", allow_empty=True)
         plan_cpu = b.num(row, "plan_cpu", allow_empty=True)
