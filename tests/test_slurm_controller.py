@@ -932,3 +932,19 @@ def test_a_failed_requeue_leaves_the_dnn_job_a_reason(tmp_path: Path) -> None:
     refuse[0] = False
     assert [p.job.idx for p in ctl.cycle()] == [dnn_job["job_id"]]
     assert ctl.stats.requeues == 1 and cpu_job["job_state"] == "PENDING"
+
+
+def test_one_odd_node_is_left_out_said_once_and_the_rest_are_used(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """A node name no mark can hold crashed the controller; refusing the whole node
+    read instead stopped every placement on the cluster."""
+    fake.node("gpu/1", 8)
+    fake.job(50, "cpu", 2)
+    said: list[str] = []
+    ctl = controller(fake, tmp_path, log=said.append)
+    ctl.cycle()
+    ctl.cycle()
+    assert fake.jobs[50]["priority"] != 0 and fake.jobs[50]["required_nodes"] == "c1"
+    assert [x for x in said if "a node left out" in x and "gpu/1" in x] != []
+    assert len([x for x in said if "a node left out" in x]) == 1  # once, not each cycle

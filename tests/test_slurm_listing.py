@@ -603,3 +603,39 @@ def test_a_time_limit_too_long_for_a_number_is_an_unreadable_line() -> None:
     line = LISTED.splitlines()[1].replace("|5:00|", "|" + "9" * 400 + "-00:00:00|")
     with pytest.raises(ValueError, match="too long"):
         parse_line(line)
+
+
+def test_a_flood_renewed_every_read_never_keeps_another_users_job_out() -> None:
+    """Forty pending jobs of one user whose names forge lines of jobs 100 and 200, their
+    lines changed every read (the review's case): the single queries went to the
+    lowest ids first, every read, so 100 and 200 were never settled and never listed.
+    A running job is listed at once (nothing places it; its cores count), and a new
+    pending one as soon as its single query comes round."""
+    attackers = list(range(1, 41))
+    base = LISTED.splitlines()[1]
+    running = LISTED.splitlines()[1].replace("|PENDING|JobHeldUser|", "|RUNNING|None|")
+    tick = [0]
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            lines = [
+                base.replace("2|2|", f"{i}|{i}|", 1).replace("|5:00|", f"|{5 + tick[0]}:00|")
+                for i in attackers
+            ]
+            lines += [running.replace("2|2|", "100|100|", 1), base.replace("2|2|", "200|200|", 1)]
+            return "".join(x + "\n" for x in lines)
+        ids = [int(x) for x in argv[4].removeprefix("--jobs=").split(",")]
+        if argv[-1] == "--format=%x|%j":  # one job alone
+            return "|x\n100||f\n200||f\n" if ids[0] in attackers else f"n1|job{ids[0]}\n"
+        return "".join(
+            f"{i}||x\n100||f\n200||f\n" if i in attackers else f"{i}|n1|job{i}\n" for i in ids
+        )
+
+    listing = JobListing(slurm)
+    seen: list[set[int]] = []
+    for _ in range(3):
+        seen.append({j.job_id for j in listing.jobs()})
+        tick[0] += 1
+    assert all(100 in ids for ids in seen)
+    assert 200 in seen[1] and 200 in seen[2]
+    assert {j.job_id: j for j in listing.jobs()}[200].excluded_nodes == ["n1"]

@@ -36,8 +36,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coda.workload.limits import MAX_NODE_CORES, MAX_NODE_GPUS
-
 HELD = "coda:held"
 PLACED = "coda:placed"
 
@@ -89,6 +87,10 @@ def run_command(argv: Sequence[str], timeout_s: float = 30.0) -> str:
 
 # No cluster has more nodes than this: a host list that names more is not Slurm's.
 MAX_HOSTS = 100_000
+# A node past these is no node (and its cores would be a bitmask of 10^30 bits, its
+# GPUs a list of billions); far above any machine Slurm runs (big SMP: 8,192 threads).
+MAX_SLURM_NODE_CPUS = 1 << 20
+MAX_SLURM_NODE_GPUS = 1024
 MAX_HOST_DIMENSIONS = 8  # [...] groups in one name (Slurm's own names use one to three)
 
 
@@ -427,9 +429,10 @@ def _node_from_fields(f: dict[str, str]) -> SlurmNode:
         raise ValueError(f"node name {name[:40]!r}: only letters, digits and _.:+- are read")
     cpus = int(f.get("CPUEfctv") or f.get("CPUTot") or 0)
     gpus = gres_gpus(f.get("Gres"))
-    if not (0 <= cpus <= MAX_NODE_CORES and 0 <= gpus <= MAX_NODE_GPUS):
+    if not (0 <= cpus <= MAX_SLURM_NODE_CPUS and 0 <= gpus <= MAX_SLURM_NODE_GPUS):
         raise ValueError(
-            f"{cpus} CPUs and {gpus} GPUs: at most {MAX_NODE_CORES} and {MAX_NODE_GPUS} are read"
+            f"{cpus} CPUs and {gpus} GPUs: at most {MAX_SLURM_NODE_CPUS} and "
+            f"{MAX_SLURM_NODE_GPUS} are read"
         )
     return SlurmNode(
         name=name,
@@ -453,6 +456,7 @@ class SlurmClient:
     def __init__(self, runner: Runner = run_command) -> None:
         self.run = runner
         self._node_lines: dict[str, SlurmNode] = {}  # the last read: each line's node
+        self.unreadable_nodes: list[str] = []  # the last read's lines left out: why
 
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld remembers (squeue --json ignores filters in 22.05)."""
@@ -468,6 +472,7 @@ class SlurmClient:
         text = self.run(["scontrol", "show", "-o", "-d", "node"])
         out = []
         last, now = self._node_lines, {}
+        self.unreadable_nodes = []
         for line in text.splitlines():
             if line.strip():
                 node = last.get(line)  # a node whose line did not change: read before
@@ -475,9 +480,11 @@ class SlurmClient:
                     try:
                         node = _node_from_fields(parse_scontrol_line(line))
                     except (KeyError, ValueError) as e:
-                        raise SlurmError(
-                            f"scontrol show node: cannot read {line[:80]!r} ({e})"
-                        ) from None
+                        # Left out (CODA places nothing there, as on a node it does not
+                        # know), not every node: one odd node must not stop the cluster.
+                        why = f"scontrol show node: cannot read {line[:80]!r} ({e})"
+                        self.unreadable_nodes.append(why)
+                        continue
                 now[line] = node
                 out.append(node)
         self._node_lines = now

@@ -216,6 +216,7 @@ class Controller:
         self.listing = JobListing(client.run)
         self.index = JobIndex()
         self._unreadable: list[str] = []  # the listing's unreadable lines, as last said
+        self._unreadable_nodes: list[str] = []  # and the nodes'
         # What changed at this cycle's read (None: ``decide`` called alone, as in tests
         # and the benchmark's first cycle: every job is looked at).
         self._delta: tuple[list[SlurmJob], list[int]] | None = None
@@ -309,6 +310,10 @@ class Controller:
 
     def _cycle(self) -> list[Placement]:
         snodes = self.slurm.nodes()
+        if self.slurm.unreadable_nodes != self._unreadable_nodes:  # said once, not every cycle
+            for msg in self.slurm.unreadable_nodes:
+                self.log(f"a node left out: {msg}")
+            self._unreadable_nodes = self.slurm.unreadable_nodes
         jobs = self.listing.jobs()
         if self.listing.unreadable != self._unreadable:  # said once, not every cycle
             for msg in self.listing.unreadable:

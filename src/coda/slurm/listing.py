@@ -274,6 +274,7 @@ class JobListing:
         self._last_text: str | None = None
         self._jobs: list[SlurmJob] = []
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
+        self._unsettled: set[int] = set()  # ids the last read left unsettled
         self._refreshed_at = clock()
         self.parsed = 0  # lines parsed anew, over this listing's life
         # What the last read found new or changed (new objects), and the ids it no
@@ -324,9 +325,9 @@ class JobListing:
             retry |= self._learn_names([line for _, line in fresh])
         bad: dict[int, str] = {}  # the index of each line it could not read: why
         for i, line in fresh:
-            jid = line.partition("|")[0]
-            if retry and _ID.fullmatch(jid) and int(jid) in retry and int(jid) not in self._names:
+            if retry and self._unknown_pending(line, retry):
                 # Read as excluding nothing, it could be placed on a node it excludes.
+                jid = line.partition("|")[0]
                 bad[i] = f"job {jid}: its name and excluded nodes are not known yet"
                 continue
             try:
@@ -361,7 +362,22 @@ class JobListing:
             self._unread(again)
         # Something left to read again: the next read must not take the shortcut.
         self._last_text, self._jobs = (None if retry or bad else text), jobs
+        self._unsettled = retry
+
         return list(jobs)
+
+    def _unknown_pending(self, line: str, unsettled: set[int]) -> bool:
+        """A pending job whose name and excluded nodes are unsettled and were never
+        learned: not to be placed yet. (A running or ended one is read: its cores
+        count wherever it runs, and nothing places it.)"""
+        f = line.split("|", 6)
+        return (
+            len(f) > 6
+            and f[5] == "PENDING"
+            and _ID.fullmatch(f[0]) is not None
+            and int(f[0]) in unsettled
+            and int(f[0]) not in self._names
+        )
 
     def _parse(self, line: str) -> SlurmJob:
         """One line, with the name and excluded nodes last learned for its job;
@@ -453,7 +469,9 @@ class JobListing:
         for k in range(0, len(ids), NAMES_BATCH):
             batch = ids[k : k + NAMES_BATCH]
             got, suspect = parse_names(self._ask(names_argv(batch)), batch)
-            for jid in sorted(suspect):
+            # Those left unsettled last time first: a flood renewed each read must not
+            # starve the same jobs of their single queries for ever.
+            for jid in sorted(suspect, key=lambda j: (j not in self._unsettled, j)):
                 if alone <= 0:
                     unsettled.add(jid)
                     got.pop(jid, None)
