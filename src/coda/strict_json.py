@@ -25,17 +25,17 @@ def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _depth(value: Any) -> int:
-    """How deep objects and lists nest in ``value`` (walked without recursion)."""
-    deepest, stack = 0, [(value, 1)]
+def _too_deep(value: Any) -> bool:
+    """Objects and lists nested past ``MAX_DEPTH`` in ``value`` (walked without
+    recursion, stopping at the first too deep)."""
+    stack = [(value, 1)]
     while stack:
         v, d = stack.pop()
         if isinstance(v, dict | list):
             if d > MAX_DEPTH:
-                return d
-            deepest = max(deepest, d)
+                return True
             stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest
+    return False
 
 
 def loads(text: str) -> Any:
@@ -43,6 +43,6 @@ def loads(text: str) -> Any:
     (StrictJSONError); json's own errors (ValueError, RecursionError) as json raises
     them."""
     value = json.loads(text, object_pairs_hook=_no_key_twice)
-    if _depth(value) > MAX_DEPTH:
+    if _too_deep(value):
         raise StrictJSONError(f"nested more than {MAX_DEPTH} deep")
     return value

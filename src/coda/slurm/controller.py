@@ -308,17 +308,23 @@ class Controller:
             finally:
                 self.stats.times.observe(time.perf_counter() - t0)
 
+    def _say_new(self, what: str, now: list[str], said: list[str]) -> list[str]:
+        """Log what a read could not read once, when it changes, not every cycle;
+        returns it, to be ``said`` next time."""
+        if now != said:
+            for msg in now:
+                self.log(f"{what}: {msg}")
+        return now
+
     def _cycle(self) -> list[Placement]:
         snodes = self.slurm.nodes()
-        if self.slurm.unreadable_nodes != self._unreadable_nodes:  # said once, not every cycle
-            for msg in self.slurm.unreadable_nodes:
-                self.log(f"a node left out: {msg}")
-            self._unreadable_nodes = self.slurm.unreadable_nodes
+        self._unreadable_nodes = self._say_new(
+            "a node left out", self.slurm.unreadable_nodes, self._unreadable_nodes
+        )
         jobs = self.listing.jobs()
-        if self.listing.unreadable != self._unreadable:  # said once, not every cycle
-            for msg in self.listing.unreadable:
-                self.log(f"squeue: a line not read: {msg}")
-            self._unreadable = self.listing.unreadable
+        self._unreadable = self._say_new(
+            "squeue: a line not read", self.listing.unreadable, self._unreadable
+        )
         changed = self.index.update(jobs, self.listing.changed, self.listing.gone)
         # What only the changed jobs tell is taken at once, before anything can fail:
         # the same jobs are not handed over again.
