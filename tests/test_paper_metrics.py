@@ -247,11 +247,11 @@ def test_per_user_p99_and_its_spread():
         "b": np.percentile([100, 300], 99),
         "c": 0.0,
     }
-    assert pm["user_p99_queue_s"] == pytest.approx(expect)
+    assert pm["user_queue_p99_s"] == pytest.approx(expect)
     assert pm["users"] == 3
-    assert pm["user_p99_queue_max_s"] == pytest.approx(max(expect.values()))
-    assert pm["user_p99_queue_median_s"] == pytest.approx(np.median(list(expect.values())))
-    assert "user_p99_queue_s" not in res.summary["paper"]  # kept out of summary.json
+    assert pm["user_queue_p99_max_s"] == pytest.approx(max(expect.values()))
+    assert pm["user_queue_p99_median_s"] == pytest.approx(np.median(list(expect.values())))
+    assert "user_queue_p99_s" not in res.summary["paper"]  # kept out of summary.json
 
 
 def _hand_result(**cols) -> SimResult:
@@ -361,4 +361,4 @@ def test_every_share_is_a_fraction_and_never_nan(rows, policy, horizon):
     assert (ts["gpu_frag_cores"] <= 1.0 - ts["gpu_util_allocated"] + 1e-9).all()
     assert (ts["dnn_queued"][ts["gpu_frag_cores"] > 0] > 0).all()
     assert sum(pm["core_delta_hist"].values()) <= pm["dnn_jobs"]
-    assert all(p >= 0 for p in pm["user_p99_queue_s"].values())
+    assert all(p >= 0 for p in pm["user_queue_p99_s"].values())

@@ -57,6 +57,7 @@ def fake_result(
         "t": t,
         "gpu_util_effective": gpu_eff * (0.8 + 0.2 * wave),
         "gpu_util_allocated": np.minimum(1.0, (gpu_eff + 0.1) * (0.8 + 0.2 * wave)),
+        "gpu_util_busy": 0.6 * (0.8 + 0.2 * wave),
         "gpu_frag_cores": 0.05 * (1.0 - wave),
         "cpu_util": 0.5 * (0.7 + 0.3 * wave),
         "dnn_queued": rng.integers(0, 20, t.size).astype(float),
@@ -370,7 +371,7 @@ def test_markdown_comparison() -> None:
     assert header == "| Metric | static-separate | co\\|da |"
     table = [ln for ln in lines if ln.startswith("|")]
     assert len({ln.count(" | ") for ln in table if not ln.startswith("|---")}) == 1
-    assert "| GPU util (effective) | 60.0% | 75.0% (+25.0%) |" in md
+    assert "| GPU work done (effective, all GPUs) | 60.0% | 75.0% (+25.0%) |" in md
 
 
 def test_unknown_baseline_raises() -> None:

@@ -181,6 +181,7 @@ def _series(result: Any) -> dict[str, np.ndarray]:
     return {
         "t": np.asarray(ts["t"], dtype=np.float64),
         "gpu_util_effective": np.asarray(ts["gpu_util_effective"], dtype=np.float64),
+        "gpu_util_busy": np.asarray(ts["gpu_util_busy"], dtype=np.float64),
         "gpu_util_allocated": np.asarray(ts["gpu_util_allocated"], dtype=np.float64),
         "dnn_queue_s": queued[ran & is_dnn],
         "cpu_queue_s": queued[ran & ~is_dnn],

@@ -1,6 +1,6 @@
 """The paper experiment's results: means and 95% CIs over seeds per policy, the paper's
-published values beside them (docs/coda.md, "The paper's evaluation"), and the issue's
-targets checked (issue 13, "Target")."""
+published values beside them (docs/coda.md, "The paper's evaluation"), and CODA's
+targets checked: at least what the paper reports, on the paper's own metrics."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from coda.experiment.stats import mean_ci, tolerance
 
 # (key, label, unit): unit "share" is a fraction 0-1, "s" seconds, "n" a count per job.
 METRICS: tuple[tuple[str, str, str], ...] = (
-    ("gpu_util_effective", "GPU utilisation (effective)", "share"),
+    ("gpu_util_busy", "GPU utilisation (busy share of active GPUs)", "share"),
+    ("gpu_util_effective", "work done over all GPUs (effective)", "share"),
     ("gpu_util_allocated", "GPU active rate (allocated)", "share"),
     ("gpu_active_queued", "GPU active rate while DNN jobs queue", "share"),
     ("gpu_frag_cores", "GPU fragmentation from too few cores", "share"),
     ("dnn_no_queue_share", "DNN jobs not queuing", "share"),
     ("dnn_queue_over_10min_share", "DNN jobs queuing over 10 min", "share"),
     ("dnn_queue_over_1h_share", "DNN jobs queuing over 1 h", "share"),
+    ("dnn_queue_p99_s", "DNN queuing p99", "s"),
+    ("cpu_queue_p99_s", "CPU queuing p99", "s"),
     ("cpu_within_10s_share", "CPU jobs placed within 10 s", "share"),
     ("cpu_within_180s_share", "CPU jobs placed within 3 min", "share"),
     ("dnn_jct_mean_s", "DNN JCT mean", "s"),
@@ -26,7 +29,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("cpu_jct_p95_s", "CPU JCT p95", "s"),
     ("cpu_preemptions_per_job", "preemptions per CPU job", "n"),
     ("cpu_shrinks_per_job", "shrinks per CPU job", "n"),
-    ("user_p99_queue_max_s", "worst user's p99 queuing", "s"),
+    ("user_queue_p99_max_s", "worst user's p99 queuing", "s"),
     ("core_more_1_5_share", "DNN jobs granted 1-5 cores more", "share"),
     ("core_fewer_1_20_share", "DNN jobs granted 1-20 cores fewer", "share"),
     ("allocator_probes_per_search", "core levels probed per search", "n"),
@@ -36,7 +39,7 @@ METRIC_KEYS = tuple(k for k, _, _ in METRICS)
 
 # The paper's published values (FIFO / DRF / CODA), as (number, as the paper says it).
 PUBLISHED: dict[str, dict[str, tuple[float, str]]] = {
-    "gpu_util_effective": {"fifo": (0.454, "45.4%"), "drf": (0.447, "44.7%"), "coda": (0.621, "62.1%")},  # noqa: E501
+    "gpu_util_busy": {"fifo": (0.454, "45.4%"), "drf": (0.447, "44.7%"), "coda": (0.621, "62.1%")},
     "gpu_active_queued": {"fifo": (0.835, "83.5%"), "drf": (0.833, "83.3%"), "coda": (0.912, "91.2%")},  # noqa: E501
     "gpu_frag_cores": {"fifo": (0.143, "14.3%"), "drf": (0.146, "14.6%"), "coda": (0.01, "<1%")},
     "dnn_queue_over_10min_share": {"fifo": (0.431, "43.1%"), "drf": (0.289, "28.9%")},
@@ -51,12 +54,15 @@ PUBLISHED: dict[str, dict[str, tuple[float, str]]] = {
     "allocator_settle_s": {"coda": (360.0, "about 6 min")},
 }  # fmt: skip
 
-# The issue's targets: CODA over fifo at least what the paper reports.
-GAIN_MIN_PCT = 37.0  # +16.7 points of 45.4%, relative (our effective counts full speed 100%)
+# The targets: CODA at least what the paper reports, on the paper's utilisation (the busy
+# share of active GPUs, docs/metrics.md).
+BUSY_MIN = 0.621
+GAIN_MIN_PCT = 36.8  # 62.1% over 45.4%, relative
 FRAG_MAX = 0.01
+NO_QUEUE_MIN = 0.921
 CPU_180S_MIN = 0.945
 CPU_JCT_MAX_RATIO = 1.10
-TARGET_POLICY, BASELINE = "coda", "fifo"
+TARGET_POLICY, BASELINE, FAIR_BASELINE = "coda", "fifo", "drf"
 
 
 def _clip(v: float | None, unit: str) -> float | None:
@@ -96,16 +102,25 @@ def _target(
 
 
 def targets(means: Mapping[str, Mapping[str, float | None]]) -> list[dict[str, Any]]:
-    """The issue's five targets from per-policy means: each with met and its value."""
+    """CODA's targets from per-policy means: each with met and its value."""
     c = means.get(TARGET_POLICY, {})
     f = means.get(BASELINE, {})
     out = []
-    ce, fe = c.get("gpu_util_effective"), f.get("gpu_util_effective")
-    gain = 100.0 * (ce - fe) / fe if ce is not None and fe else None
+    cb, fb = c.get("gpu_util_busy"), f.get("gpu_util_busy")
+    out.append(
+        _target(
+            "gpu_util_busy",
+            f"GPU utilisation (busy share of active GPUs) >= {BUSY_MIN:.1%}",
+            cb,
+            cb is not None and cb >= BUSY_MIN,
+            "coda's time-average",
+        )
+    )
+    gain = 100.0 * (cb - fb) / fb if cb is not None and fb else None
     out.append(
         _target(
             "gpu_gain_pct",
-            f"GPU utilisation (effective), coda over fifo >= +{GAIN_MIN_PCT:g}% relative",
+            f"GPU utilisation (busy), coda over fifo >= +{GAIN_MIN_PCT:g}% relative",
             gain,
             gain is not None and gain >= GAIN_MIN_PCT,
             "relative gain of the means, %",
@@ -119,6 +134,16 @@ def targets(means: Mapping[str, Mapping[str, float | None]]) -> list[dict[str, A
             frag,
             frag is not None and frag < FRAG_MAX,
             "coda's time-average share",
+        )
+    )
+    no_queue = c.get("dnn_no_queue_share")
+    out.append(
+        _target(
+            "dnn_no_queue_share",
+            f"DNN jobs not queuing >= {NO_QUEUE_MIN:.1%}",
+            no_queue,
+            no_queue is not None and no_queue >= NO_QUEUE_MIN,
+            "coda's share",
         )
     )
     placed = c.get("cpu_within_180s_share")
@@ -151,6 +176,18 @@ def targets(means: Mapping[str, Mapping[str, float | None]]) -> list[dict[str, A
             ratio_c,
             ratio_c is not None and ratio_c <= CPU_JCT_MAX_RATIO + tolerance(CPU_JCT_MAX_RATIO),
             "coda / fifo",
+        )
+    )
+    worst = c.get("user_queue_p99_max_s")
+    others = [means.get(p, {}).get("user_queue_p99_max_s") for p in (BASELINE, FAIR_BASELINE)]
+    known = [v for v in others if v is not None]
+    out.append(
+        _target(
+            "user_queue_p99_max_s",
+            "largest per-user p99 queuing below fifo's and drf's",
+            worst,
+            worst is not None and len(known) == len(others) and all(worst < v for v in known),
+            "coda's, seconds",
         )
     )
     return out

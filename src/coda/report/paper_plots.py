@@ -1,6 +1,7 @@
-"""Figures of `coda experiment paper`, in the spirit of the paper's: GPU active rate and
-effective utilisation over time (seed 0), queuing-delay CDFs per job kind and policy,
-per-user p99 queuing, and the histogram of granted minus requested cores (coda)."""
+"""Figures of `coda experiment paper`, in the spirit of the paper's: GPU active rate, busy
+utilisation (the paper's) and effective utilisation over time (seed 0), queuing-delay
+CDFs per job kind and policy, per-user p99 queuing, and the histogram of granted minus
+requested cores (coda)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def _first(records: Sequence[RunRecord], policy: str) -> RunRecord | None:
 
 
 def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    keys = ("gpu_util_allocated", "gpu_util_busy", "gpu_util_effective")
+    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 8), sharex=True)
     colours, styles = _colours(len(policies)), _linestyles(len(policies))
     drawn = False
     for i, p in enumerate(policies):
@@ -31,12 +33,14 @@ def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: 
         if r is None or not r.series:
             continue
         t = r.series["t"] / HOUR_S
-        for ax, key in zip(axes, ("gpu_util_allocated", "gpu_util_effective"), strict=True):
-            ax.plot(t, 100 * r.series[key], color=colours[i], ls=styles[i], lw=1, label=p)
+        for ax, key in zip(axes, keys, strict=True):
+            if key in r.series:
+                ax.plot(t, 100 * r.series[key], color=colours[i], ls=styles[i], lw=1, label=p)
         drawn = True
     axes[0].set_ylabel("GPU active rate (%)")
-    axes[1].set_ylabel("GPU utilisation, effective (%)")
-    axes[1].set_xlabel("hours into the measurement window (seed 0)")
+    axes[1].set_ylabel("GPU utilisation,\nbusy share of active GPUs (%)")
+    axes[2].set_ylabel("work done over all GPUs,\neffective (%)")
+    axes[2].set_xlabel("hours into the measurement window (seed 0)")
     if drawn:
         axes[0].legend(fontsize=8, ncol=min(4, len(policies)))
     else:
@@ -72,7 +76,7 @@ def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: 
 def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12, 4))
     got = {
-        p: r.metrics.get("user_p99_queue_s") or {} for p in policies if (r := _first(records, p))
+        p: r.metrics.get("user_queue_p99_s") or {} for p in policies if (r := _first(records, p))
     }
     users = sorted({u for d in got.values() for u in d})
     if not users:

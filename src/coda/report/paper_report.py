@@ -73,6 +73,8 @@ def _target_value(t: dict[str, Any]) -> str:
         return f"{v:+.1f}%"
     if t["key"] in ("dnn_jct", "cpu_jct"):
         return f"{v:.3f} x fifo"
+    if t["key"].endswith("_s"):
+        return format_value(v, "s")
     return f"{100 * v:.2f}%"
 
 
@@ -110,7 +112,10 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
         "",
         'Paper values: docs/coda.md, "The paper\'s evaluation" (FIFO / DRF / CODA); '
         "ours are means over seeds with Student-t 95% confidence intervals. The paper's "
-        "utilisation includes the hardware's own efficiency; ours counts full speed as 100%.",
+        "GPU utilisation is the busy share of the active (allocated) GPUs, as the driver "
+        "reports it: ours is `gpu_util_busy`, from each model's busy curve (Figure 3; "
+        "docs/metrics.md). Work done over all GPUs (`gpu_util_effective`, full speed = "
+        "100%) is a different quantity, shown beside it.",
         "",
         "## The paper's table beside ours",
         "",
@@ -119,7 +124,7 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
     if rest:
         out += ["", "## Ablations and oracle (ours; the paper gives no table)", ""]
         out += ours_table(res, rest)
-    out += ["", "## Targets (issue 13)", ""]
+    out += ["", "## Targets", ""]
     missed = []
     for t in res["targets"]:
         mark = "met" if t["met"] else "MISSED"

@@ -19,10 +19,12 @@ from coda.text import clip_middle
 
 MISSING = "—"  # what a None / absent / non-finite value renders as
 
-# (summary key, label) of the four utilisations, all fractions 0..1.
+# (summary key, label) of the utilisations, all fractions 0..1 (docs/metrics.md: the
+# paper's GPU utilisation is the busy share of the active GPUs, not work done).
 UTIL_KEYS = (
-    ("gpu_util_effective", "GPU util (effective)"),
-    ("gpu_util_allocated", "GPU util (allocated)"),
+    ("gpu_util_busy", "GPU util (busy share of active GPUs)"),
+    ("gpu_util_effective", "GPU work done (effective, all GPUs)"),
+    ("gpu_util_allocated", "GPU active rate (allocated)"),
     ("cpu_util", "CPU util (held)"),
     ("cpu_util_useful", "CPU util (useful)"),
 )
@@ -303,6 +305,8 @@ def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ())
             _Row("DNN jobs not queued", _key("paper", "dnn_no_queue_share"), fmt_pct),
             _Row("DNN jobs queued > 10 min", _key("paper", "dnn_queue_over_10min_share"), fmt_pct),
             _Row("DNN jobs queued > 1 h", _key("paper", "dnn_queue_over_1h_share"), fmt_pct),
+            _Row("DNN queuing p99", _key("paper", "dnn_queue_p99_s"), fmt_duration),
+            _Row("CPU queuing p99", _key("paper", "cpu_queue_p99_s"), fmt_duration),
             _Row("CPU jobs placed <= 10 s", _key("paper", "cpu_within_10s_share"), fmt_pct),
             _Row("CPU jobs placed <= 3 min", _key("paper", "cpu_within_180s_share"), fmt_pct),
             _Row("CPU JCT mean", _key("paper", "cpu_jct_mean_s"), fmt_duration, relative=True),
@@ -310,9 +314,9 @@ def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ())
             _Row("preemptions per CPU job", _key("paper", "cpu_preemptions_per_job"), fmt_number),
             _Row("shrinks per CPU job", _key("paper", "cpu_shrinks_per_job"), fmt_number),
             _Row("CPU jobs preempted", _key("paper", "cpu_preempted_share"), fmt_pct),
-            _Row("user p99 queuing, max", _key("paper", "user_p99_queue_max_s"), fmt_duration),
+            _Row("user p99 queuing, max", _key("paper", "user_queue_p99_max_s"), fmt_duration),
             _Row(
-                "user p99 queuing, median", _key("paper", "user_p99_queue_median_s"), fmt_duration
+                "user p99 queuing, median", _key("paper", "user_queue_p99_median_s"), fmt_duration
             ),
         ]
     if any(lookup(s, "preemption", "count") for s in summaries):

@@ -28,7 +28,7 @@ from coda.cycle import reasons as R
 from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
 from coda.policy.options import MIN_CONTROL_PERIOD_S, checked_seconds
-from coda.policy.state import Job, Node
+from coda.policy.state import DNN, Job, Node
 from coda.sim import controls, meters, physics
 from coda.sim.constants import CYCLE, EPS, FINISH, GRANTS, LAUNCH, SAMPLE, TICK
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
@@ -192,6 +192,7 @@ class Simulator:
         # Aggregates, updated incrementally; integrated over the window.
         self.gpu_eff = 0.0
         self.gpu_base = 0.0  # sum of GPUs x speed from cores alone (no interference)
+        self.gpu_busy = 0.0  # sum of GPUs x their busy share (the paper's utilisation)
         self.gpu_alloc = 0
         self.gpu_launching = 0  # GPUs of DNN jobs placed but not working yet
         self.cores_alloc = 0
@@ -200,6 +201,7 @@ class Simulator:
         self.area = {
             "gpu_eff": 0.0,
             "gpu_base": 0.0,
+            "gpu_busy": 0.0,
             "gpu_alloc": 0.0,
             "cores_alloc": 0.0,
             "cores_useful": 0.0,
@@ -433,6 +435,8 @@ class Simulator:
     def _release(self, job: Job) -> list[Node]:
         """Take a running job off its nodes (finish or preemption)."""
         self.gpu_eff -= job.gpus * job.speed
+        if job.kind == DNN:
+            self.gpu_busy -= job.gpus * physics._busy(job, job.speed)
         self.gpu_base -= job.gpus * job.core_speed_now
         job.speed = 0.0
         job.core_speed_now = 0.0

@@ -30,6 +30,7 @@ def _advance(self: Simulator, t: float) -> None:
         area = self.area
         area["gpu_eff"] += self.gpu_eff * dt
         area["gpu_base"] += self.gpu_base * dt
+        area["gpu_busy"] += self.gpu_busy * dt
         area["gpu_alloc"] += self.gpu_alloc * dt
         area["cores_alloc"] += self.cores_alloc * dt
         area["cores_useful"] += self.cores_useful * dt
@@ -54,6 +55,8 @@ def _sample(self: Simulator, i: int) -> None:
     s["t"][i] = self.sample_times[i] - self.w0
     s["gpu_util_effective"][i] = self.gpu_eff / total if total else 0.0
     s["gpu_util_allocated"][i] = self.gpu_alloc / total if total else 0.0
+    # The paper's utilisation: busy share of the allocated GPUs (none allocated: none).
+    s["gpu_util_busy"][i] = self.gpu_busy / self.gpu_alloc if self.gpu_alloc else np.nan
     s["gpu_frag_cores"][i] = _frag_gpus(self) / total if total else 0.0
     s["cpu_util"][i] = self.cores_alloc / self.total_cores
     s["dnn_queued"][i] = self.sched.queued["dnn"]
@@ -200,6 +203,9 @@ def _result(self: Simulator, wall: float) -> SimResult:
         "stopped_at": self.now,
         "gpu_util_effective": util(area["gpu_eff"], self.total_gpus),
         "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
+        # The paper's GPU utilisation: busy GPU-time over allocated GPU-time (None when
+        # no GPU was allocated inside the window).
+        "gpu_util_busy": area["gpu_busy"] / area["gpu_alloc"] if area["gpu_alloc"] > 0 else None,
         # allocated - lost to too few cores - lost to interference - lost to launches
         # (held by jobs not working yet: the start delay) = effective
         "gpu_lost_cores": util(

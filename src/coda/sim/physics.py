@@ -177,10 +177,18 @@ def _set_speed(self: Simulator, job: Job, speed: float) -> None:
         return
     if job.kind == DNN:
         self.gpu_eff += job.gpus * (speed - job.speed)
+        self.gpu_busy += job.gpus * (_busy(job, speed) - _busy(job, job.speed))
     job.speed = speed
     job.version += 1
     if speed > 0:
         self._push(self.now + max(job.remaining, 0.0) / speed, FINISH, job, job.version)
+
+
+def _busy(job: Job, speed: float) -> float:
+    """Busy share of each of a DNN job's GPUs at `speed` (its profile's busy curve;
+    the speed itself for a job without a profile): docs/metrics.md, gpu_util_busy."""
+    perf = job.perf
+    return perf.busy(speed) if perf is not None else speed
 
 
 # --------------------------------------------------------------- checks

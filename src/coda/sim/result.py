@@ -12,6 +12,7 @@ TIMESERIES_COLUMNS = (
     "t",  # seconds since the start of the window
     "gpu_util_effective",  # sum(GPUs x speed) / total GPUs
     "gpu_util_allocated",  # GPUs held by running jobs / total GPUs
+    "gpu_util_busy",  # busy share of the GPUs held (NaN when none is held)
     "gpu_frag_cores",  # GPUs free where a queued DNN job lacks only cores / total GPUs
     "cpu_util",  # cores held by running jobs / total cores
     "dnn_queued",  # DNN jobs waiting

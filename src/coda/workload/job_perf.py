@@ -1,7 +1,8 @@
 """The performance of one DNN job shape (model, GPUs per node, nodes), as the simulator
 engine reads it: training speed against cores per node, memory bandwidth, slowdown
-under a co-runner's bandwidth pressure, PCIe-heaviness. Values are checked once per
-shape, so the methods on the engine's hot path need no checks."""
+under a co-runner's bandwidth pressure, PCIe-heaviness, and how busy its GPUs are at a
+given speed. Values are checked once per shape, so the methods on the engine's hot path
+need no checks."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ class JobPerf:
     slowdown_p: tuple[float, ...]  # co-runner pressures, (0.0, 0.25, 0.5, 0.75, 0.95)
     slowdown_s: tuple[float, ...]  # iteration-time factor per pressure, incl. multi-GPU floor
     pcie_heavy: bool
+    # Busy share of each of its GPUs (as the driver reports it) against relative speed:
+    # piecewise linear, busy_x ascending from 0.0 to 1.0 (speed), busy_y in [0, 1].
+    busy_x: tuple[float, ...] = (0.0, 1.0)
+    busy_y: tuple[float, ...] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
         # Checked once per shape (shapes are cached), so the hot methods need no checks.
@@ -39,6 +44,15 @@ class JobPerf:
             raise ValueError(f"{self.model}: slowdown table must start at (0.0, 1.0)")
         if any(b <= a for a, b in zip(ps, ps[1:], strict=False)) or min(ss) < 1.0:
             raise ValueError(f"{self.model}: slowdown pressures must ascend, factors >= 1")
+        bx, by = self.busy_x, self.busy_y
+        if len(bx) < 2 or len(bx) != len(by) or bx[0] != 0.0 or bx[-1] != 1.0 or by[0] != 0.0:
+            raise ValueError(f"{self.model}: busy curve must run from (0, 0) to speed 1.0: {bx}")
+        if any(b <= a for a, b in zip(bx, bx[1:], strict=False)):
+            raise ValueError(f"{self.model}: busy curve speeds must ascend: {bx}")
+        if any(not 0.0 <= y <= 1.0 for y in by) or any(
+            b < a for a, b in zip(by, by[1:], strict=False)
+        ):
+            raise ValueError(f"{self.model}: busy shares must be nondecreasing in [0, 1]: {by}")
 
     def core_speed(self, cores: float) -> float:
         """Relative speed with `cores` per node: piecewise-linear over the curve."""
@@ -65,3 +79,16 @@ class JobPerf:
         p0 = ps[i - 1]
         s0 = ss[i - 1]
         return s0 + (ss[i] - s0) * (pressure - p0) / (ps[i] - p0)
+
+    def busy(self, speed: float) -> float:
+        """Busy share of each of the job's GPUs when it trains at relative `speed`."""
+        xs = self.busy_x
+        if speed >= 1.0:
+            return self.busy_y[-1]
+        if speed <= 0.0:
+            return 0.0
+        i = bisect_right(xs, speed)
+        ys = self.busy_y
+        x0 = xs[i - 1]
+        y0 = ys[i - 1]
+        return y0 + (ys[i] - y0) * (speed - x0) / (xs[i] - x0)

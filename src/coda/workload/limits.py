@@ -137,6 +137,7 @@ PROFILE = {
     "weight": Limit(0, 1e6, "mixture weight"),
     "gbps_per_core": Limit(0, 1000, "GB/s per core (node: > 0)"),
     "jitter": Limit(0, 0.999, "fraction"),
+    "busy": Limit(0, 1, "share of time or of full speed (gpu_busy)"),
 }
 
 # Other caps, as (name, value, unit), for the documentation table.

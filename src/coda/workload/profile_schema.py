@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from coda.text import clip
+from coda.text import clip, shown
 from coda.workload import limits
 
 SCHEMA = "coda-profile-set/1"
@@ -79,6 +79,9 @@ class ModelSpec:
     bw_table: dict[str, float]
     excess: tuple[float, ...]  # slowdown - 1 at the set's pressures (1 GPU)
     pcie_heavy: bool
+    # GPU busy share against speed, per GPU count: (speed_low, busy_low, busy_full);
+    # None where the set gives none (busy share = speed).
+    busy: dict[int, tuple[float, float, float]] | None = None
 
 
 def parse_model(r: SpecReader, name: str, m: Any, batch: str, n_press: int) -> ModelSpec:
@@ -122,6 +125,7 @@ def parse_model(r: SpecReader, name: str, m: Any, batch: str, n_press: int) -> M
     pcie = r.get(m, "pcie", where)
     if pcie not in ("heavy", "light"):
         raise r.fail(f"{where}.pcie", f"must be 'heavy' or 'light', got {clip(pcie)}")
+    busy = _parse_busy(r, f"{where}.gpu_busy", m["gpu_busy"]) if "gpu_busy" in m else None
     return ModelSpec(
         name=name,
         kind=kind,
@@ -131,4 +135,30 @@ def parse_model(r: SpecReader, name: str, m: Any, batch: str, n_press: int) -> M
         bw_table=bw_table,
         excess=tuple(s - 1.0 for s in sd),
         pcie_heavy=pcie == "heavy",
+        busy=busy,
     )
+
+
+def _parse_busy(r: SpecReader, where: str, raw: Any) -> dict[int, tuple[float, float, float]]:
+    """A model's `gpu_busy`: GPU count -> [speed_low, busy_low, busy_full] (a point of
+    the busy curve below full speed, and the busy share at full speed); `note` and
+    `source` keys are its provenance."""
+    if not isinstance(raw, dict):
+        raise r.fail(where, "must be an object: GPU count -> [speed_low, busy_low, busy_full]")
+    rows: dict[int, tuple[float, float, float]] = {}
+    top = limits.PROFILE["floor_gpus"].hi
+    for k, row in raw.items():
+        if k in ("note", "source"):
+            continue
+        key = f"{where}.{shown(k, 20)}"
+        if not (k.isascii() and k.isdigit() and len(k) <= 6 and 1 <= int(k) <= top):
+            raise r.fail(key, f"GPU counts must be whole numbers in [1, {top:g}]")
+        s_low, b_low, b_full = r.numbers(row, key, n=3, kind="busy")
+        if not 0.0 < s_low < 1.0:
+            raise r.fail(f"{key}[0]", f"speed_low must be in (0, 1), got {s_low:g}")
+        if b_low > b_full:
+            raise r.fail(key, f"busy_low {b_low:g} exceeds busy_full {b_full:g}")
+        rows[int(k)] = (s_low, b_low, b_full)
+    if not rows:
+        raise r.fail(where, "gives no GPU count")
+    return dict(sorted(rows.items()))

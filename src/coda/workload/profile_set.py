@@ -62,6 +62,32 @@ def _scale_table(t: dict[str, float], g: int, nodes: int, *, whole: bool) -> flo
     return max(v, 1.0) if whole else v
 
 
+def _row_at(rows: dict[int, tuple[float, ...]], g: int) -> tuple[float, ...]:
+    """A row of values listed by GPU count (keys ascending), at g GPUs: linear in g
+    between listed counts, held beyond the first and last."""
+    ks = list(rows)
+    if g <= ks[0]:
+        return rows[ks[0]]
+    if g >= ks[-1]:
+        return rows[ks[-1]]
+    i = bisect_right(ks, g)
+    k0, k1 = ks[i - 1], ks[i]
+    f = (g - k0) / (k1 - k0)
+    return tuple(a + (b - a) * f for a, b in zip(rows[k0], rows[k1], strict=True))
+
+
+def _busy_curve(
+    rows: dict[int, tuple[float, float, float]] | None, g: int
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The busy curve (speeds, busy shares) of a job with g GPUs per node: through
+    (0, 0), (speed_low, busy_low) and (1, busy_full) of the model's rows at g; busy
+    share = speed where the set gives no rows (docs/performance-model.md)."""
+    if rows is None:
+        return (0.0, 1.0), (0.0, 1.0)
+    s_low, b_low, b_full = _row_at(dict(rows), g)
+    return (0.0, s_low, 1.0), (0.0, b_low, b_full)
+
+
 class ProfileSet:
     """One performance model (CODA's or Synergy's numbers), loaded from JSON."""
 
@@ -209,16 +235,7 @@ class ProfileSet:
         return copy.deepcopy(self._spec)
 
     def _floor_row(self, g: int) -> tuple[float, ...]:
-        # Linear in g between listed GPU counts; held beyond the first and last.
-        ks = list(self._floor)
-        if g <= ks[0]:
-            return self._floor[ks[0]]
-        if g >= ks[-1]:
-            return self._floor[ks[-1]]
-        i = bisect_right(ks, g)
-        k0, k1 = ks[i - 1], ks[i]
-        f = (g - k0) / (k1 - k0)
-        return tuple(a + (b - a) * f for a, b in zip(self._floor[k0], self._floor[k1], strict=True))
+        return _row_at(self._floor, g)
 
     def job_perf(self, model: str, gpus_per_node: int, nodes: int) -> JobPerf:
         """Performance of `model` with `gpus_per_node` GPUs on each of `nodes` nodes."""
@@ -249,6 +266,7 @@ class ProfileSet:
             ys = m.curve_y
             c_opt = xs[-1]
         floor = self._floor_row(g)
+        busy_x, busy_y = _busy_curve(m.busy, g)
         return JobPerf(
             model=model,
             curve_x=xs,
@@ -258,6 +276,8 @@ class ProfileSet:
             slowdown_p=self._pressures,
             slowdown_s=(1.0, *(1.0 + max(e, f) for e, f in zip(m.excess, floor, strict=True))),
             pcie_heavy=m.pcie_heavy,
+            busy_x=busy_x,
+            busy_y=busy_y,
         )
 
     def pcie_pair_slowdown(self, model_a: str, model_b: str) -> float:
@@ -280,7 +300,8 @@ class ProfileSet:
         Scaled: optimal cores (Synergy: the curve's x axis, one draw per model),
         DNN bandwidth, slowdown excess (factor - 1), multi-GPU floor, PCIe excess.
         Kept: optimal cores >= 1, slowdown nondecreasing in pressure. CPU-job and
-        node bandwidth are not touched (they are explicit assumptions to vary).
+        node bandwidth are not touched (they are explicit assumptions to vary), nor
+        the GPU busy curves (a metric's model: they change no decision).
         """
         m = float(magnitude)
         if not 0.0 <= m < 1.0:
