@@ -652,3 +652,29 @@ def test_stats_and_decisions_are_json():
     d = rig.elim.decisions[0]
     assert set(d) == {"time", "node", "action", "jobs", "quotas", "reason"}
     json.dumps([stats, list(rig.elim.decisions)])
+
+
+def test_held_jobs_go_back_to_full_quota_once_the_bus_stays_below_the_gate_without_them():
+    # Throttled past the gate (CPU 30 + training 50 GB/s = 80%); then the training job's
+    # own traffic falls to 30 GB/s: at full quota the node would draw 60%, below the gate,
+    # where no throttle may start. The held job gets its quota back at once, not after
+    # the healthy ticks and back-offs of a restore, even while the drop lasts.
+    rig = Rig([30.0], linear(0.5), dnn_bw=50.0, reports_bw=True)
+    rig.run(3)
+    assert rig.quotas() == [0.75]
+    rig.dnn_bw = 30.0
+    rig.step()
+    assert rig.quotas() == [1.0]
+    assert rig.elim.decisions[-1]["action"] == "gate_release"
+    assert rig.elim.stats()["gate_releases"] == 1
+    rig.run(20)  # the drop goes on, but below the gate it is not the CPU job's doing
+    assert rig.quotas() == [1.0] and rig.elim.stats()["gate_releases"] == 1
+
+
+def test_no_gate_release_while_full_quotas_would_pass_the_gate():
+    # CPU 30 + training 46 GB/s: at full quota 76%, just past the gate: held.
+    rig = Rig([30.0], linear(0.5), dnn_bw=46.0, reports_bw=True)
+    rig.run(3)
+    assert rig.quotas() == [0.75]
+    rig.run(5)
+    assert rig.quotas() == [0.75] and rig.elim.stats()["gate_releases"] == 0

@@ -101,6 +101,15 @@ def test_tiny_generated_run_writes_every_output(runner, tmp_path):
         "user_queue_p99_max_s",
     ]
     assert all(isinstance(t["met"], bool) for t in res["targets"])
+    # The baselines against every published figure (the fit's table), and the split of
+    # coda's busy gain, which adds up exactly.
+    fit_keys = {(r["key"], r["policy"]) for r in res["fit"]}
+    assert ("gpu_util_busy", "fifo") in fit_keys and ("dnn_request_1", "workload") in fit_keys
+    assert ("gpu_util_busy", "drf") in fit_keys  # drf not run: its row has no value
+    assert all(r["ours"] is None for r in res["fit"] if r["policy"] == "drf")
+    d = res["decomposition"]
+    assert d["gain"] == pytest.approx(sum(d["split"].values()), abs=1e-9)
+    assert "## Where coda's gain in busy utilisation comes from" in (out / "report.md").read_text()
     assert res["workload_marginals"]["jobs"]["ours"] == 300
     report = (out / "report.md").read_text()
     assert (
@@ -115,6 +124,22 @@ def test_tiny_generated_run_writes_every_output(runner, tmp_path):
     for name in PLOT_FILES:
         assert (out / name).read_bytes()[:4] == PNG
         assert f"]({name})" in report
+
+
+def test_first_seed_runs_the_seeds_from_there(runner, tmp_path):
+    out = tmp_path / "p"
+    result = paper(
+        runner, out, "--jobs", "150", "--seeds", "2", "--first-seed", "5", "--policies", "fifo"
+    )
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    assert [r["seed"] for r in res["policies"]["fifo"]["runs"]] == [5, 6]
+    assert res["setting"]["first_seed"] == 5 and "--first-seed 5" in res["setting"]["command"]
+    assert sorted(p.name for p in out.glob("workload-seed*.csv")) == [
+        "workload-seed5.csv",
+        "workload-seed6.csv",
+    ]
+    assert "- seeds: 2 (5..6)" in (out / "report.md").read_text()
 
 
 def test_a_failed_run_is_recorded_and_the_others_kept(runner, tmp_path, monkeypatch):

@@ -319,3 +319,51 @@ def test_a_cpu_job_preempted_twice_keeps_its_cores() -> None:
     assert starts == []
     assert tired.running and tired.cores_pn == 8
     assert reclaim.reclaim(dnn, node, 4, 1.0) == []
+
+
+class _Shares:
+    """A stand-in FairShare: fixed shares by tenant."""
+
+    def __init__(self, shares: dict[str, float]) -> None:
+        self.shares = shares
+
+    def tenant(self, job: Job) -> str:
+        return job.user
+
+    def share(self, tenant: str) -> float:
+        return self.shares[tenant]
+
+
+def test_a_preempted_job_heads_its_array_whatever_its_tenants_share() -> None:
+    # The paper: a CPU job aborted for a DNN job re-enters the head of its array. Under
+    # DRF that is before every tenant's jobs, not only before its own tenant's.
+    from coda.cycle.tenants import TenantQueues
+    from coda.policy.coda import PreemptedFirst
+
+    sort = PreemptedFirst()
+    heavy, light = job(1, "heavy", gpus=0, submit=5.0), job(2, "light", gpus=0, submit=9.0)
+    queues = TenantQueues(
+        ["cpu"], _Shares({"heavy": 0.9, "light": 0.1}), lambda k, j: True, sort.band
+    )
+
+    def file(j: Job, stamp: int) -> None:
+        j.queue_key = (sort.key(j), j.idx, stamp)
+        queues.push("cpu", j)
+
+    file(heavy, 1)
+    file(light, 2)
+    assert queues.first("cpu") is light  # by share
+    heavy.preemptions = 1  # aborted for a DNN job and queued again
+    file(heavy, 3)
+    assert queues.first("cpu") is heavy
+    # With the baselines' sort (one band), shares alone decide.
+    from coda.policy.baselines import FifoOrder
+
+    fifo = FifoOrder()
+    plain = TenantQueues(
+        ["cpu"], _Shares({"heavy": 0.9, "light": 0.1}), lambda k, j: True, fifo.band
+    )
+    for stamp, j in enumerate((heavy, light)):
+        j.queue_key = (fifo.key(j), j.idx, stamp)
+        plain.push("cpu", j)
+    assert plain.first("cpu") is light

@@ -233,7 +233,7 @@ def test_every_parameter_has_a_source():
     assert [r[0] for r in rows] == [f.name for f in dataclasses.fields(PaperParams)]
     for name, value, source in rows:
         assert value, name
-        assert source.startswith(("PAPER", "ASSUMPTION", "CALIBRATION", "The bundled")), name
+        assert source.startswith(("PAPER", "ASSUMPTION", "CALIBRATION", "FIT", "The bundled")), name
 
 
 def test_the_docs_show_the_parameter_table():

@@ -114,6 +114,10 @@ def test_one_job_at_half_speed_reads_its_curve_over_the_window():
     assert s["gpu_util_allocated"] == pytest.approx(1.0)
     assert s["gpu_util_busy"] == pytest.approx(busy, abs=1e-4)
     assert s["paper"]["gpu_util_busy"] == s["gpu_util_busy"]
+    # Its split: 93% at full speed, the rest lost to too few cores, none to contention.
+    assert s["gpu_busy_full"] == pytest.approx(0.93)
+    assert s["gpu_busy_lost_cores"] == pytest.approx(0.93 - busy, abs=1e-4)
+    assert s["gpu_busy_lost_contention"] == pytest.approx(0.0, abs=1e-12)
     series = res.timeseries["gpu_util_busy"]
     assert np.allclose(series[res.timeseries["t"] < 499], busy, atol=1e-4)
 
@@ -140,14 +144,27 @@ def test_with_busy_as_speed_the_integral_is_effective_over_allocated(policy):
     assert s["gpu_util_busy"] == pytest.approx(
         s["gpu_util_effective"] / s["gpu_util_allocated"], rel=1e-9
     )
-    # And with the paper's curves the busy share is its own quantity.
+    # The busy split matches the effective one's, per allocated GPU.
+    assert s["gpu_busy_full"] == pytest.approx(1.0)
+    assert s["gpu_busy_lost_cores"] * s["gpu_util_allocated"] == pytest.approx(
+        s["gpu_lost_cores"], rel=1e-9, abs=1e-12
+    )
+    assert s["gpu_busy_lost_contention"] * s["gpu_util_allocated"] == pytest.approx(
+        s["gpu_lost_contention"], rel=1e-9, abs=1e-12
+    )
+    # And with the paper's curves the busy share is its own quantity, split exactly.
     real = Simulator(
         build_workload(work, CODA, 3, None),
         parse_cluster_spec(PAPER_CLUSTER),
         make_policy(policy),
         seed=3,
     ).run()
-    assert 0.0 < real.summary["gpu_util_busy"] < 1.0
+    r = real.summary
+    assert 0.0 < r["gpu_util_busy"] < 1.0
+    assert r["gpu_busy_full"] - r["gpu_busy_lost_cores"] - r["gpu_busy_lost_contention"] == (
+        pytest.approx(r["gpu_util_busy"], rel=1e-9)
+    )
+    assert r["gpu_busy_lost_cores"] >= -1e-12 and r["gpu_busy_lost_contention"] >= -1e-12
     assert real.summary["gpu_util_busy"] != pytest.approx(
         real.summary["gpu_util_effective"] / real.summary["gpu_util_allocated"], rel=1e-3
     )

@@ -14,7 +14,7 @@ from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
-from coda.sim.run import MAX_LOAD, prepare
+from coda.sim.run import MAX_LOAD, MAX_SEED, prepare
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.limits import MAX_TRACE_JOBS
 from coda.workload.traces import FORMATS
@@ -58,7 +58,26 @@ from coda.workload.traces import FORMATS
     "--arrival-scale",
     type=FiniteFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
     default=None,
-    help="Generated workload: arrival-rate multiplier (default 2.6, calibrated on FIFO).",
+    help="Generated workload: arrival-rate multiplier (default 1, the paper's rate).",
+)
+@click.option(
+    "--first-seed",
+    type=AsciiIntRange(0, MAX_SEED),
+    default=0,
+    show_default=True,
+    help="Run seeds N, N+1, ... (the fit ran on seed 1000).",
+)
+@click.option(
+    "--fit",
+    is_flag=True,
+    help="Instead of the experiment: fit the generated workload's unpublished parts to the "
+    "baselines' published figures (fifo and drf only) and write fit.md and fit.json.",
+)
+@click.option(
+    "--fit-budget",
+    type=AsciiIntRange(2, 1000),
+    default=None,
+    help="With --fit: candidates to run (default 48; each is a month under fifo and drf).",
 )
 @click.option("--out", type=OutDir(), default="out/paper", show_default=True)
 @click.option(
@@ -76,12 +95,35 @@ def paper(
     n_jobs: int | None,
     policies: str,
     arrival_scale: float | None,
+    first_seed: int,
+    fit: bool,
+    fit_budget: int | None,
     out: str,
     workers: int | None,
 ) -> None:
     """CODA in the paper's own setting against FIFO and DRF, with its ablations and the
-    oracle: the paper's table beside ours, targets, plots (report.md, results.json)."""
+    oracle: the paper's table beside ours, targets, plots (report.md, results.json).
+    With --fit: the workload fitted to the baselines' published figures (fit.md)."""
     import time
+
+    ctx = click.get_current_context()
+    if fit:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in (
+                "trace", "fmt", "load", "seeds", "n_jobs", "policies", "arrival_scale",
+                "first_seed",
+            )
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+        ]  # fmt: skip
+        if given:
+            raise click.UsageError(
+                f"--fit runs its own fixed setting; {', '.join(given)} cannot go with it"
+            )
+        _fit(Path(out), fit_budget, workers)
+        return
+    if fit_budget is not None:
+        raise click.UsageError("--fit-budget goes with --fit")
 
     from coda.experiment.paper import (
         PAPER_ARRIVAL_SCALE,
@@ -114,6 +156,7 @@ def paper(
             cluster=cluster,
             load=load,
             seeds=seeds,
+            first_seed=first_seed,
             jobs=n_jobs,
             policies=names,
             arrival_scale=PAPER_ARRIVAL_SCALE if arrival_scale is None else arrival_scale,
@@ -125,8 +168,8 @@ def paper(
         with err_console.status("generating and checking the workload"):
             if cfg.generated:
                 marg = write_workloads(cfg)
-            # Seed 0 here, so that a bad trace or cluster fails once, not once per run.
-            prepared = prepare(cfg.run_config(0))
+            # The first seed here, so that a bad trace or cluster fails once, not per run.
+            prepared = prepare(cfg.run_config(cfg.first_seed))
         if not cfg.generated:
             from coda.workload.generate import marginals
 
@@ -142,6 +185,7 @@ def paper(
                 *parts,
                 f"--cluster {cluster}",
                 f"--seeds {seeds}",
+                *([f"--first-seed {first_seed}"] if first_seed else []),
                 f"--policies {','.join(names)}",
                 f"--out {out}",
             ]
@@ -172,6 +216,48 @@ def paper(
         raise click.ClickException(
             f"{len(res['errors'])} of {len(records)} runs failed; see {cfg.out / 'results.json'}"
         )
+
+
+def _fit(out: Path, budget: int | None, workers: int | None) -> None:
+    """`--fit`: the seeded search (coda.experiment.fit), its table and chosen parameters."""
+    from coda.experiment.fit import (
+        DEFAULT_BUDGET,
+        FIT_SEED,
+        FitSearch,
+        evaluate_in_pool,
+        fit_result,
+        knob_values,
+    )
+    from coda.experiment.paper import default_workers
+    from coda.report.fit_report import write_fit
+    from coda.workload.generate import PaperParams
+
+    n = budget or DEFAULT_BUDGET
+    command = f"coda experiment paper --fit --fit-budget {n} --out {out}"
+    with _user_errors(), _runs_bar("fit") as bar:
+        task = bar.add_task("candidates", total=n)
+        best_d = [float("inf")]
+
+        def on_candidate(c: Any, done: int, total: int) -> None:
+            best_d[0] = min(best_d[0], c.distance)
+            what = f"distance {c.distance:.3f}" if c.error is None else f"FAILED ({c.error})"
+            bar.console.print(
+                Text(f"candidate {done}: {what} (best {best_d[0]:.3f})"), highlight=False
+            )
+            bar.update(task, completed=done, total=total)
+
+        search = FitSearch(
+            n,
+            FIT_SEED,
+            evaluate_in_pool(workers or default_workers()),
+            start=knob_values(PaperParams()),
+            on_candidate=on_candidate,
+        )
+        best = search.run()
+        res = fit_result(best, search.tried, command)
+        paths = write_fit(out, res)
+    console.print(Text((out / "fit.md").read_text()))
+    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
 
 
 def _readable_file(path: str) -> bool:

@@ -34,7 +34,20 @@ MAX_WORKERS = 1024
 F = TypeVar("F", bound=Callable[..., Any])  # a click command function, decorated in place
 
 
+def trace_options(cluster: str = DEFAULT_CLUSTER) -> Callable[[F], F]:
+    """The trace, cluster and workload options, with `cluster` as --cluster's default."""
+
+    def decorate(f: F) -> F:
+        return _add_trace_options(f, cluster)
+
+    return decorate
+
+
 def _trace_options(f: F) -> F:
+    return _add_trace_options(f, DEFAULT_CLUSTER)
+
+
+def _add_trace_options(f: F, cluster: str) -> F:
     options = [
         click.option(
             "--trace",
@@ -51,10 +64,11 @@ def _trace_options(f: F) -> F:
         ),
         click.option(
             "--cluster",
-            default=DEFAULT_CLUSTER,
+            default=cluster,
             show_default=True,
-            help="'openb' (bundled node list), 'openb:F' (fraction F of it), "
-            "a node-list CSV, or a spec like '48x8g96c,16x0g96c'.",
+            help="'paper' (the paper's 80 servers of 28 cores, 400 GPUs), 'openb' (bundled "
+            "node list), 'openb:F' (fraction F of it), a node-list CSV, or a spec like "
+            "'48x8g96c,16x0g96c'.",
         ),
         click.option(
             "--load",

@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from coda.cli.run_options import _config, _model_options, _trace_options
+from coda.cli.run_options import _config, _model_options, _trace_options, trace_options
 from coda.cli.terminal import _prepare, _run, _user_errors, console
 from coda.params import OutDir
 from coda.policy import POLICIES
+from coda.sim.run import PAPER_SETTING_CLUSTER
 
 
 def _check_policies(names: list[str]) -> None:
@@ -50,17 +51,19 @@ def simulate(policy: str, out: str, **kw: Any) -> None:
 
 
 @click.command()
-@_trace_options
+@trace_options(cluster=PAPER_SETTING_CLUSTER)
 @_model_options
 @click.option(
     "--policies",
-    default="static-separate,static-shared,coda",
+    default="fifo,drf,coda",
     show_default=True,
     help="Comma-separated policies, run on the same workload (the first is the baseline).",
 )
 @click.option("--out", type=OutDir(), default="out/compare", show_default=True)
 def compare(policies: str, out: str, **kw: Any) -> None:
-    """Run several policies on the same trace and workload; side-by-side table."""
+    """Run several policies on the same trace and workload; side-by-side table. By
+    default the paper's setting on the bundled trace: fifo, drf and coda on the paper's
+    cluster (GPU servers with scarce cores, shared by both kinds of job)."""
     from coda.report import comparison_table, write_comparison
 
     names = [p.strip() for p in policies.split(",") if p.strip()]

@@ -58,7 +58,9 @@ class Scheduler(Backfill):
             a: {} for a in arrays
         }
         # Each array's jobs in the order heads are taken (per tenant under fair share).
-        self._queues = TenantQueues(arrays, policy.fair_share, self._live_entry)
+        self._queues = TenantQueues(
+            arrays, policy.fair_share, self._live_entry, policy.queue_sort.band
+        )
         self.reservations: dict[str, Reservation | None] = dict.fromkeys(arrays)
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self.every_job_holds: dict[int, list[Hold]] = {}
@@ -363,7 +365,7 @@ class Scheduler(Backfill):
             if fair.tenant(resv.job) == tenant:
                 if after > before:
                     self._unbound.add(arr)
-            elif after < before and after <= resv.rank[0] <= before:
+            elif after < before and after <= resv.rank[1] <= before:  # (band, share, key)
                 self._unbound.add(arr)
 
     def _rebind(self) -> None:
@@ -418,7 +420,7 @@ class Scheduler(Backfill):
         fair = self.policy.fair_share
         if fair is None:
             return job.queue_key
-        return (fair.share(fair.tenant(job)), job.queue_key)
+        return (self.policy.queue_sort.band(job), fair.share(fair.tenant(job)), job.queue_key)
 
     def _earliest(self, arr: str) -> Job | None:
         """The first queued job of an array: the tenant of smallest share first where

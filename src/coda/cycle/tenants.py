@@ -26,12 +26,17 @@ class TenantQueues:
         arrays: Iterable[str],
         fair: FairShare | None,
         live: Callable[[Key, Job], bool],
+        band: Callable[[Job], int],
     ) -> None:
         self._fair = fair
         self._live = live  # whether a (key, job) entry is still queued under that key
+        self._band = band  # the queue sort's band: before the tenant's share
         self._jobs: dict[str, dict[str, list[tuple[Key, Job]]]] = {a: {} for a in arrays}
-        # Per array: (tenant's share, its first job's key, filing stamp, tenant).
-        self._tenants: dict[str, list[tuple[float, Key, int, str]]] = {a: [] for a in self._jobs}
+        # Per array: (its first job's band, tenant's share, its first job's key, filing
+        # stamp, tenant).
+        self._tenants: dict[str, list[tuple[int, float, Key, int, str]]] = {
+            a: [] for a in self._jobs
+        }
         self._stamp: dict[tuple[str, str], int] = {}
         self._touched: set[str] = set()
 
@@ -50,8 +55,9 @@ class TenantQueues:
             self._touched.add(tenant)
 
     def first(self, arr: str) -> Job | None:
-        """The array's next job: the first of the tenant of smallest share (ties: the
-        earlier key); without fair share, the first in queue order."""
+        """The array's next job: the first of the tenant of smallest share among those
+        whose first job is of the lowest band (ties: the earlier key); without fair
+        share, the first in queue order (the key starts with the band)."""
         if self._fair is None:
             top = self._top(arr, "")
             return top[1] if top is not None else None
@@ -63,7 +69,7 @@ class TenantQueues:
             self._touched.clear()
         heap = self._tenants[arr]
         while heap:
-            _, key, stamp, tenant = heap[0]
+            _, _, key, stamp, tenant = heap[0]
             if self._stamp.get((arr, tenant)) != stamp:
                 heapq.heappop(heap)  # a newer entry was filed for this tenant
                 continue
@@ -98,8 +104,8 @@ class TenantQueues:
         if top is None:
             return
         heap = self._tenants[arr]
-        heapq.heappush(heap, (self._fair.share(tenant), top[0], stamp, tenant))
+        heapq.heappush(heap, (self._band(top[1]), self._fair.share(tenant), top[0], stamp, tenant))
         if len(heap) > 64 and len(heap) > 4 * len(self._jobs[arr]):
             # Mostly superseded entries: keep the current ones only.
-            heap[:] = [e for e in heap if self._stamp.get((arr, e[3])) == e[2]]
+            heap[:] = [e for e in heap if self._stamp.get((arr, e[4])) == e[3]]
             heapq.heapify(heap)

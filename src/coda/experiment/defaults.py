@@ -35,6 +35,7 @@ DEFAULT_NOISE = 0.1
 # (key, label, kind) of the per-run numbers that get a mean and CI per (policy, load).
 # kind: "pct" (fraction 0..1), "duration" (s), "count", "number".
 METRICS: tuple[tuple[str, str, str], ...] = (
+    ("gpu_util_busy", "GPU util (busy share of active GPUs, the paper's)", "pct"),
     ("gpu_util_effective", "GPU util (effective)", "pct"),
     ("gpu_util_allocated", "GPU util (allocated)", "pct"),
     ("gpu_lost_cores", "GPU lost to too few cores", "pct"),

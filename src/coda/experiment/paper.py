@@ -2,15 +2,9 @@
 the paper cluster, or a real trace), one independent run per (seed, policy), in a
 process pool; a failed run is recorded with its one-line error and the others go on.
 
-The default workload is the paper preset (coda.workload.generate.paper) with
-PAPER_ARRIVAL_SCALE. Calibration (issue 13: only the arrival rate, only against FIFO's
-published GPU active rate while DNN jobs queue, 83.5%, never against CODA's result):
-
-    coda trace generate --preset paper --seed 0 --arrival-scale 2.6 --out w.csv
-    coda simulate --policy fifo --trace w.csv --cluster paper --native-time \
-        --estimates time-limits
-
-gives FIFO 83.9% at 2.6 (the lead's measurement); no other number was used.
+The default workload is the paper preset (coda.workload.generate.paper): the paper's
+month at the paper's rate, its unpublished parts fitted to the baselines' published
+figures by `coda experiment paper --fit` (coda.experiment.fit), never to CODA's.
 Aggregation, targets and the paper's values: coda.experiment.paper_results.
 """
 
@@ -34,7 +28,7 @@ from coda.workload.generate import PaperParams, generate, marginals, write_csv
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.limits import MAX_TRACE_JOBS
 
-PAPER_ARRIVAL_SCALE = 2.6  # calibrated on FIFO's active rate while DNN jobs queue (above)
+PAPER_ARRIVAL_SCALE = 1.0  # the paper's rate: 100,000 jobs in 30 days, no compression
 PAPER_POLICIES = (
     "fifo",
     "drf",
@@ -62,6 +56,7 @@ class PaperConfig:
     cluster: str = DEFAULT_CLUSTER
     load: float | None = None  # with --trace: offered GPU load (default 1.0)
     seeds: int = 3
+    first_seed: int = 0  # seeds first_seed ... first_seed + seeds - 1
     jobs: int | None = None  # generated workload only
     policies: tuple[str, ...] = PAPER_POLICIES
     arrival_scale: float = PAPER_ARRIVAL_SCALE
@@ -70,6 +65,11 @@ class PaperConfig:
     def validate(self) -> None:
         if not 1 <= self.seeds <= min(MAX_SEEDS, MAX_SEED):
             raise ValueError(f"--seeds must be in [1, {MAX_SEEDS}], got {self.seeds}")
+        if not 0 <= self.first_seed <= MAX_SEED - self.seeds + 1:
+            raise ValueError(
+                f"--first-seed must be in [0, {MAX_SEED - self.seeds + 1}] for {self.seeds} "
+                f"seeds, got {self.first_seed}"
+            )
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if not self.policies:
@@ -97,6 +97,9 @@ class PaperConfig:
                 )
             if self.load is not None and not 0 < self.load <= MAX_LOAD:
                 raise ValueError(f"--load must be in (0, {MAX_LOAD:g}], got {self.load}")
+
+    def seed_list(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
 
     @property
     def generated(self) -> bool:
@@ -153,22 +156,20 @@ class RunRecord:
 
 def plan(cfg: PaperConfig) -> list[Run]:
     """Every (seed, policy) run, seed-major so that seed 0's runs finish first."""
-    seed0 = 0
-    return [
-        Run(s, p, cfg.run_config(s), s == seed0) for s in range(cfg.seeds) for p in cfg.policies
-    ]
+    first = cfg.first_seed
+    return [Run(s, p, cfg.run_config(s), s == first) for s in cfg.seed_list() for p in cfg.policies]
 
 
 def write_workloads(cfg: PaperConfig) -> dict[str, Any]:
     """Generate each seed's workload into the out dir (before the pool, so that no two
-    workers write one file); return seed 0's marginals beside the paper's."""
+    workers write one file); return the first seed's marginals beside the paper's."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     params = cfg.params()
     first: dict[str, Any] = {}
-    for seed in range(cfg.seeds):
+    for seed in cfg.seed_list():
         table = generate(params, seed)
         write_csv(table, cfg.workload_path(seed))
-        if seed == 0:
+        if seed == cfg.first_seed:
             first = marginals(table)
     return first
 
@@ -285,6 +286,7 @@ def setting(cfg: PaperConfig, cluster: str, arrivals_note: str, command: str) ->
         "arrival_scale": cfg.arrival_scale if cfg.generated else None,
         "arrivals": arrivals_note,
         "seeds": cfg.seeds,
+        "first_seed": cfg.first_seed,
         "jobs": params.n_jobs if params else None,
         "policies": list(cfg.policies),
         "estimates": ESTIMATES,

@@ -7,23 +7,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coda.experiment.fit import figure_table
 from coda.experiment.paper import RunRecord
 from coda.experiment.stats import mean_ci, tolerance
+from coda.workload.generate.paper import REQUEST_BANDS
 
 # (key, label, unit): unit "share" is a fraction 0-1, "s" seconds, "n" a count per job.
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("gpu_util_busy", "GPU utilisation (busy share of active GPUs)", "share"),
+    ("gpu_busy_full", "busy share if every job ran at full speed", "share"),
+    ("gpu_busy_lost_cores", "busy share lost to too few cores", "share"),
+    ("gpu_busy_lost_contention", "busy share lost to interference", "share"),
     ("gpu_util_effective", "work done over all GPUs (effective)", "share"),
     ("gpu_util_allocated", "GPU active rate (allocated)", "share"),
     ("gpu_active_queued", "GPU active rate while DNN jobs queue", "share"),
     ("gpu_frag_cores", "GPU fragmentation from too few cores", "share"),
     ("dnn_no_queue_share", "DNN jobs not queuing", "share"),
+    ("dnn_within_10s_share", "DNN jobs started within 10 s", "share"),
+    ("dnn_queue_over_3min_share", "DNN jobs queuing 3 min or more", "share"),
     ("dnn_queue_over_10min_share", "DNN jobs queuing over 10 min", "share"),
     ("dnn_queue_over_1h_share", "DNN jobs queuing over 1 h", "share"),
     ("dnn_queue_p99_s", "DNN queuing p99", "s"),
     ("cpu_queue_p99_s", "CPU queuing p99", "s"),
     ("cpu_within_10s_share", "CPU jobs placed within 10 s", "share"),
     ("cpu_within_180s_share", "CPU jobs placed within 3 min", "share"),
+    ("cpu_within_1h_share", "CPU jobs placed within 1 h", "share"),
+    ("gpu_active_over_90_share", "time with GPU active rate over 90%", "share"),
+    ("cpu_active_peak", "CPU active rate at its peak", "share"),
     ("dnn_jct_mean_s", "DNN JCT mean", "s"),
     ("cpu_jct_mean_s", "CPU JCT mean", "s"),
     ("cpu_jct_p95_s", "CPU JCT p95", "s"),
@@ -193,6 +203,57 @@ def targets(means: Mapping[str, Mapping[str, float | None]]) -> list[dict[str, A
     return out
 
 
+# Ablations, each CODA without one mechanism: its effect is CODA's value minus theirs.
+ABLATIONS = (
+    ("coda-no-slimming", "slimming (cores up to each job's optimum)"),
+    ("coda-no-eliminator", "the contention eliminator"),
+    ("coda-no-colocation", "co-location (CPU jobs on GPU servers, reclaimed on demand)"),
+)
+
+
+def busy_decomposition(means: Mapping[str, Mapping[str, float | None]]) -> dict[str, Any]:
+    """Where CODA's gain over fifo in busy utilisation comes from.
+
+    Exact: busy = (busy share at full speed) - (lost to too few cores) - (lost to
+    interference), so the gain splits into which jobs hold the GPUs (the mix), fewer
+    starved jobs (slimming: 1-2 cores per GPU raised to the optimum) and less
+    interference (the eliminator). Beside it, each ablation's effect on busy
+    utilisation and on the GPU active rate while jobs queue (fragmentation and reclaim
+    act there: they decide how many GPUs are held, not how busy a held one is)."""
+    c, f = means.get(TARGET_POLICY, {}), means.get(BASELINE, {})
+
+    def diff(a: Mapping[str, float | None], b: Mapping[str, float | None], k: str) -> float | None:
+        x, y = a.get(k), b.get(k)
+        return None if x is None or y is None else x - y
+
+    gain = diff(c, f, "gpu_util_busy")
+    cores, contention = diff(f, c, "gpu_busy_lost_cores"), diff(f, c, "gpu_busy_lost_contention")
+    out: dict[str, Any] = {
+        "gain": gain,
+        "split": {
+            "mix": diff(c, f, "gpu_busy_full"),
+            "fewer_starved": cores,
+            "less_interference": contention,
+        },
+        "frag_removed": diff(f, c, "gpu_frag_cores"),
+        "ablations": [],
+    }
+    for name, what in ABLATIONS:
+        a = means.get(name)
+        if a is None:
+            continue
+        out["ablations"].append(
+            {
+                "policy": name,
+                "mechanism": what,
+                "busy": diff(c, a, "gpu_util_busy"),
+                "active_queued": diff(c, a, "gpu_active_queued"),
+                "frag": diff(a, c, "gpu_frag_cores"),
+            }
+        )
+    return out
+
+
 def published() -> dict[str, dict[str, dict[str, Any]]]:
     return {
         k: {p: {"value": v, "text": t} for p, (v, t) in by.items()} for k, by in PUBLISHED.items()
@@ -209,12 +270,22 @@ def results(
     """What results.json holds."""
     per = {p: aggregate(records, p) for p in policies}
     means = {p: {k: per[p][k] for k in METRIC_KEYS} for p in policies}
+    marg = workload_marginals or {}
+    requests = {
+        key: marg[f"dnn_request_{key}"]["ours"]
+        for key, *_ in REQUEST_BANDS
+        if marg.get(f"dnn_request_{key}", {}).get("ours") is not None
+    }
     return {
         "setting": setting,
         "wall_s": wall_s,
         "policies": per,
         "paper": published(),
         "targets": targets(means),
+        "decomposition": busy_decomposition(means),
+        # The baselines against every figure the paper publishes for them (the fit's
+        # table, here on the evaluation seeds' means).
+        "fit": figure_table(means, requests),
         "workload_marginals": workload_marginals,
         "errors": [
             {"seed": r.seed, "policy": r.policy, "error": r.error} for r in records if not r.ok

@@ -36,6 +36,7 @@ def metrics_from_summary(summary: dict[str, Any]) -> dict[str, float | None]:
 
     per_search, probes, searches = _probes_per_search(summary)
     return {
+        "gpu_util_busy": g("gpu_util_busy"),
         "gpu_util_effective": g("gpu_util_effective"),
         "gpu_util_allocated": g("gpu_util_allocated"),
         "gpu_lost_cores": g("gpu_lost_cores"),

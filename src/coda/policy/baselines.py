@@ -62,6 +62,9 @@ class FifoOrder:
     def key(self, job: Job) -> tuple[Any, ...]:
         return (job.submit, job.idx)
 
+    def band(self, job: Job) -> int:
+        return 0  # one band: fair share (where the policy has it) orders every job
+
 
 class SeparatePools:
     """DNN jobs on GPU nodes, CPU jobs on CPU nodes."""

@@ -45,10 +45,15 @@ from coda.policy.state import CPU_POOL, DNN, GPU_POOL, Job, Node
 
 
 class PreemptedFirst:
-    """FIFO per array, but a CPU job that was preempted goes to the head."""
+    """FIFO per array, but a CPU job that was preempted goes to the head: of its array,
+    before every tenant's jobs under DRF too (the paper: an aborted CPU job "re-enters
+    the head of its array")."""
 
     def key(self, job: Job) -> tuple[Any, ...]:
-        return (0 if job.preemptions else 1, job.submit)
+        return (self.band(job), job.submit)
+
+    def band(self, job: Job) -> int:
+        return 0 if job.preemptions else 1
 
 
 @dataclass

@@ -146,6 +146,7 @@ class ContentionEliminator:
             ("ticks", "throttle_steps", "fast_paths", "restores", "reverts", "relapses"), 0
         )
         self._counts["releases"] = 0
+        self._counts["gate_releases"] = 0
 
     # ------------------------------------------------------------- protocol
     def watching(self, node: Node) -> bool:
@@ -218,6 +219,8 @@ class ContentionEliminator:
         for j in cpu:  # throttled by nobody we know (a forgotten state): adopt it
             if j.quota < 1.0 - _EPS and j not in self._holders:
                 self._hold(node, st, j)
+        if st.held and self._below_gate_at_full(node, st):
+            return self._gate_release(node, st, now)
         sig = self._signal(node, st)
         acts = self._decide(node, st, now, sig, cpu) if sig is not None else []
         if self._idle(node, st, now):
@@ -522,6 +525,38 @@ class ContentionEliminator:
     def _below_gate(self, node: Node) -> bool:
         """The node reports its bandwidth and is below the gate: no throttle may start."""
         return node.bw_gbps > 0 and node.bw_used < self.config.bw_gate * node.bw_gbps
+
+    def _below_gate_at_full(self, node: Node, st: _NodeState) -> bool:
+        """The bus would stay below the gate with every held job back at full quota
+        (bandwidth scales with quota): what they draw is not what slows anybody."""
+        if node.bw_gbps <= 0:
+            return False  # no bandwidth counters: the gate says nothing
+        extra = 0.0
+        for j in st.held:
+            if j.quota <= 0.0:
+                return False  # stopped: what it would draw is unknown
+            extra += max(0.0, j.bw_pn) * (1.0 / j.quota - 1.0)
+        return node.bw_used + extra < self.config.bw_gate * node.bw_gbps
+
+    def _gate_release(self, node: Node, st: _NodeState, now: float) -> list[Action]:
+        """Give every job this node holds low its full quota back at once: below the gate
+        no throttle may start (the paper's 75% trigger), so none may be held there
+        either. A throttled job that only runs slower holds its cores for longer, which
+        costs the CPU jobs queued behind it too."""
+        acts: list[Action] = []
+        for j in list(st.held):
+            if j.quota < 1.0 - _EPS and self._only(j, node):
+                acts.append(SetQuota(j, 1.0))
+            self._unhold(node, st, j)
+        st.pending = st.chain = None
+        st.undo = {}
+        st.bad = {}
+        st.restore_need = self.config.restore_ticks
+        if acts:
+            self._acted(st, now, "gate_release", None)
+            self._counts["gate_releases"] += 1
+            self._log(now, node, "gate_release", acts, {"bw_share": node.bw_used / node.bw_gbps})
+        return acts
 
     def _above_min(self, cpu: list[Job]) -> bool:
         return any(j.quota > self.config.min_quota + _EPS for j in cpu)

@@ -46,9 +46,15 @@ class Arrays(Protocol):
 
 
 class QueueSort(Protocol):
-    """Orders each queue (array). Smaller key runs first."""
+    """Orders each queue (array). Smaller key runs first.
+
+    ``band`` comes before fair share: a job of a lower band goes before every job of a
+    higher band, whatever its tenant's share (CODA: a CPU job aborted for a DNN job
+    re-enters the head of its array). Inside a band, tenants by share, then the key."""
 
     def key(self, job: Job) -> tuple[Any, ...]: ...
+
+    def band(self, job: Job) -> int: ...
 
 
 class FairShare(Protocol):

@@ -1,5 +1,5 @@
 """Figures of `coda experiment paper`, in the spirit of the paper's: GPU active rate, busy
-utilisation (the paper's) and effective utilisation over time (seed 0), queuing-delay
+utilisation (the paper's) and effective utilisation over time (first seed), queuing-delay
 CDFs per job kind and policy, per-user p99 queuing, and the histogram of granted minus
 requested cores (coda)."""
 
@@ -18,7 +18,7 @@ PLOT_FILES = ("gpu_over_time.png", "queue_cdf.png", "user_p99.png", "core_delta.
 
 
 def _first(records: Sequence[RunRecord], policy: str) -> RunRecord | None:
-    """The policy's lowest-seed successful run (seed 0 unless it failed)."""
+    """The policy's lowest-seed successful run (the first seed unless it failed)."""
     ok = sorted((r for r in records if r.policy == policy and r.ok), key=lambda r: r.seed)
     return ok[0] if ok else None
 
@@ -40,7 +40,7 @@ def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: 
     axes[0].set_ylabel("GPU active rate (%)")
     axes[1].set_ylabel("GPU utilisation,\nbusy share of active GPUs (%)")
     axes[2].set_ylabel("work done over all GPUs,\neffective (%)")
-    axes[2].set_xlabel("hours into the measurement window (seed 0)")
+    axes[2].set_xlabel("hours into the measurement window (first seed)")
     if drawn:
         axes[0].legend(fontsize=8, ncol=min(4, len(policies)))
     else:
@@ -64,7 +64,7 @@ def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: 
             drawn = True
         ax.set_xscale("log")
         ax.set_xlabel("queuing time + 1 s (log)")
-        ax.set_title(f"{kind.upper()} jobs (seed 0)")
+        ax.set_title(f"{kind.upper()} jobs (first seed)")
         if drawn:
             ax.legend(fontsize=8)
         else:
@@ -91,7 +91,7 @@ def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: P
     step = max(1, len(users) // 40)  # at most ~40 tick labels
     ax.set_xticks(x[::step] + 0.4 - width / 2, users[::step], rotation=90, fontsize=7)
     ax.set_ylabel("p99 queuing (min)")
-    ax.set_title("Per-user 99th-percentile queuing time (seed 0)")
+    ax.set_title("Per-user 99th-percentile queuing time (first seed)")
     ax.legend(fontsize=8, ncol=min(4, len(got)))
     return _save(fig, path)
 

@@ -193,6 +193,8 @@ class Simulator:
         self.gpu_eff = 0.0
         self.gpu_base = 0.0  # sum of GPUs x speed from cores alone (no interference)
         self.gpu_busy = 0.0  # sum of GPUs x their busy share (the paper's utilisation)
+        self.gpu_busy_base = 0.0  # ... at the speed from cores alone (no interference)
+        self.gpu_busy_full = 0.0  # ... at full speed
         self.gpu_alloc = 0
         self.gpu_launching = 0  # GPUs of DNN jobs placed but not working yet
         self.cores_alloc = 0
@@ -202,6 +204,8 @@ class Simulator:
             "gpu_eff": 0.0,
             "gpu_base": 0.0,
             "gpu_busy": 0.0,
+            "gpu_busy_base": 0.0,
+            "gpu_busy_full": 0.0,
             "gpu_alloc": 0.0,
             "cores_alloc": 0.0,
             "cores_useful": 0.0,
@@ -419,6 +423,8 @@ class Simulator:
             node.bw_used += job.bw_pn
             self.busy[node] = None
         self.gpu_alloc += job.gpus
+        if job.kind == DNN:
+            self.gpu_busy_full += job.gpus * physics._busy(job, 1.0)
         self.cores_alloc += cores_pn * job.nodes
         self.cores_useful += self._useful_cores(job)
         self._refresh(nodes)
@@ -437,6 +443,8 @@ class Simulator:
         self.gpu_eff -= job.gpus * job.speed
         if job.kind == DNN:
             self.gpu_busy -= job.gpus * physics._busy(job, job.speed)
+            self.gpu_busy_base -= job.gpus * physics._busy(job, job.core_speed_now)
+            self.gpu_busy_full -= job.gpus * physics._busy(job, 1.0)
         self.gpu_base -= job.gpus * job.core_speed_now
         job.speed = 0.0
         job.core_speed_now = 0.0

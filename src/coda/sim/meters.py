@@ -31,6 +31,8 @@ def _advance(self: Simulator, t: float) -> None:
         area["gpu_eff"] += self.gpu_eff * dt
         area["gpu_base"] += self.gpu_base * dt
         area["gpu_busy"] += self.gpu_busy * dt
+        area["gpu_busy_base"] += self.gpu_busy_base * dt
+        area["gpu_busy_full"] += self.gpu_busy_full * dt
         area["gpu_alloc"] += self.gpu_alloc * dt
         area["cores_alloc"] += self.cores_alloc * dt
         area["cores_useful"] += self.cores_useful * dt
@@ -179,6 +181,10 @@ def _result(self: Simulator, wall: float) -> SimResult:
             return 0.0
         return x / (span * total)
 
+    def busy_of(x: float) -> float | None:
+        # Over the allocated GPU-time (None when no GPU was allocated in the window).
+        return x / area["gpu_alloc"] if area["gpu_alloc"] > 0 else None
+
     while self.sample_i < len(self.sample_times):
         self._sample(self.sample_i)
         self.sample_i += 1
@@ -205,7 +211,12 @@ def _result(self: Simulator, wall: float) -> SimResult:
         "gpu_util_allocated": util(area["gpu_alloc"], self.total_gpus),
         # The paper's GPU utilisation: busy GPU-time over allocated GPU-time (None when
         # no GPU was allocated inside the window).
-        "gpu_util_busy": area["gpu_busy"] / area["gpu_alloc"] if area["gpu_alloc"] > 0 else None,
+        "gpu_util_busy": busy_of(area["gpu_busy"]),
+        # Its split, exact: the busy share every allocated GPU would have at full speed,
+        # minus what too few cores and interference take (docs/metrics.md).
+        "gpu_busy_full": busy_of(area["gpu_busy_full"]),
+        "gpu_busy_lost_cores": busy_of(area["gpu_busy_full"] - area["gpu_busy_base"]),
+        "gpu_busy_lost_contention": busy_of(area["gpu_busy_base"] - area["gpu_busy"]),
         # allocated - lost to too few cores - lost to interference - lost to launches
         # (held by jobs not working yet: the start delay) = effective
         "gpu_lost_cores": util(

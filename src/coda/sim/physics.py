@@ -109,6 +109,7 @@ def _refresh(self: Simulator, nodes: list[Node]) -> None:
                 # Started, not yet working (the start delay): no speed, no episode.
                 if job.kind == DNN:
                     self.gpu_base -= job.gpus * job.core_speed_now
+                    self.gpu_busy_base -= job.gpus * _busy(job, job.core_speed_now)
                 job.core_speed_now = 0.0
                 _set_speed(self, job, 0.0)
                 continue
@@ -126,6 +127,7 @@ def _refresh(self: Simulator, nodes: list[Node]) -> None:
             if job.kind == DNN:
                 _track_episode(self, job, base, speed)
                 self.gpu_base += job.gpus * (base - job.core_speed_now)
+                self.gpu_busy_base += job.gpus * (_busy(job, base) - _busy(job, job.core_speed_now))
             job.core_speed_now = base
             _set_speed(self, job, speed)
 

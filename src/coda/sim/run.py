@@ -189,6 +189,7 @@ class Prepared:
 # gives no per-server GPU counts: ASSUMPTION (ours) 60 servers of 4 GPUs and 20 of 8,
 # the two common PCIe chassis, which gives 80 servers, 400 GPUs and 5 per server.
 PAPER_CLUSTER = "60x4g28c,20x8g28c"
+PAPER_SETTING_CLUSTER = "paper"  # its name as --cluster takes it (`coda compare`'s default)
 
 
 def resolve_cluster(text: str, bw_per_core: float) -> ClusterSpec:

@@ -1,0 +1,431 @@
+"""`coda experiment paper --fit`: the paper workload's unpublished parts fitted to every
+figure the paper publishes for its *baselines* (FIFO and DRF), never to CODA's.
+
+The workload is the paper's month at the paper's rate (100,000 jobs in 30 days, no
+compression). What the paper does not give is a knob (`KNOBS`): the DNN runtime tail
+beyond 2 h, GPUs per job, CPU-job cores and runtimes, the daily arrival shape, the model
+mix and the per-user mix. A candidate is judged by running fifo and drf on its workload
+(fit seed, not an evaluation seed) and comparing each published baseline figure
+(`FIGURES`) with ours: a figure's distance is its error in units of its tolerance (the
+targets' 5 points for single figures, 8 for queuing-CDF points; a bound such as "every
+job started by about 10^4 s" counts only when broken), and a candidate's distance is the
+mean of the squared figure distances.
+
+The search is seeded and deterministic: the preset's own point and a Latin hypercube
+over the knobs' box (a quarter of the budget), then coordinate steps from the best
+candidate (each knob up and down by an eighth of its box, a step that halves when a
+pass finds nothing better), until the budget of candidates is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coda.experiment.paper import ESTIMATES, Run, RunRecord, run_many
+from coda.sim.run import RunConfig
+from coda.workload.generate import PaperParams, generate, write_csv
+from coda.workload.generate.paper import REQUEST_BANDS, request_histogram
+
+FIT_SEED = 1000  # the workload seed the fit runs on; evaluations use seeds 0, 1, 2, ...
+DEFAULT_BUDGET = 48  # candidates
+BASELINES = ("fifo", "drf")
+CLUSTER = "paper"
+P99_BOUND_S = 10_800.0  # Figure 11: every job started by about 10^4 s (~3 h)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One published baseline figure: our metric `key` under `policy` against `paper`.
+
+    `kind` "value": the error counts both ways; "at_most" / "at_least": only past the
+    bound. `tolerance` is the error that counts as 1."""
+
+    key: str
+    policy: str
+    paper: float
+    label: str
+    source: str
+    kind: str = "value"
+    tolerance: float = 0.05
+
+    def distance(self, ours: float | None) -> float | None:
+        if ours is None or not math.isfinite(ours):
+            return None
+        err = ours - self.paper
+        if self.kind == "at_most":
+            err = max(err, 0.0)
+        elif self.kind == "at_least":
+            err = min(err, 0.0)
+        return abs(err) / self.tolerance
+
+
+# In the search, a figure counts at most this many tolerances: a queue that grows all
+# month (p99 of days) must not outweigh every other figure, or the search keeps to
+# candidates where nothing queues at all.
+DISTANCE_CAP = 5.0
+
+
+def _both(
+    key: str, fifo: float, drf: float, label: str, source: str, **kw: Any
+) -> tuple[Figure, Figure]:
+    return Figure(key, "fifo", fifo, label, source, **kw), Figure(
+        key, "drf", drf, label, source, **kw
+    )
+
+
+_CDF = 0.08  # queuing-CDF points: the targets allow 8 points
+FIGURES: tuple[Figure, ...] = (
+    *_both("gpu_active_queued", 0.835, 0.833, "GPU active rate while jobs queue", "Sec. VI-B"),
+    *_both("gpu_frag_cores", 0.143, 0.146, "GPU fragmentation from too few cores", "Sec. VI-B"),
+    *_both("gpu_util_busy", 0.454, 0.447, "GPU utilisation (busy share)", "Sec. VI-B"),
+    *_both("cpu_within_10s_share", 0.874, 0.878, "CPU jobs placed within 10 s", "Fig. 11"),
+    *_both(
+        "dnn_queue_over_10min_share", 0.431, 0.289, "DNN jobs queuing over 10 min", "Fig. 11",
+        tolerance=_CDF,
+    ),
+    *_both(
+        "dnn_queue_over_1h_share", 0.278, 0.143, "DNN jobs queuing over 1 h", "Fig. 11",
+        tolerance=_CDF,
+    ),
+    *_both(
+        "dnn_queue_p99_s", P99_BOUND_S, P99_BOUND_S, "DNN queuing p99 (s), at most",
+        "Fig. 11: every job started by ~10^4 s", kind="at_most", tolerance=3_600.0,
+    ),
+    *_both(
+        "cpu_queue_p99_s", P99_BOUND_S, P99_BOUND_S, "CPU queuing p99 (s), at most",
+        "Fig. 11: every job started by ~10^4 s", kind="at_most", tolerance=3_600.0,
+    ),
+    Figure("dnn_within_10s_share", "fifo", 0.47, "DNN jobs started within 10 s", "Fig. 2c",
+           tolerance=_CDF),
+    Figure("dnn_queue_over_3min_share", "fifo", 0.481, "DNN jobs queuing 3 min or more",
+           "Fig. 2c", tolerance=_CDF),
+    Figure("cpu_within_1h_share", "fifo", 0.97, "CPU jobs started within 1 h", "Fig. 2c",
+           tolerance=_CDF),
+    Figure("gpu_active_over_90_share", "fifo", 0.10, "time with GPU active rate > 90%, at most",
+           "Fig. 1: rarely more than 90%", kind="at_most"),
+    Figure("cpu_active_peak", "fifo", 0.95, "CPU active rate at its peak, at least",
+           "Fig. 1: up to 100% at peaks", kind="at_least"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One unpublished part of the workload, searched over [low, high] (log-spaced
+    where `log`)."""
+
+    name: str
+    low: float
+    high: float
+    what: str
+    log: bool = False
+
+    def at(self, u: float) -> float:
+        """The knob's value at position u in [0, 1] of its box."""
+        u = min(max(float(u), 0.0), 1.0)
+        if self.log:
+            return math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
+        return self.low + u * (self.high - self.low)
+
+    def position(self, v: float) -> float:
+        if self.log:
+            return (math.log(v) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+        return (v - self.low) / (self.high - self.low)
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("dnn_tail_log_mean", 0.3, 1.2, "DNN runtime tail beyond 2 h (mean of ln(t / 2 h))"),
+    Knob("multi_gpu_share", 0.1, 0.7, "share of DNN jobs with more than one GPU"),
+    Knob("four_gpu_share", 0.1, 0.9, "of those, the share with 4 GPUs (the rest 2)"),
+    Knob("cpu_runtime_median_s", 600.0, 7_200.0, "CPU-job runtime median (s)", log=True),
+    Knob("cpu_runtime_sigma", 0.8, 2.2, "CPU-job runtime sigma of ln s"),
+    Knob(
+        "cpu_cores_ratio",
+        0.3,
+        1.2,
+        "CPU-job cores: weight of 1, 2, 4, 8, 16 as r^0..r^4",
+        log=True,
+    ),
+    Knob("daily_amplitude", 0.0, 0.9, "daily arrival cycle's amplitude"),
+    Knob("nlp_speech_share", 0.7, 0.95, "share of DNN jobs training NLP or speech models"),
+    Knob("nlp_of_nlp_speech", 0.2, 0.8, "of those, the NLP share"),
+    Knob("user_zipf", 0.5, 1.5, "per-user mix: job share of user k as 1 / (k + 1)^s"),
+)
+KNOB_NAMES = tuple(k.name for k in KNOBS)
+
+
+def params_for(values: Mapping[str, float], base: PaperParams | None = None) -> PaperParams:
+    """The paper workload's parameters with the knobs at `values` (month, paper rate)."""
+    base = base or PaperParams()
+    v = dict(values)
+    multi, four = v["multi_gpu_share"], v["four_gpu_share"]
+    r = v["cpu_cores_ratio"]
+    ns, nlp = v["nlp_speech_share"], v["nlp_of_nlp_speech"]
+    return dataclasses.replace(
+        base,
+        arrival_scale=1.0,
+        dnn_tail_log_mean=round(v["dnn_tail_log_mean"], 4),
+        gpu_weights=_rounded((1.0 - multi, multi * (1.0 - four), multi * four)),
+        cpu_runtime_median_s=round(v["cpu_runtime_median_s"]),
+        cpu_runtime_sigma=round(v["cpu_runtime_sigma"], 4),
+        cpu_core_weights=_rounded(tuple(r**k for k in range(len(base.cpu_core_counts)))),
+        daily_amplitude=round(v["daily_amplitude"], 4),
+        domain_weights=(
+            ("nlp", round(ns * nlp, 4)),
+            ("speech", round(ns * (1.0 - nlp), 4)),
+            ("cv", round(1.0 - ns, 4)),
+        ),
+        user_zipf=round(v["user_zipf"], 4),
+    )
+
+
+def _rounded(ws: Sequence[float]) -> tuple[float, ...]:
+    total = sum(ws)
+    return tuple(round(w / total, 4) for w in ws)
+
+
+def knob_values(params: PaperParams) -> dict[str, float]:
+    """The knobs' values that `params` holds (the inverse of params_for)."""
+    gw = params.gpu_weights
+    multi = 1.0 - gw[0] / sum(gw)
+    cw = params.cpu_core_weights
+    dw = dict(params.domain_weights)
+    ns = dw.get("nlp", 0.0) + dw.get("speech", 0.0)
+    total = sum(dw.values())
+    return {
+        "dnn_tail_log_mean": params.dnn_tail_log_mean,
+        "multi_gpu_share": multi,
+        "four_gpu_share": gw[2] / (gw[1] + gw[2]) if gw[1] + gw[2] else 0.5,
+        "cpu_runtime_median_s": params.cpu_runtime_median_s,
+        "cpu_runtime_sigma": params.cpu_runtime_sigma,
+        "cpu_cores_ratio": cw[1] / cw[0] if cw[0] else 1.0,
+        "daily_amplitude": params.daily_amplitude,
+        "nlp_speech_share": ns / total,
+        "nlp_of_nlp_speech": dw.get("nlp", 0.0) / ns if ns else 0.5,
+        "user_zipf": params.user_zipf,
+    }
+
+
+@dataclass
+class Candidate:
+    """One point of the search: its knobs, and once run, the baselines' metrics."""
+
+    values: dict[str, float]
+    metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    requests: dict[str, float] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+
+    def figure_rows(self) -> list[dict[str, Any]]:
+        return figure_table(self.metrics, self.requests)
+
+    @property
+    def distance(self) -> float:
+        """Mean squared figure distance; a failed run or a missing figure is far away."""
+        if self.error is not None or not self.metrics:
+            return math.inf
+        return table_distance(self.figure_rows())
+
+
+def table_distance(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Mean squared figure distance of a fit table, each capped at DISTANCE_CAP (a
+    missing figure counts as the cap: a statistic over no jobs or no queuing time)."""
+    ds = [DISTANCE_CAP if r["distance"] is None else min(r["distance"], DISTANCE_CAP) for r in rows]
+    return math.fsum(d * d for d in ds) / len(ds) if ds else math.inf
+
+
+def figure_table(
+    metrics: Mapping[str, Mapping[str, Any]], requests: Mapping[str, float]
+) -> list[dict[str, Any]]:
+    """The fit table: one row per published baseline figure (policy -> our metrics) and
+    per band of Figure 2d (the workload's request histogram), ours and the distance."""
+    rows = []
+    for f in FIGURES:
+        ours = metrics.get(f.policy, {}).get(f.key)
+        rows.append(
+            {
+                "figure": f.label,
+                "key": f.key,
+                "policy": f.policy,
+                "source": f.source,
+                "kind": f.kind,
+                "paper": f.paper,
+                "ours": ours,
+                "distance": f.distance(ours),
+            }
+        )
+    for key, band, _, _, paper in REQUEST_BANDS:
+        ours = requests.get(key)
+        rows.append(
+            {
+                "figure": f"DNN jobs asking {band} cores per GPU",
+                "key": f"dnn_request_{key}",
+                "policy": "workload",
+                "source": "Fig. 2d",
+                "kind": "value",
+                "paper": paper,
+                "ours": ours,
+                "distance": None if ours is None else abs(ours - paper) / 0.05,
+            }
+        )
+    return rows
+
+
+def _lhs(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
+    """n points of a Latin hypercube in [0, 1]^dims."""
+    cells = np.stack([rng.permutation(n) for _ in range(dims)], axis=1)
+    return (cells + rng.random((n, dims))) / n
+
+
+# Runs a batch of candidates (fifo and drf each), calling back as each one is done.
+Evaluate = Callable[[list[Candidate], Callable[[Candidate], None]], None]
+
+
+class FitSearch:
+    """The seeded search over KNOBS within a budget of candidates."""
+
+    def __init__(
+        self,
+        budget: int,
+        seed: int,
+        evaluate: Evaluate,
+        start: Mapping[str, float] | None = None,
+        on_candidate: Callable[[Candidate, int, int], None] | None = None,
+    ) -> None:
+        if budget < 2:
+            raise ValueError(f"--fit-budget must be at least 2, got {budget}")
+        self.budget = budget
+        self.rng = np.random.default_rng([seed, 77])
+        self.evaluate = evaluate
+        self.start = dict(start) if start else None
+        self.on_candidate = on_candidate
+        self.tried: list[Candidate] = []
+
+    def _run(self, batch: list[Candidate]) -> None:
+        batch = batch[: self.budget - len(self.tried)]
+        if not batch:
+            return
+        done: list[Candidate] = []
+
+        def one_done(c: Candidate) -> None:
+            done.append(c)
+            if self.on_candidate:
+                self.on_candidate(c, len(self.tried) + len(done), self.budget)
+
+        self.evaluate(batch, one_done)
+        self.tried += batch  # in batch order, whatever order they finished in
+
+    def best(self) -> Candidate:
+        return min(self.tried, key=lambda c: c.distance)
+
+    def run(self) -> Candidate:
+        n_random = max(1, self.budget // 4 - (1 if self.start else 0))
+        points = _lhs(self.rng, n_random, len(KNOBS))
+        batch = [
+            Candidate({k.name: k.at(u) for k, u in zip(KNOBS, p, strict=True)}) for p in points
+        ]
+        if self.start:
+            batch.insert(0, Candidate(dict(self.start)))
+        self._run(batch)
+        step = 0.125
+        while len(self.tried) < self.budget and step > 1 / 128:
+            improved = False
+            for knob in KNOBS:
+                if len(self.tried) >= self.budget:
+                    break
+                best = self.best()
+                u = knob.position(best.values[knob.name])
+                moves = [u + d for d in (-step, step) if 0.0 <= u + d <= 1.0]
+                batch = [Candidate({**best.values, knob.name: knob.at(m)}) for m in moves]
+                before = best.distance
+                self._run(batch)
+                improved |= self.best().distance < before
+            if not improved:
+                step /= 2
+        return self.best()
+
+
+def evaluate_in_pool(workers: int, seed: int = FIT_SEED) -> Evaluate:
+    """An `Evaluate` for FitSearch: each candidate's workload written to a temporary
+    file, fifo and drf run on it in a process pool (run_many), the paper metrics kept."""
+
+    def evaluate(batch: list[Candidate], one_done: Callable[[Candidate], None]) -> None:
+        with tempfile.TemporaryDirectory(prefix="coda-fit-") as tmp:
+            runs: list[Run] = []
+            for i, cand in enumerate(batch):
+                try:
+                    table = generate(params_for(cand.values), seed)
+                except ValueError as e:
+                    cand.error = str(e)
+                    continue
+                cand.requests = request_histogram(table)
+                path = Path(tmp) / f"candidate-{i}.csv"
+                write_csv(table, path)
+                cfg = RunConfig(
+                    trace=str(path), format=None, cluster=CLUSTER, load=None, seed=seed,
+                    estimates=ESTIMATES,
+                )  # fmt: skip
+                runs += [Run(seed, p, cfg, False) for p in BASELINES]
+            for cand in batch:
+                if cand.error is not None:
+                    one_done(cand)
+            owner = [c for c in batch if c.error is None for _ in BASELINES]
+            left = {id(c): len(BASELINES) for c in batch}
+
+            def done(i: int, rec: RunRecord) -> None:
+                cand = owner[i]
+                if rec.ok:
+                    cand.metrics[rec.policy] = rec.metrics
+                else:
+                    cand.error = f"{rec.policy}: {rec.error}"
+                left[id(cand)] -= 1
+                if not left[id(cand)]:
+                    one_done(cand)
+
+            run_many(runs, workers, done)
+
+    return evaluate
+
+
+def fit_result(best: Candidate, tried: Sequence[Candidate], command: str) -> dict[str, Any]:
+    """fit.json: the chosen knobs and parameters, the fit table and the search's trail."""
+    params = params_for(best.values)
+    return {
+        "command": command,
+        "fit_seed": FIT_SEED,
+        "cluster": CLUSTER,
+        "baselines": list(BASELINES),
+        "distance": best.distance,
+        "knobs": {k.name: best.values[k.name] for k in KNOBS},
+        "knob_box": {k.name: [k.low, k.high, k.what] for k in KNOBS},
+        "params": {
+            f.name: getattr(params, f.name)
+            for f in dataclasses.fields(params)
+            if f.name
+            in (
+                "arrival_scale",
+                "dnn_tail_log_mean",
+                "gpu_weights",
+                "cpu_runtime_median_s",
+                "cpu_runtime_sigma",
+                "cpu_core_weights",
+                "daily_amplitude",
+                "domain_weights",
+                "user_zipf",
+            )
+        },
+        "table": best.figure_rows(),
+        "unmet": unmet(best),
+        "tried": [{"knobs": c.values, "distance": c.distance, "error": c.error} for c in tried],
+    }
+
+
+def unmet(best: Candidate) -> list[dict[str, Any]]:
+    """Figures the best candidate misses by more than their tolerance."""
+    return [r for r in best.figure_rows() if r["distance"] is None or r["distance"] > 1.0]

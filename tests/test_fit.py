@@ -1,0 +1,158 @@
+"""`coda experiment paper --fit`: the knobs, the figures' distances, the seeded search
+(on a stand-in evaluator whose best point is known), the fit table and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from coda.cli import main
+from coda.experiment.fit import (
+    FIGURES,
+    KNOBS,
+    Candidate,
+    Figure,
+    FitSearch,
+    figure_table,
+    fit_result,
+    knob_values,
+    params_for,
+    table_distance,
+)
+from coda.report.fit_report import fit_markdown
+from coda.workload.generate import PaperParams, generate
+from coda.workload.generate.paper import REQUEST_BANDS, request_histogram
+
+
+def test_a_figure_counts_errors_in_tolerances_and_bounds_only_when_broken():
+    f = Figure("gpu_util_busy", "fifo", 0.454, "busy", "Sec. VI-B")
+    assert f.distance(0.504) == pytest.approx(1.0)
+    assert f.distance(0.404) == pytest.approx(1.0)
+    assert f.distance(None) is None and f.distance(math.nan) is None
+    most = Figure("dnn_queue_p99_s", "fifo", 10_800, "p99", "Fig. 11", "at_most", 3_600)
+    assert most.distance(5_000) == 0.0 and most.distance(14_400) == pytest.approx(1.0)
+    least = Figure("cpu_active_peak", "fifo", 0.95, "peak", "Fig. 1", "at_least")
+    assert least.distance(1.0) == 0.0 and least.distance(0.90) == pytest.approx(1.0)
+
+
+def test_only_baseline_figures_are_fitted():
+    assert {f.policy for f in FIGURES} == {"fifo", "drf"}
+    keys = {f.key for f in FIGURES}
+    assert {"gpu_active_queued", "gpu_frag_cores", "gpu_util_busy"} <= keys
+    assert {"cpu_within_10s_share", "dnn_queue_over_10min_share", "dnn_queue_p99_s"} <= keys
+
+
+def test_knobs_round_trip_through_the_parameters():
+    values = {k.name: k.at(0.37) for k in KNOBS}
+    params = params_for(values)
+    assert params.arrival_scale == 1.0  # the paper's rate, no compression
+    back = knob_values(params)
+    for k in KNOBS:
+        assert back[k.name] == pytest.approx(values[k.name], rel=2e-3, abs=2e-3), k.name
+    for k in KNOBS:
+        assert k.at(k.position(k.at(0.8))) == pytest.approx(k.at(0.8))
+
+
+def test_every_point_of_the_box_is_a_valid_workload():
+    for u in (0.0, 1.0):
+        params = params_for({k.name: k.at(u) for k in KNOBS})
+        table = generate(params, 0) if params.n_jobs <= 100_000 else None
+        assert table is not None and len(table) == params.n_jobs
+
+
+def test_the_request_histogram_is_figure_2d_whatever_the_knobs():
+    for u in (0.1, 0.9):
+        table = generate(params_for({k.name: k.at(u) for k in KNOBS}), 1)
+        hist = request_histogram(table)
+        assert hist["1"] == pytest.approx(0.41 * 0.761 / 0.76, abs=0.02)
+        assert hist["2"] == pytest.approx(0.35 * 0.761 / 0.76, abs=0.02)
+        assert 0.9 < sum(hist.values()) <= 1.0  # 3 per GPU and fractions are in no band
+
+
+# A stand-in evaluator: every figure's error grows with the distance of the knobs from a
+# hidden point, so the search's best must come close to it.
+HIDDEN = {k.name: k.at(0.62) for k in KNOBS}
+
+
+def _fake_metrics(values: dict[str, float]) -> dict[str, dict[str, float]]:
+    off = math.sqrt(
+        sum((k.position(values[k.name]) - k.position(HIDDEN[k.name])) ** 2 for k in KNOBS)
+    )
+    out: dict[str, dict[str, float]] = {"fifo": {}, "drf": {}}
+    for f in FIGURES:
+        shift = off * f.tolerance * 3
+        out[f.policy][f.key] = f.paper + (shift if f.kind != "at_least" else -shift)
+    return out
+
+
+def _fake_evaluate(batch, one_done):
+    for cand in batch:
+        cand.metrics = _fake_metrics(cand.values)
+        cand.requests = {key: paper for key, _, _, _, paper in REQUEST_BANDS}
+        one_done(cand)
+
+
+def test_the_search_is_seeded_keeps_its_budget_and_closes_in():
+    seen: list[int] = []
+    a = FitSearch(60, 7, _fake_evaluate, on_candidate=lambda c, i, n: seen.append(i))
+    best = a.run()
+    b = FitSearch(60, 7, _fake_evaluate)
+    assert [c.values for c in b.tried] == [] and b.run().values == best.values
+    assert len(a.tried) == 60 and seen == list(range(1, 61))
+    first = min(a.tried[:15], key=lambda c: c.distance)  # the random phase
+    assert best.distance < first.distance / 2
+    assert best.distance < 1.5
+    other = FitSearch(60, 8, _fake_evaluate).run()
+    assert other.values != best.values  # another seed searches elsewhere
+
+
+def test_a_failed_candidate_is_never_the_best():
+    def evaluate(batch, one_done):
+        for i, cand in enumerate(batch):
+            if i == 0:
+                cand.error = "fifo: RuntimeError: boom"
+            else:
+                cand.metrics = _fake_metrics(cand.values)
+            one_done(cand)
+
+    search = FitSearch(6, 1, evaluate)
+    best = search.run()
+    assert best.error is None and math.isfinite(best.distance)
+    assert search.tried[0].distance == math.inf
+
+
+def test_the_fit_table_and_report():
+    cand = Candidate(dict(HIDDEN))
+    cand.metrics = _fake_metrics(cand.values)
+    cand.requests = {key: paper for key, _, _, _, paper in REQUEST_BANDS}
+    rows = figure_table(cand.metrics, cand.requests)
+    assert table_distance(rows) == pytest.approx(0.0)
+    res = fit_result(cand, [cand], "coda experiment paper --fit --fit-budget 2")
+    assert res["unmet"] == [] and res["params"]["arrival_scale"] == 1.0
+    json.dumps(res, allow_nan=False)
+    md = fit_markdown(res)
+    assert "| GPU utilisation (busy share) | Sec. VI-B | 45.4% / 44.7% | 45.4% | 44.7% |" in md
+    assert "| CPU jobs started within 1 h | Fig. 2c | 97.0% | 97.0% | (fifo only) |" in md
+    assert "| DNN jobs asking 1 cores per GPU | Fig. 2d | 41.0% | 41.0% | (the workload) |" in md
+    assert "coda experiment paper --fit --fit-budget 2" in md
+
+
+def test_the_fit_goes_with_no_experiment_option(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["experiment", "paper", "--fit", "--seeds", "2", "--out", str(tmp_path / "f")]
+    )
+    assert result.exit_code == 2 and "--seeds cannot go with it" in result.output
+    result = runner.invoke(main, ["experiment", "paper", "--fit-budget", "3"])
+    assert result.exit_code == 2 and "--fit-budget goes with --fit" in result.output
+    result = runner.invoke(main, ["experiment", "paper", "--fit", "--fit-budget", "1"])
+    assert result.exit_code == 2 and "--fit-budget" in result.output
+
+
+def test_the_preset_is_a_point_of_the_box():
+    values = knob_values(PaperParams())
+    for k in KNOBS:
+        assert k.low <= values[k.name] <= k.high, k.name
