@@ -156,3 +156,35 @@ def test_the_preset_is_a_point_of_the_box():
     values = knob_values(PaperParams())
     for k in KNOBS:
         assert k.low <= values[k.name] <= k.high, k.name
+
+
+def _perfect(values: dict[str, float]) -> Candidate:
+    cand = Candidate(dict(values))
+    cand.metrics = {f.policy: {} for f in FIGURES}
+    for f in FIGURES:
+        cand.metrics[f.policy][f.key] = f.paper
+    cand.requests = {key: paper for key, _, _, _, paper in REQUEST_BANDS}
+    return cand
+
+
+def test_the_report_says_which_figures_cannot_be_met_together():
+    # best: meets all but the DNN p99 (fifo); a second candidate meets the p99 but
+    # misses fifo's DNN queuing over 1 h; nothing meets drf's busy figure.
+    best, other = _perfect(HIDDEN), _perfect(HIDDEN)
+    best.metrics["fifo"]["dnn_queue_p99_s"] = 40_000.0
+    best.metrics["drf"]["gpu_util_busy"] = 0.70
+    other.metrics["fifo"]["dnn_queue_over_1h_share"] = 0.05
+    other.metrics["drf"]["gpu_util_busy"] = 0.65
+    failed = Candidate(dict(HIDDEN), error="fifo: boom")
+    res = fit_result(best, [best, other, failed], "coda experiment paper --fit")
+    by = {(c["key"], c["policy"]): c for c in res["conflicts"]}
+    p99 = by[("dnn_queue_p99_s", "fifo")]
+    assert p99["candidates"] == 2 and p99["meeting"] == 1
+    assert [(o["key"], o["policy"], o["of"]) for o in p99["then_missed"]] == [
+        ("dnn_queue_over_1h_share", "fifo", 1)
+    ]
+    busy = by[("gpu_util_busy", "drf")]
+    assert busy["meeting"] == 0 and busy["closest"] == pytest.approx(0.65)
+    md = fit_markdown(res)
+    assert "1 of 2 candidates met it; they missed DNN jobs queuing over 1 h (fifo, 1 of them)" in md
+    assert "no candidate of 2 met it (closest: 65.0%); the knobs' box does not reach it" in md

@@ -422,6 +422,7 @@ def fit_result(best: Candidate, tried: Sequence[Candidate], command: str) -> dic
         },
         "table": best.figure_rows(),
         "unmet": unmet(best),
+        "conflicts": conflicts(best, tried),
         "tried": [{"knobs": c.values, "distance": c.distance, "error": c.error} for c in tried],
     }
 
@@ -429,3 +430,63 @@ def fit_result(best: Candidate, tried: Sequence[Candidate], command: str) -> dic
 def unmet(best: Candidate) -> list[dict[str, Any]]:
     """Figures the best candidate misses by more than their tolerance."""
     return [r for r in best.figure_rows() if r["distance"] is None or r["distance"] > 1.0]
+
+
+def _figure_id(row: Mapping[str, Any]) -> tuple[str, str]:
+    return str(row["key"]), str(row["policy"])
+
+
+def conflicts(best: Candidate, tried: Sequence[Candidate]) -> list[dict[str, Any]]:
+    """Why each figure the best candidate misses is missed, from the search's own trail.
+
+    For a missed figure: the candidates that met it (within its tolerance), and the
+    figures the best meets that those candidates missed, most often first, with how
+    many of them missed each. No candidate meeting it says the knobs' box cannot reach
+    it (the closest value tried is given); candidates that met it only by missing
+    others say which figures cannot be met together with it."""
+    ran = [c for c in tried if c.error is None and c.metrics]
+    rows = {c_id: {_figure_id(r): r for r in c.figure_rows()} for c_id, c in enumerate(ran)}
+    met_by_best = {
+        _figure_id(r)
+        for r in best.figure_rows()
+        if r["distance"] is not None and r["distance"] <= 1.0
+    }
+    out: list[dict[str, Any]] = []
+    for miss in unmet(best):
+        fid = _figure_id(miss)
+
+        def met(r: Mapping[str, Any] | None) -> bool:
+            return r is not None and r["distance"] is not None and r["distance"] <= 1.0
+
+        meeting = [i for i, by in rows.items() if met(by.get(fid))]
+        closest = min(
+            (by[fid] for by in rows.values() if by.get(fid, {}).get("distance") is not None),
+            key=lambda r: r["distance"],
+            default=None,
+        )
+        lost: dict[tuple[str, str], int] = {}
+        for i in meeting:
+            for other in met_by_best:
+                if not met(rows[i].get(other)):
+                    lost[other] = lost.get(other, 0) + 1
+        labels = {_figure_id(r): r for r in best.figure_rows()}
+        out.append(
+            {
+                "figure": miss["figure"],
+                "key": miss["key"],
+                "policy": miss["policy"],
+                "candidates": len(ran),
+                "meeting": len(meeting),
+                "closest": None if closest is None else closest["ours"],
+                "then_missed": [
+                    {
+                        "figure": labels[o]["figure"],
+                        "key": o[0],
+                        "policy": o[1],
+                        "of": n,
+                    }
+                    for o, n in sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))
+                ],
+            }
+        )
+    return out

@@ -112,8 +112,24 @@ def _target(
 
 
 def targets(means: Mapping[str, Mapping[str, float | None]]) -> list[dict[str, Any]]:
-    """CODA's targets from per-policy means: each with met and its value."""
-    c = means.get(TARGET_POLICY, {})
+    """CODA's targets from per-policy means: each with met and its value, and, where the
+    oracle ran, the oracle's value and whether it meets the same target (a target the
+    oracle misses is out of reach of any core allocation on this workload)."""
+    out = policy_targets(means, TARGET_POLICY)
+    if ORACLE in means:
+        for t, o in zip(out, policy_targets(means, ORACLE), strict=True):
+            t["oracle_value"], t["oracle_met"] = o["value"], o["met"]
+    return out
+
+
+ORACLE = "oracle"
+
+
+def policy_targets(
+    means: Mapping[str, Mapping[str, float | None]], policy: str
+) -> list[dict[str, Any]]:
+    """The targets judged on `policy`'s means (CODA's, or the oracle's for the bound)."""
+    c = means.get(policy, {})
     f = means.get(BASELINE, {})
     out = []
     cb, fb = c.get("gpu_util_busy"), f.get("gpu_util_busy")

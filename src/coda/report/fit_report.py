@@ -95,7 +95,40 @@ def fit_markdown(res: Mapping[str, Any]) -> str:
             ],
             "",
         ]
+    if res.get("conflicts"):
+        out += [
+            "## Why: what the search's candidates show",
+            "",
+            *conflict_lines(res["conflicts"]),
+            "",
+        ]
     return "\n".join(out)
+
+
+def conflict_lines(conflicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per missed figure: out of reach of the knobs, or met only by candidates
+    that missed which other figures."""
+    lines = []
+    for c in conflicts:
+        head = f"- {c['figure']} ({c['policy']}): "
+        if not c["meeting"]:
+            closest = "-" if c["closest"] is None else _value(c["key"], c["closest"])
+            lines.append(
+                head + f"no candidate of {c['candidates']} met it (closest: {closest}); the "
+                "knobs' box does not reach it."
+            )
+            continue
+        others = [f"{o['figure']} ({o['policy']}, {o['of']} of them)" for o in c["then_missed"][:3]]
+        lines.append(
+            head
+            + f"{c['meeting']} of {c['candidates']} candidates met it; "
+            + (
+                "they missed " + "; ".join(others) + "."
+                if others
+                else "each also met every figure the chosen one meets, but was farther on the rest."
+            )
+        )
+    return lines
 
 
 def write_fit(out: Path, res: Mapping[str, Any]) -> list[Path]:
