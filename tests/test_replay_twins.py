@@ -28,6 +28,9 @@ REAL_UTIL = {"plain": 0.5, "coda": 0.6}
 # Two GPU nodes of 2 GPUs and 8 cores: DNN and CPU jobs contend for the cores, so the
 # reclaim, the books, the control period and the settle windows change the twins.
 SHAPE = ClusterShape(2, 2, 2, 8)
+# Generated jobs in the replay (the paper preset): enough that each twin setting changes
+# some row (on 40 of the fitted preset, reclaim alone changed none).
+N_JOBS = 60
 
 
 def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
 def _write_replay(out: Path, dnn_only: bool = False) -> Path:
     """A replay's output as `coda replay` leaves it: its trace and replay.json (the real
     runs' figures are made up; the script reads them, it never reruns them)."""
-    table = compress(load_table(None, None, SEED, 40), 40, 300.0, ["coda-u1", "coda-u2"])
+    table = compress(load_table(None, None, SEED, N_JOBS), N_JOBS, 300.0, ["coda-u1", "coda-u2"])
     if dnn_only:
         table = table.take(np.flatnonzero(table.gpus > 0))
     prepared = prepare_replay(table, SHAPE, out, SEED, 0.9)
@@ -136,7 +139,7 @@ def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
     assert {r[3] for r in coda} == {"0", f"{PERIOD_S:g}"}
     # Each setting reaches the simulation: some rows differing in it alone differ in
     # effective GPU utilisation or CPU queue delay. (Where the allocator starts does
-    # not show on 40 jobs: few shapes recur, so little is learned.)
+    # not show on N_JOBS jobs: few shapes recur, so little is learned.)
     settings = {"start delay": (2,), "cycle": (3,), "control period": (4,), "reclaim": (5,),
                 "grants": (6,), "settle windows": (8,)}  # fmt: skip
     for name, cols in settings.items():
@@ -210,7 +213,7 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         lambda doc: doc["jobs"][3].update(user="root"),  # another trace than the replay's
         _set(("coda", "jct_s"), {"1": 100.0, "01": 90.0}),  # two keys for job 1
         _set(("coda", "jct_s"), {"+1": 100.0}),
-        _set(("coda", "jct_s"), {"40": 100.0}),  # the trace's jobs are 0-39
+        _set(("coda", "jct_s"), {str(N_JOBS): 100.0}),  # the trace's jobs are 0 .. N_JOBS - 1
         lambda doc: [doc.pop("plain"), doc.pop("coda")],
     ],
 )

@@ -65,7 +65,7 @@ class PaperParams:
         "(kinds are a random permutation of round(n_jobs * share) CPU jobs and the rest).",
     )
     daily_amplitude: float = _p(
-        0.85,
+        0.7937,
         _FIT + "the paper gives no arrival pattern; a Poisson process whose rate follows a "
         "daily cycle, mean rate * (1 + a cos(2 pi (t - peak) / 24 h)), a searched over "
         "0-0.9 (the bundled Alibaba openb 2023 trace has 0.44; Figure 1's CPU active rate "
@@ -82,7 +82,7 @@ class PaperParams:
         _PAPER + '"some users (ids 15-20) submit only CPU jobs": u15 ... u20 own no DNN job.',
     )
     user_zipf: float = _p(
-        1.0,
+        0.8125,
         _FIT + "the paper gives no per-user counts; user k's share of jobs falls as "
         "1 / (k + 1)^s (Zipf, the usual skew of a shared cluster where a few users submit "
         "most jobs), s searched over 0.5-1.5; the same ranking for both kinds, the CPU-only "
@@ -95,7 +95,7 @@ class PaperParams:
         "for jobs of 4 or more GPUs says such jobs exist. No job spans servers.",
     )
     gpu_weights: tuple[float, ...] = _p(
-        (0.425, 0.3019, 0.2731),
+        (0.4625, 0.2016, 0.3359),
         _FIT + "the paper does not give GPUs per job; weights of 1, 2 and 4 GPUs, the "
         "multi-GPU share searched over 0.1-0.7 and the 4-GPU part of it over 0.1-0.9.",
     )
@@ -132,7 +132,7 @@ class PaperParams:
         "preset at least 4, so no job asks for more than 4 GPUs.",
     )
     domain_weights: tuple[tuple[str, float], ...] = _p(
-        (("nlp", 0.675), ("speech", 0.225), ("cv", 0.1)),
+        (("nlp", 0.7211), ("speech", 0.1946), ("cv", 0.0844)),
         _FIT + 'the paper says "mostly NLP and speech models": their share searched over '
         "0.7-0.95, the NLP part of it over 0.2-0.8; within a domain a DNN job's model is "
         "uniform over the profile set's models of that `domain`.",
@@ -171,7 +171,7 @@ class PaperParams:
         "cores, so one fits a 28-core server beside a DNN job.",
     )
     cpu_core_weights: tuple[float, ...] = _p(
-        (0.516, 0.2581, 0.1291, 0.0645, 0.0323),
+        (0.516, 0.2581, 0.1291, 0.0646, 0.0323),
         _FIT + "the paper describes CPU jobs only by count and bandwidth; weights of "
         "cpu_core_counts falling as r^0 ... r^4, r searched over 0.3-1.2.",
     )
