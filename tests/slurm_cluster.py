@@ -16,9 +16,13 @@ from coda.replay.stack import parse_exports
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "slurm-test-cluster"
+# Set (to anything non-empty), the tests may start a test cluster of their own, in
+# $CODA_SLURM_DIR (default /var/tmp/coda-slurm-test); CI sets it through
+# CODA_REQUIRE_SLURM. Unset, they use a running one or skip.
+START_VAR = "CODA_SLURM_TESTS"
 
 
-def _unavailable(reason: str) -> None:
+def unavailable(reason: str) -> None:
     if os.environ.get("CODA_REQUIRE_SLURM"):
         pytest.fail(f"CODA_REQUIRE_SLURM is set but: {reason}")
     pytest.skip(reason)
@@ -27,18 +31,23 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[dict[str, str]]:
     """The environment that points Slurm's commands at a running test cluster: the
-    one SLURM_CONF names if it answers, else one this fixture brings up and down (once
-    for the whole session: every Slurm test file shares it)."""
+    one SLURM_CONF names if it answers, else, when asked (START_VAR), one this fixture
+    brings up and down (once for the whole session: every Slurm test file shares it)."""
     if sys.platform != "linux" or os.geteuid() != 0:
-        _unavailable("needs root on Linux (slurmd, cgroups); runs in CI as root")
+        unavailable("needs root on Linux (slurmd, cgroups); runs in CI as root")
     env = dict(os.environ)
     if env.get("SLURM_CONF") and env.get("CODA_SLURM_PROGRESS_DIR"):
         ok = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
         if ok.returncode == 0 and "UP" in ok.stdout:
             yield env
             return
+    if not (os.environ.get(START_VAR) or os.environ.get("CODA_REQUIRE_SLURM")):
+        unavailable(
+            "no running Slurm test cluster (SLURM_CONF and CODA_SLURM_PROGRESS_DIR from "
+            f"`deploy/slurm-test-cluster env`), and not asked to start one: set {START_VAR}=1"
+        )
     if not shutil.which("slurmctld") or not shutil.which("slurmd"):
-        _unavailable("Slurm is not installed (sudo deploy/slurm-test-cluster install)")
+        unavailable("Slurm is not installed (sudo deploy/slurm-test-cluster install)")
     env["CODA_SLURM_DIR"] = env.get("CODA_SLURM_DIR", "/var/tmp/coda-slurm-test")
     up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True)
     if up.returncode != 0:

@@ -42,8 +42,14 @@ from coda.slurm.index import ENDED
 from coda.slurm.listing import JobListing
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_NODES = ("n1", "n2")
-CPU_NODES = ("n3", "n4")
+
+
+def split_nodes(slurm: SlurmClient) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The test cluster's GPU nodes and CPU-only nodes, by name (a cluster's node names
+    carry its own prefix: deploy/slurm-test-cluster --name)."""
+    nodes = sorted(slurm.nodes(), key=lambda n: n.name)
+    gpu = tuple(n.name for n in nodes if n.gpus > 0)
+    return gpu, tuple(n.name for n in nodes if n.gpus == 0)
 
 
 class Daemons:
@@ -142,11 +148,12 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
     slurm = SlurmClient(lambda argv: run_command(argv))
     shape = {n.name: n for n in slurm.nodes()}
-    assert set(shape) == {*GPU_NODES, *CPU_NODES}
+    gpu_nodes, cpu_nodes = split_nodes(slurm)
+    assert len(gpu_nodes) == 2 and len(cpu_nodes) == 2, shape
     # The nodes have this machine's CPUs: a DNN job asks for a whole node, and the
     # CPU jobs fill the CPU nodes, one more goes beside a slimmed DNN job, one waits.
-    node_cpus = shape["n1"].cpus
-    cpu_node_room = sum(shape[n].cpus for n in CPU_NODES)
+    node_cpus = shape[gpu_nodes[0]].cpus
+    cpu_node_room = sum(shape[n].cpus for n in cpu_nodes)
     ask = str(node_cpus)
     # Jobs run as an ordinary user where one can run the workloads, as on a real
     # cluster: their files live in a directory that user can write.
@@ -191,14 +198,14 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         return parse_cpus(f.read_text()) if f.exists() else []
 
     try:
-        for n in ("controller", *GPU_NODES, *CPU_NODES):
+        for n in ("controller", *gpu_nodes, *cpu_nodes):
             daemons.start(n)
 
         # 1. A job of an unknown model: placed as asked, then slimmed on its node.
         learner = sbatch("dnn", 60, "-J", model, "-c", ask, "--gres=gpu:1")
         lj = _wait("the first DNN job to run", lambda: job(learner).state == "RUNNING", 30)
         lj = job(learner)
-        assert lj.nodes[0] in GPU_NODES and lj.mark and lj.mark["grant"] == ask
+        assert lj.nodes[0] in gpu_nodes and lj.mark and lj.mark["grant"] == ask
         lj = _wait(
             "its agent to settle and report",
             lambda: (j := job(learner)).mark.get("settled") and j,  # type: ignore[union-attr]
@@ -215,7 +222,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         assert d2.mark and d2.mark["grant"] == str(settled) and d2.mark["req"] == ask
         assert d2.cpus == settled
         assert len(_wait("its cgroup", lambda: cpuset(d2), 10)) == settled  # type: ignore[arg-type]
-        assert d2.nodes[0] in GPU_NODES and d2.nodes[0] != lj.nodes[0]
+        assert d2.nodes[0] in gpu_nodes and d2.nodes[0] != lj.nodes[0]
         gpu_node = d2.nodes[0]
         beside_room = node_cpus - settled
         n_cpu = cpu_node_room + beside_room + 1
@@ -226,7 +233,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
             30,
         )
         placed = {c: job(c).nodes[0] for c in cpu_jobs if job(c).state == "RUNNING"}
-        on_cpu_nodes = [c for c, n in placed.items() if n in CPU_NODES]
+        on_cpu_nodes = [c for c, n in placed.items() if n in cpu_nodes]
         beside_dnn = [c for c, n in placed.items() if n == gpu_node]
         assert len(on_cpu_nodes) == cpu_node_room, f"CPU nodes first: {placed}"
         assert len(beside_dnn) == beside_room, f"then the GPU node's freed cores: {placed}"
@@ -299,7 +306,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         assert jobs[late_dnn].mark["grant"] == str(settled)  # type: ignore[index]
         for jid in late:
             assert jobs[jid].start_time >= int(restart_t), f"{jid} started before the restart"
-        assert set(daemons.alive()) == {"controller", *GPU_NODES, *CPU_NODES}
+        assert set(daemons.alive()) == {"controller", *gpu_nodes, *cpu_nodes}
         assert not qdir.exists(), "the agent removes a quota group when its job ends"
         _report(
             jobs,
@@ -502,9 +509,9 @@ def _report(
         [
             "# CODA on Slurm: end-to-end run",
             "",
-            "Cluster: 4 slurmd on one machine (n1, n2: 1 fake GPU each; n3, n4: CPU "
+            "Cluster: 4 slurmd on one machine (two with 1 fake GPU each, two CPU "
             "only); every node has this machine's CPUs. Command: "
-            "`sudo .venv/bin/python -m pytest -q tests/test_slurm_e2e.py`.",
+            "`sudo CODA_SLURM_TESTS=1 .venv/bin/python -m pytest -q tests/test_slurm_e2e.py`.",
             f"Jobs submitted with plain `sbatch` by user `{user}`"
             + (" (`nobody` could not run the workloads here)" if user == "root" else "")
             + ". Times are seconds from the first job's start.",

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from test_slurm_e2e import GPU_NODES, Daemons, Submitter, _wait
+from test_slurm_e2e import Daemons, Submitter, _wait, split_nodes
 
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
 
@@ -39,7 +39,8 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
     slurm = SlurmClient(lambda argv: run_command(argv))
     node_cpus = {n.name: n.cpus for n in slurm.nodes()}
-    ask = str(node_cpus["n1"])  # a whole node's cores
+    gpu_nodes, cpu_nodes = split_nodes(slurm)
+    ask = str(node_cpus[gpu_nodes[0]])  # a whole node's cores
     daemons = Daemons(env, tmp_path)
     submit = Submitter(env)
     report: list[str] = []
@@ -85,7 +86,7 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
         short = sbatch("dnn-short", 5, "-c", "1", "--gres=gpu:1", "-t", "1")
         _wait("the short job to backfill", lambda: running(short), 30)
         other = job(short).nodes[0]
-        assert other != busy and other in GPU_NODES
+        assert other != busy and other in gpu_nodes
         assert job(head).state == "PENDING", "the head did not start: the short job passed it"
         report.append(
             f"- {at()}: job {short} (`-t 1`, 1 minute) started on {other} at once, past the "
@@ -100,7 +101,7 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
         hogs = [sbatch(f"cpu-hog{i}", 90, "-c", ask, "-t", "5") for i in range(4)]
         _wait("four CPU jobs to fill every node", lambda: all(running(j) for j in hogs), 60)
         on = {j: job(j).nodes[0] for j in hogs}
-        assert set(on.values()) == {"n1", "n2", "n3", "n4"}, on
+        assert set(on.values()) == {*gpu_nodes, *cpu_nodes}, on
         dnn = sbatch("dnn-reclaim", 20, "-c", ask, "--gres=gpu:1", "-t", "2")
         _wait("the DNN job to start on a reclaimed node", lambda: running(dnn), 90)
         where = job(dnn).nodes[0]

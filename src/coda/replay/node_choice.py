@@ -21,7 +21,7 @@ from coda.cycle.scheduler import Scheduler
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.state import Job, Node
 from coda.replay.plan import ClusterShape, ReplayJob
-from coda.replay.stack import StackError, fresh_dir, run_checked, sbatch_argv
+from coda.replay.stack import StackError, fresh_dir, node_names, run_checked, sbatch_argv
 
 TWIN = "slurm"  # the policy of plain Slurm's twin
 PLACE_TIMEOUT_S = 60.0  # for a job of the idle cluster to be running
@@ -58,9 +58,10 @@ def scenes(shape: ClusterShape) -> list[Scene]:
     ]
 
 
-def twin_choice(shape: ClusterShape, scene: Scene) -> str:
-    """The node the twin's cycle starts the scene's probe on ("" if it does not)."""
-    names = [f"n{i + 1}" for i in range(shape.nodes)]
+def twin_choice(shape: ClusterShape, scene: Scene, names: list[str] | None = None) -> str:
+    """The node the twin's cycle starts the scene's probe on ("" if it does not);
+    ``names``: the cluster's node names in order (default n1, n2, ...)."""
+    names = names or [f"n{i + 1}" for i in range(shape.nodes)]
     nodes = [
         Node(i, names[i], shape.gpus if i < shape.gpu_nodes else 0, shape.cores, 0, 0.0)
         for i in range(shape.nodes)
@@ -108,13 +109,14 @@ def probe_node_choice(
 ) -> list[dict[str, str]]:
     """Each scene on the idle plain cluster: Slurm's node for its probe and the twin's."""
     fresh_dir(workdir, user, env)
+    names = node_names(env, shape.nodes)
     out: list[dict[str, str]] = []
     for scene in scenes(shape):
         ids: list[str] = []
         try:
             for k, f in enumerate(scene.fillers):
                 argv = sbatch_argv(_job(f"fill{k}", user, f.gpus, f.cores), script, workdir,
-                                   node_bw, 60.0, nodelist=f"n{f.node + 1}")  # fmt: skip
+                                   node_bw, 60.0, nodelist=names[f.node])  # fmt: skip
                 ids.append(_submitted(run_checked(argv, env, 60)))
                 _running_on(env, ids[-1])
             argv = sbatch_argv(_job("probe", user, scene.gpus, scene.cores), script, workdir,
@@ -128,7 +130,7 @@ def probe_node_choice(
                 log(f"node choice: cleaning up after a failure: {e}")
             raise
         _cancel(env, ids)
-        twin = twin_choice(shape, scene)
+        twin = twin_choice(shape, scene, names)
         log(f"node choice, {scene.name}: Slurm {slurm}, twin {twin or 'none'}")
         out.append({"scene": scene.name, "slurm": slurm, "twin": twin})
     return out

@@ -43,6 +43,7 @@ from coda.replay.stack import (
     coda_daemons,
     fresh_dir,
     job_script,
+    node_names,
     probe_job_python,
     probe_start_latency,
     submit_all,
@@ -107,18 +108,21 @@ class Fault:
     done: bool = False
 
 
-def fault_plan(cfg: ReplayConfig, span_s: float, rng: random.Random) -> list[Fault]:
+def fault_plan(
+    cfg: ReplayConfig, span_s: float, rng: random.Random, nodes: list[str]
+) -> list[Fault]:
     """Random moments inside the arrival span (seeded): the controller and random agents
-    SIGKILLed (and started again a moment later), one slurmd restarted."""
+    SIGKILLed (and started again a moment later), one slurmd restarted; ``nodes``: the
+    cluster's node names."""
     if not cfg.faults:
         return []
     out = [Fault(rng.uniform(0.1, 0.9) * span_s, "controller") for _ in range(cfg.controller_kills)]
     out += [
-        Fault(rng.uniform(0.1, 0.9) * span_s, "agent", f"n{rng.randint(1, cfg.shape.nodes)}")
+        Fault(rng.uniform(0.1, 0.9) * span_s, "agent", nodes[rng.randint(1, len(nodes)) - 1])
         for _ in range(cfg.agent_kills)
     ]
     out += [
-        Fault(rng.uniform(0.2, 0.8) * span_s, "slurmd", f"n{rng.randint(1, cfg.shape.nodes)}")
+        Fault(rng.uniform(0.2, 0.8) * span_s, "slurmd", nodes[rng.randint(1, len(nodes)) - 1])
         for _ in range(cfg.slurmd_restarts)
     ]
     return sorted(out, key=lambda f: f.t)
@@ -221,7 +225,9 @@ def run_real(
                 daemons[d.name] = d
                 d.start()
             span = jobs[-1].submit_s if jobs else 0.0
-            faults.plan = fault_plan(cfg, span, random.Random(cfg.seed))
+            faults.plan = fault_plan(
+                cfg, span, random.Random(cfg.seed), node_names(env, cfg.shape.nodes)
+            )
         script = job_script(cfg.out)
         probe_job_python(script, users[0], env)
         workdir = Path(env["CODA_SLURM_DIR"]) / "users"

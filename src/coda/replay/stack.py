@@ -52,6 +52,16 @@ def parse_exports(text: str) -> dict[str, str]:
     return out
 
 
+def node_names(env: dict[str, str], count: int) -> list[str]:
+    """The test cluster's node names, in order (GPU nodes first), as ``up`` and ``env``
+    print them: each cluster's carry its own prefix, so two clusters' nodes (and the
+    cgroups Slurm names after them) never collide."""
+    names = env.get("CODA_SLURM_NODE_NAMES", "").split()
+    if len(names) != count:
+        raise StackError(f"the test cluster named {len(names)} nodes, not {count}")
+    return names
+
+
 @dataclass
 class TestCluster:
     """deploy/slurm-test-cluster in its own directory, one mode at a time."""
@@ -179,8 +189,7 @@ def coda_daemons(
     board = env.get("CODA_SLURM_BOARD_DIR", "")
     if not board:
         raise StackError("the test cluster did not say where its boards are")
-    for i in range(1, shape.nodes + 1):
-        node = f"n{i}"
+    for node in node_names(env, shape.nodes):
         argv = [*coda, "slurm", "agent", "--node", node,
                 "--state-dir", str(state / f"agent-{node}"), "--period", str(period_s),
                 "--window", str(window_s), "--board", board]  # fmt: skip
