@@ -117,6 +117,9 @@ def test_agent_metrics_keep_their_names_types_and_help() -> None:
     assert decisions == {
         (("action", "set_cores"), ("component", "allocator")): 2,
         (("action", "start"), ("component", "scheduler")): 3,
+        # Every control loop's own decisions, 0 from the start.
+        (("action", "set-cores"), ("component", "allocator")): 0,
+        (("action", "set-quota"), ("component", "eliminator")): 0,
     }  # quota_up has no component: internal, not exported
 
 
@@ -418,7 +421,7 @@ def test_controller_counts_refusals_passes_and_slurm_errors(tmp_path: Path) -> N
     got = controller_samples(ctl)
     assert got[("coda_controller_refusals_total", (("reason", "placement_update"),))] == 1
     assert got[("coda_controller_passed_total", (("why", "array"),))] == 1
-    assert ("coda_controller_placements_total", (("kind", "dnn"),)) not in got
+    assert got[("coda_controller_placements_total", (("kind", "dnn"),))] == 0
     fake.fail[:] = [lambda argv: argv[0] == "squeue"]
     with pytest.raises(Exception, match="timed out"):
         ctl.cycle()
@@ -543,3 +546,51 @@ def test_a_running_controller_serves_its_metrics(slurm_bin: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, out
     assert "controller stopped after" in out
+
+
+def test_every_controller_counter_and_wait_reason_is_there_from_the_start(
+    tmp_path: Path,
+) -> None:
+    from coda.cycle.reasons import CODES, GPUS
+    from coda.slurm.controller import KINDS, PASS_WHYS, REFUSALS
+
+    fake = make_fake()
+    ctl = Controller(SlurmClient(fake.run), tmp_path, wall=lambda: 1000.0)
+    got = controller_samples(ctl)  # before any cycle
+    for kind in KINDS:
+        for name in ("placements", "cores_requested", "cores_granted"):
+            assert got[(f"coda_controller_{name}_total", (("kind", kind),))] == 0
+    for reason in REFUSALS:
+        assert got[("coda_controller_refusals_total", (("reason", reason),))] == 0
+    for why in PASS_WHYS:
+        assert got[("coda_controller_passed_total", (("why", why),))] == 0
+    for code in CODES:
+        assert got[("coda_controller_waiting_jobs", (("reason", code),))] == 0
+    assert got[("coda_controller_requeues_total", ())] == 0
+    assert got[("coda_controller_requeue_lost_core_seconds_total", ())] == 0
+    # A job too big for every GPU node waits, and the gauge says why.
+    fake.job(40, "huge", 4, gpus_pn=8)
+    ctl.cycle()
+    got = controller_samples(ctl)
+    waiting = {
+        dict(lb)["reason"]: v for (n, lb), v in got.items() if n == "coda_controller_waiting_jobs"
+    }
+    assert sum(waiting.values()) == 1 and waiting[GPUS] + waiting["never"] == 1, waiting
+
+
+def test_a_slurm_agent_exports_each_jobs_grant() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+
+    from coda.runtime.metrics import slurm_agent_registry
+
+    agent = fake_agent(fake_job(1, "prep#1"), fake_job(2, "bert#2", "dnn", 3))
+    agent.info = {2: SimpleNamespace(grant=[0, 1, 2, 3, 4, 5])}  # job 1: not adopted yet
+    got = samples(generate_latest(slurm_agent_registry(agent)).decode())
+    job2 = (("job", "2"), ("kind", "dnn"), ("name", "bert#2"))
+    assert got[("coda_job_granted_cores", job2)] == 6 and got[("coda_job_cores", job2)] == 3
+    assert [k for k in got if k[0] == "coda_job_granted_cores"] == [
+        ("coda_job_granted_cores", job2)
+    ]
+    assert got[("coda_agent_ticks_total", ())] == 7  # the node agent's families too

@@ -802,7 +802,7 @@ def test_a_placement_slurm_took_in_part_is_not_released(fake: FakeSlurm, tmp_pat
     assert ctl.cycle() == []
     j = fake.jobs[95]
     assert j["priority"] == 0 and parse_mark(j["admin_comment"])["state"] == "held"  # type: ignore[index]
-    assert ctl.stats.refusals == {"placement_not_taken_whole": 1}  # and the metrics say so
+    assert +ctl.stats.refusals == {"placement_not_taken_whole": 1}  # and the metrics say so
     assert fake.ids("release") == []
     assert parse_mark(j["admin_comment"])["wait"] == "place" and ctl.stats.waits == {"place": 1}
 

@@ -52,6 +52,19 @@ def split_nodes(slurm: SlurmClient) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return gpu, tuple(n.name for n in nodes if n.gpus == 0)
 
 
+def _prom(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A metrics file's samples by (name, sorted labels); none while it is not there."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not path.exists():
+        return {}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(path.read_text())
+        for s in f.samples
+    }
+
+
 class Daemons:
     """The controller and the node agents, as processes this test started (PIDs
     tracked; never killed by name)."""
@@ -214,6 +227,21 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         settled = int(lj.mark["settled"])  # type: ignore[union-attr,index]
         assert settled < node_cpus, "a one-worker loader with a 40 ms GPU step needs one core"
         assert len(cpuset(lj)) == settled, "its cpuset was narrowed within the grant"
+        # Both daemons' metrics (the file every period; --metrics-port serves the same).
+        where = lj.nodes[0]
+        label = (("job", str(learner)), ("kind", "dnn"), ("name", f"{model}#{learner}"))
+        agent_prom = tmp_path / f"agent-{where}" / "metrics.prom"
+        got = _wait(
+            "the agent's metrics to show the narrowed job",
+            lambda: (m := _prom(agent_prom)).get(("coda_job_cores", label)) == settled and m,
+            10,
+        )
+        assert got[("coda_job_granted_cores", label)] == int(ask)
+        assert got[("coda_agent_decisions_total", (("action", "set-quota"), ("component",
+                                                   "eliminator")))] == 0  # fmt: skip
+        ctl_prom = _prom(tmp_path / "ctl" / "metrics.prom")
+        assert ctl_prom[("coda_controller_placements_total", (("kind", "dnn"),))] >= 1
+        assert ("coda_controller_waiting_jobs", (("reason", "gpus"),)) in ctl_prom
 
         # 2. The next job of the model is granted the settled cores by Slurm itself.
         dnn2 = sbatch("dnn", 75, "-J", model, "-c", ask, "--gres=gpu:1")

@@ -24,6 +24,9 @@ DEPENDENCY = "dependency"  # its dependency on other jobs is not met (Slurm's --
 # A driver's: the cycle started it, but carrying that out failed (tried again next cycle).
 RECLAIM = "reclaim"  # the cores it was to take back from CPU jobs were not given back
 PLACE = "place"  # the cluster manager refused the placement written for it
+# Every code, in the order above (metrics list each, 0 where no job has it).
+CODES = (GPUS, CORES, MEMORY, FILTER, RESERVATION, FIFO, DEPTH, NEVER, NEW, CYCLE, DEPENDENCY,
+         RECLAIM, PLACE)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

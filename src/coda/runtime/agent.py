@@ -205,15 +205,21 @@ class NodeAgent:
             self._parent_lock = None
 
     def run(
-        self, should_stop: Callable[[], bool], idle: Callable[[float], None] = time.sleep
+        self,
+        should_stop: Callable[[], bool],
+        idle: Callable[[float], None] = time.sleep,
+        after_tick: Callable[[], None] | None = None,
     ) -> None:
         """Tick every period until ``should_stop()``; a slow tick does not pile up.
         ``idle(seconds)`` fills the time between ticks (the metrics server answers
-        requests there: the agent stays single-threaded, so forking jobs is safe)."""
+        requests there: the agent stays single-threaded, so forking jobs is safe);
+        ``after_tick()`` follows each tick (the metrics file)."""
         period = self.config.period_s
         nxt = time.monotonic()
         while not should_stop():
             self.tick()
+            if after_tick is not None:
+                after_tick()
             nxt += period
             delay = nxt - time.monotonic()
             if delay < 0:

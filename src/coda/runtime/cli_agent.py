@@ -217,19 +217,11 @@ def agent(
     )
     (sd / "agent.pid").write_text(f"{os.getpid()}\n")
     export = textfile_exporter(registry, sd / "metrics.prom", say)
-
-    real_tick = node_agent.tick
-
-    def tick_and_export() -> None:
-        real_tick()
-        export()
-
-    node_agent.tick = tick_and_export  # type: ignore[method-assign]
     failure = ""
     try:
         if server is not None:
             server.serve_in_background()
-        node_agent.run(lambda: stop["flag"])
+        node_agent.run(lambda: stop["flag"], after_tick=export)
     except StoreError as e:  # the database was damaged under the running agent
         failure = str(e)
     finally:

@@ -39,11 +39,14 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go
 
+from coda.cycle.reasons import CODES
+
 # prometheus_client leaves it unannotated: a float in, its text as Go prints it out.
 _float_to_go = cast(Callable[[float], str], _untyped_float_to_go)
 
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
+    from coda.slurm.agent import SlurmNodeAgent
     from coda.slurm.controller import Controller
 
 # A scrape may hold the daemon's loop this long to send its request, and as long again
@@ -61,6 +64,9 @@ def _label(v: object) -> str:
 
 # ------------------------------------------------------------ the node agent
 JOB_LABELS = ("job", "name", "kind")
+# Decisions every control loop makes, present (0) from the start: a dashboard's rate()
+# and an alert on them see a series before the first one.
+LOOP_DECISIONS = (("allocator", "set-cores"), ("eliminator", "set-quota"))
 
 
 class AgentCollector(Collector):
@@ -126,17 +132,49 @@ class AgentCollector(Collector):
             "Decisions by component and action.",
             labels=("component", "action"),
         )
-        for key, value in sorted(a.counters.items()):
+        counts = dict.fromkeys(LOOP_DECISIONS, 0)
+        for key, value in a.counters.items():
             if ":" in key:  # other counters (quota_up, ...) are internal
                 component, action = key.split(":", 1)
-                decisions.add_metric([_label(component), _label(action)], value)
+                counts[(component, action)] = value
+        for (component, action), value in sorted(counts.items()):
+            decisions.add_metric([_label(component), _label(action)], value)
         yield decisions
+
+
+class SlurmAgentCollector(AgentCollector):
+    """A Slurm node agent's state: the node agent's families, and each job's grant
+    (the CPUs Slurm gave it, which its cpuset is narrowed within)."""
+
+    def __init__(self, agent: SlurmNodeAgent) -> None:
+        super().__init__(agent)
+        self.slurm_agent = agent
+
+    def _collect(self) -> Iterable[Metric]:
+        yield from super()._collect()
+        granted = GaugeMetricFamily(
+            "coda_job_granted_cores", "CPUs Slurm granted a running job.", labels=JOB_LABELS
+        )
+        a = self.slurm_agent
+        for m in list(a.running.values()):
+            info = a.info.get(m.row_id)
+            if info is not None:
+                lv = [str(m.row_id), _label(m.job.job_id), _label(m.job.kind)]
+                granted.add_metric(lv, len(info.grant))
+        yield granted
 
 
 def agent_registry(agent: NodeAgent) -> CollectorRegistry:
     """A registry of its own that reads ``agent``'s live state at every collection."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent))
+    return registry
+
+
+def slurm_agent_registry(agent: SlurmNodeAgent) -> CollectorRegistry:
+    """``agent_registry`` for a Slurm node agent (with each job's grant)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SlurmAgentCollector(agent))
     return registry
 
 
@@ -233,6 +271,24 @@ class ControllerCollector(Collector):
             "Held jobs passed to Slurm's own scheduler, by why.",
             "why",
             s.passed,
+        )
+        waiting = GaugeMetricFamily(
+            "coda_controller_waiting_jobs",
+            "Jobs CODA holds, by why each waits (the reason code of its mark), at the last cycle.",
+            labels=("reason",),
+        )
+        for code in sorted({*CODES, *s.waits}):
+            waiting.add_metric([_label(code)], s.waits.get(code, 0))
+        yield waiting
+        yield CounterMetricFamily(
+            "coda_controller_requeues_total",
+            "CPU jobs requeued so that a DNN job could have their cores.",
+            value=s.requeues,
+        )
+        yield CounterMetricFamily(
+            "coda_controller_requeue_lost_core_seconds_total",
+            "Core-seconds of work the requeued CPU jobs had done and lost.",
+            value=s.lost_core_s,
         )
         yield CounterMetricFamily(
             "coda_controller_reholds_total",

@@ -153,24 +153,25 @@ class SlurmNodeAgent(NodeAgent):
         self._kept = set(kept)
 
     def tick(self) -> None:
-        t0 = time.perf_counter()
-        now = self.clock()
-        self.ticks += 1
-        self._discover(now)
-        self._resync_cpusets(now)
-        self._sample(now)
-        for m in self.running.values():
-            if m.job.quota < 1.0:
-                try:
-                    self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
-                except CgroupError as e:
-                    self.log(f"job {m.row_id}: {e}")
-        self._control(now)
-        self._remove_orphan_cgroups()
-        self._flush()
-        self._report()
-        self._write_status()
-        self.last_tick_s = time.perf_counter() - t0
+        with self.lock:  # a metrics scrape (another thread) sees whole ticks only
+            t0 = time.perf_counter()
+            now = self.clock()
+            self.ticks += 1
+            self._discover(now)
+            self._resync_cpusets(now)
+            self._sample(now)
+            for m in self.running.values():
+                if m.job.quota < 1.0:
+                    try:
+                        self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
+                    except CgroupError as e:
+                        self.log(f"job {m.row_id}: {e}")
+            self._control(now)
+            self._remove_orphan_cgroups()
+            self._flush()
+            self._report()
+            self._write_status()
+            self.last_tick_s = time.perf_counter() - t0
 
     # ------------------------------------------------------------ discovery
     def _discover(self, now: float) -> None:

@@ -193,6 +193,19 @@ def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgro
 @click.option("--restore-on-exit", is_flag=True,
               help="Widen every job back to its Slurm grant when the agent stops.")  # fmt: skip
 @click.option(
+    "--metrics-port",
+    type=AsciiIntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free port). They are also "
+    "written to <state-dir>/metrics.prom every period.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds (job names are in the metrics).",
+)
+@click.option(
     "--board",
     "board_root",
     type=click.Path(file_okay=False),
@@ -211,6 +224,8 @@ def agent(
     cgroup_root: str,
     cgroup_version: str,
     restore_on_exit: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     board_root: str | None,
     tunes: tuple[str, ...],
     quiet: bool,
@@ -219,6 +234,7 @@ def agent(
     on the jobs Slurm runs on this node."""
     from coda.runtime.agent import AgentConfig
     from coda.runtime.cgroups import CgroupError
+    from coda.runtime.metrics import MetricsServer, slurm_agent_registry, textfile_exporter
     from coda.runtime.store import Store, StoreError
     from coda.slurm.agent import SlurmNodeAgent
     from coda.slurm.cgroups import SlurmJobCgroups
@@ -238,20 +254,40 @@ def agent(
     except (ValueError, StoreError, SlurmError, OSError) as e:
         lock.release()
         raise click.ClickException(str(e)) from None
+    registry = slurm_agent_registry(a)
+    try:
+        server = (
+            MetricsServer(metrics_host, metrics_port, registry)
+            if metrics_port is not None
+            else None
+        )
+    except OSError as e:
+        store.close()
+        lock.release()
+        where = f"{metrics_host}:{metrics_port}"
+        raise click.ClickException(f"metrics port {where}: {e.strerror or e}") from None
     try:
         a.start()
     except (CgroupError, OSError) as e:
+        if server is not None:
+            server.close()
         store.close()
         lock.release()
         raise click.ClickException(f"agent on {node}: {e}") from None
     stop = _stop_flag()
     assert a.node is not None
     say(f"slurm agent on {node}: {a.node.cores} CPUs, {a.node.gpus} GPUs, {cg.describe()}, "
-        f"progress in {progress_dir}, state {sd}")  # fmt: skip
+        f"progress in {progress_dir}, state {sd}"
+        + (f", metrics on {metrics_host}:{server.port}" if server else ""))  # fmt: skip
     (sd / "agent.pid").write_text(f"{os.getpid()}\n")
+    export = textfile_exporter(registry, sd / "metrics.prom", say)
     try:
-        a.run(lambda: stop["flag"])
+        if server is not None:
+            server.serve_in_background()  # a slow scraper never holds up a tick
+        a.run(lambda: stop["flag"], after_tick=export)
     finally:
+        if server is not None:
+            server.close()
         a.shutdown(restore_cores=restore_on_exit)
         (sd / "agent.pid").unlink(missing_ok=True)
         store.close()

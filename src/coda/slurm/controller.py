@@ -41,7 +41,7 @@ from coda.cycle import reasons as R
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Preempt
-from coda.policy.state import Job, Node
+from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
@@ -173,20 +173,33 @@ class SlurmLimits:
         return not want or have is None or bool(want & have)
 
 
+# The values of each counter's label, present (0) from the start: a dashboard's rate()
+# and alert see a series before its first event.
+KINDS = (CPU, DNN)
+REFUSALS = ("finish_placement", "pass_through", "placement_not_taken_whole",
+            "placement_update", "rehold", "release", "requeue", "wait_mark")  # fmt: skip
+PASS_WHYS = ("array", "heterogeneous", "dependency")
+
+
+def _zeros(keys: tuple[str, ...]) -> Counter[str]:
+    return Counter(dict.fromkeys(keys, 0))
+
+
 @dataclass
 class ControllerStats:
     """What the controller did since it started: its Prometheus metrics
-    (coda.runtime.metrics.ControllerCollector). Counters by a label are dicts."""
+    (coda.runtime.metrics.ControllerCollector). Counters by a label are dicts, each
+    label value known in advance present from the start."""
 
     cycles: int = 0
     cycle_errors: int = 0  # cycles a SlurmError cut short
     times: CycleTimes = field(default_factory=CycleTimes)
     jobs_by_mark: dict[str, int] = field(default_factory=dict)  # at the last cycle's start
-    placements: Counter[str] = field(default_factory=Counter)  # by kind
-    cores_requested: Counter[str] = field(default_factory=Counter)  # by kind, all nodes
-    cores_granted: Counter[str] = field(default_factory=Counter)
-    refusals: Counter[str] = field(default_factory=Counter)  # by reason
-    passed: Counter[str] = field(default_factory=Counter)  # by why
+    placements: Counter[str] = field(default_factory=lambda: _zeros(KINDS))  # by kind
+    cores_requested: Counter[str] = field(default_factory=lambda: _zeros(KINDS))  # all nodes
+    cores_granted: Counter[str] = field(default_factory=lambda: _zeros(KINDS))
+    refusals: Counter[str] = field(default_factory=lambda: _zeros(REFUSALS))  # by reason
+    passed: Counter[str] = field(default_factory=lambda: _zeros(PASS_WHYS))  # by why
     reholds: int = 0
     learned_jobs: int = 0
     requeues: int = 0  # CPU jobs requeued so a DNN job could have their cores
