@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
@@ -362,8 +363,6 @@ def make_fake() -> FakeSlurm:
 
 
 def controller_samples(ctl: Controller) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    from prometheus_client import generate_latest
-
     return samples(generate_latest(controller_registry(ctl)).decode())
 
 
@@ -581,8 +580,6 @@ def test_every_controller_counter_and_wait_reason_is_there_from_the_start(
 def test_a_slurm_agent_exports_each_jobs_grant() -> None:
     from types import SimpleNamespace
 
-    from prometheus_client import generate_latest
-
     from coda.runtime.metrics import slurm_agent_registry
 
     agent = fake_agent(fake_job(1, "prep#1"), fake_job(2, "bert#2", "dnn", 3))
@@ -594,3 +591,30 @@ def test_a_slurm_agent_exports_each_jobs_grant() -> None:
         ("coda_job_granted_cores", job2)
     ]
     assert got[("coda_agent_ticks_total", ())] == 7  # the node agent's families too
+
+
+def _doc_table(section: str) -> dict[str, str]:
+    """docs/prometheus.md's table of a daemon's families: name -> type."""
+    doc = (Path(__file__).parent.parent / "docs" / "prometheus.md").read_text()
+    block = doc.split(f"<!-- metric-families:{section}:begin -->", 1)[1]
+    block = block.split(f"<!-- metric-families:{section}:end -->", 1)[0]
+    rows = [r.split("|") for r in block.strip().splitlines()[2:]]
+    return {r[1].strip().strip("`"): r[2].strip() for r in rows}
+
+
+def test_the_metrics_doc_names_every_family_the_daemons_export(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from coda.runtime.metrics import slurm_agent_registry
+
+    agent = fake_agent(fake_job(1, "bert#1", "dnn", 3, throughput=2.0))
+    agent.info = {1: SimpleNamespace(grant=[0, 1, 2, 3])}
+    exported = families(generate_latest(slurm_agent_registry(agent)).decode())
+    assert {n: f.type for n, f in exported.items()} == {
+        n.removesuffix("_total"): t for n, t in _doc_table("agent").items()
+    }
+    ctl = Controller(SlurmClient(make_fake().run), tmp_path, wall=lambda: 1000.0)
+    exported = families(generate_latest(controller_registry(ctl)).decode())
+    assert {n: f.type for n, f in exported.items()} == {
+        n.removesuffix("_total"): t for n, t in _doc_table("controller").items()
+    }

@@ -413,9 +413,10 @@ def test_the_controllers_listing_reads_what_json_reads_on_real_slurm(
     env = cluster
     os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
     submit = Submitter(env)
+    _, cpu_nodes = split_nodes(SlurmClient(lambda argv: run_command(argv)))
     try:
         plain = submit("-c", "2", "-t", "90", "-J", "plain", "--wrap", "sleep 30")
-        submit("-c", "1", "-t", "1-02:00:00", "-J", "a|b", "--exclude=n3,n4",
+        submit("-c", "1", "-t", "1-02:00:00", "-J", "a|b", f"--exclude={','.join(cpu_nodes)}",
                "--gres=gpu:1", "--wrap", "sleep 30")  # fmt: skip
         forger = submit("-c", "1", "-t", "5", "-J", f"x\n{plain}||forged", "--wrap", "sleep 1")
         submit("-c", "1", "-t", "5", "--array=0-1", "-J", "sweep", "--wrap", "sleep 1")
