@@ -948,3 +948,22 @@ def test_one_odd_node_is_left_out_said_once_and_the_rest_are_used(
     assert fake.jobs[50]["priority"] != 0 and fake.jobs[50]["required_nodes"] == "c1"
     assert [x for x in said if "a node left out" in x and "gpu/1" in x] != []
     assert len([x for x in said if "a node left out" in x]) == 1  # once, not each cycle
+
+
+def test_a_held_job_its_user_released_is_left_to_slurm_and_says_so(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    # Job 7 was held for CODA, then its user released it (opting out): Slurm's own
+    # scheduler has it now. Job 8 is still held and is placed as usual.
+    fake.job(7, "mine", 2, priority=1, comment="coda:held,req=2,wait=gpus")
+    fake.job(8, "prep", 2)
+    logs: list[str] = []
+    ctl = controller(fake, tmp_path, log=logs.append)
+    done = ctl.cycle()
+    assert [p.job.idx for p in done] == [8]
+    assert parse_mark(fake.jobs[7]["admin_comment"]) == {"state": "passed", "why": "released"}
+    assert fake.jobs[7]["required_nodes"] == "" and fake.jobs[7]["priority"] == 1
+    assert ctl.stats.passed["released"] == 1
+    assert any("job 7" in line and "released by its user" in line for line in logs)
+    ctl.cycle()
+    assert ctl.stats.passed["released"] == 1  # said once: its mark is not held any more

@@ -564,3 +564,66 @@ def _report(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     print(text)
+
+
+# The squeue format the operator guide gives users (Slurm 22.05 and 24.11 both take
+# admin_comment; 22.05 refuses AdminComment).
+USER_FORMAT = "JobID:8,UserName:10,StateCompact:4,ReasonList:16,admin_comment:60"
+
+
+def test_a_user_sees_why_coda_holds_a_job_and_may_opt_out_on_real_slurm(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """As the job's (unprivileged) user: squeue shows that CODA holds the job and why;
+    the user may change it while held, and release it to opt out of CODA (Slurm's own
+    scheduler then has it, and its mark says so); scancel is Slurm's."""
+    env = cluster
+    os.environ.update({k: env[k] for k in ("SLURM_CONF", "CODA_SLURM_PROGRESS_DIR")})
+    slurm = SlurmClient(lambda argv: run_command(argv))
+    gpus = max(n.gpus for n in slurm.nodes())
+    submit = Submitter(env)
+    daemons = Daemons(env, tmp_path)
+
+    def as_user(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*submit.as_user, *argv], env=env, capture_output=True, text=True)
+
+    def mark(jid: int) -> dict[str, str]:
+        return next(j for j in slurm.jobs() if j.job_id == jid).mark or {}
+
+    try:
+        daemons.start("controller")
+        # More GPUs than any node has: CODA holds it and says why (never on this cluster).
+        big = submit("-c", "1", "-t", "5", "-J", "too-big", f"--gres=gpu:{gpus + 1}",
+                     "--wrap", "sleep 1")  # fmt: skip
+        _wait("the controller to say why it waits", lambda: mark(big).get("wait"), 30)
+        shown = as_user("squeue", "-h", "-j", str(big), "-O", USER_FORMAT)
+        assert shown.returncode == 0, shown.stderr
+        line = shown.stdout.strip()
+        assert line.split()[0] == str(big) and "coda:held" in line and "wait=never" in line, line
+        # The user's own changes to a held job are honoured ...
+        upd = as_user("scontrol", "update", f"JobId={big}", "TimeLimit=4")
+        assert upd.returncode == 0, upd.stderr
+        assert next(j for j in slurm.jobs() if j.job_id == big).time_limit_s == 240
+        # ... and so is a release: the job leaves CODA for Slurm's own scheduler.
+        rel = as_user("scontrol", "release", str(big))
+        assert rel.returncode == 0, rel.stderr
+        _wait(
+            "the controller to let the released job go",
+            lambda: mark(big) == {"state": "passed", "why": "released"},
+            30,
+        )
+        after = as_user("squeue", "-h", "-j", str(big), "-O", USER_FORMAT).stdout.strip()
+        assert "coda:passed,why=released" in after and "JobHeld" not in after, after
+        gone = as_user("scancel", str(big))
+        assert gone.returncode == 0, gone.stderr
+        report = os.environ.get("CODA_E2E_REPORT")
+        if report:
+            out = Path(report).with_name("squeue-as-user.md")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "w") as f:
+                f.write(f"`squeue -O {USER_FORMAT}` as `{submit.user}`:\n\n```\n{line}\n"
+                        f"```\n\nafter `scontrol release {big}` (as `{submit.user}`):\n\n"
+                        f"```\n{after}\n```\n")  # fmt: skip
+    finally:
+        daemons.stop_all()
+        submit.close()

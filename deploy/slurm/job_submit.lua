@@ -2,13 +2,18 @@
 --
 -- Installed next to slurm.conf with `JobSubmitPlugins=lua`. A held job has
 -- priority 0, so Slurm's own scheduler leaves it alone; "coda:held" in its
--- AdminComment tells CODA's controller the job is its to place. Users cannot
--- release such a job themselves, nor change the nodes or CPUs of one CODA placed
--- (slurm_job_modify refuses: the user sees "Unspecified error", slurmctld's log says
--- why; Slurm 22.05 cannot pass a message to the user from job_modify). A job
+-- AdminComment tells CODA's controller the job is its to place, and why it still
+-- waits (`coda:held,wait=<reason>`: squeue -O JobID,UserName,StateCompact,Reason,admin_comment).
+-- Its user may release it (`scontrol release`): that opts the job out of CODA, and
+-- Slurm's own scheduler places it with what it asked for (CODA's controller marks it
+-- `coda:passed,why=released`); its user may change it while it is held (CODA reads
+-- the new request); scancel is Slurm's as always. What a user may not do is change
+-- the nodes or CPUs of a job CODA has placed (it would undo the placement):
+-- slurm_job_modify refuses, the user sees "Unspecified error", slurmctld's log says
+-- why (Slurm 22.05 cannot pass a message to the user from job_modify). A job
 -- submitted with --hold is left to its user: it is not marked, and when the user
 -- releases it Slurm's own scheduler places it (the node agent still watches it).
--- To hand every job back to Slurm, see README, "Operator guide".
+-- To hand every job back to Slurm, see the operator guide (docs/operator.md).
 
 local HELD = "coda:held"
 
@@ -45,12 +50,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
       return slurm.SUCCESS -- root: CODA's controller, or an admin
    end
    local mark = job_rec.admin_comment or ""
-   if mark == HELD and is_set(job_desc.priority) then
-      slurm.log_info("CODA: job %u waits to be placed; a user release was refused",
-                     job_rec.job_id)
-      return slurm.ERROR
-   end
-   if (mark:sub(1, 12) == "coda:placing" or mark:sub(1, 11) == "coda:placed" or mark == HELD)
+   if (mark:sub(1, 12) == "coda:placing" or mark:sub(1, 11) == "coda:placed")
       and changes_placement(job_desc) then
       slurm.log_info("CODA: job %u: a user change of its nodes or CPUs was refused",
                      job_rec.job_id)

@@ -13,7 +13,7 @@ node>,nodes=<list>``, and ``coda:placed,...`` once released, to which the node a
 adds ``settled=<cores>`` when the allocator has found the job's optimum;
 ``coda:passed,why=...`` for jobs handed to Slurm's own scheduler unchanged. A held
 job may carry ``wait=<reason>`` (why the last cycle did not start it, e.g.
-``wait=reservation:12``), which ``squeue -O AdminComment`` and ``coda slurm status``
+``wait=reservation:12``), which ``squeue -O JobID,admin_comment`` and ``coda slurm status``
 show.
 
 Taking a running job back: ``scontrol requeuehold`` (batch jobs with Requeue=1 only)

@@ -11,7 +11,7 @@ the job is released; Slurm starts it there. A DNN job never waits for cores CPU
 jobs hold on a GPU node: the CPU jobs the reclaim plugin names (only those Slurm
 may requeue) are requeued held (``scontrol requeuehold``), marked ``held`` and
 placed again; the work they lose is counted. Why each held job waits is in its
-mark (``wait=...``, ``squeue -O AdminComment``).
+mark (``wait=...``, ``squeue -O JobID,admin_comment``).
 
 All of the controller's state can be rebuilt from Slurm: a job is CODA's to
 place while its mark says ``coda:held``; once marked ``coda:placed`` it is never
@@ -178,7 +178,7 @@ class SlurmLimits:
 KINDS = (CPU, DNN)
 REFUSALS = ("finish_placement", "pass_through", "placement_not_taken_whole",
             "placement_update", "rehold", "release", "requeue", "wait_mark")  # fmt: skip
-PASS_WHYS = ("array", "heterogeneous", "dependency")
+PASS_WHYS = ("array", "heterogeneous", "dependency", "released")
 
 
 def _zeros(keys: tuple[str, ...]) -> Counter[str]:
@@ -352,6 +352,7 @@ class Controller:
         usable = {n.name for n in snodes if n.usable}
         self._finish_interrupted(list(self.index.placing.values()))
         self._rehold_stranded(list(self.index.placed_pending.values()), usable)
+        self._let_go(list(self.index.released.values()))
         held_ids = self.index.held
         held = [j for j in jobs if j.job_id in held_ids]  # Slurm's order (by id)
         # Dependencies are judged against every job: indexed only when some held job has
@@ -567,6 +568,21 @@ class Controller:
             except SlurmError as e:
                 self.stats.refusals["rehold"] += 1
                 self.log(f"job {j.job_id}: re-hold failed: {e}")
+
+    def _let_go(self, jobs: Sequence[SlurmJob]) -> None:
+        """A job held for CODA that someone released (its user, to opt out: job_submit.lua
+        lets them) is Slurm's own scheduler's from then on; its mark says so, and the
+        node agent still slims and watches it where it runs."""
+        for j in jobs:
+            try:
+                self.slurm.update(j.job_id, AdminComment=format_mark("passed", why="released"))
+            except SlurmError as e:
+                self.stats.refusals["pass_through"] += 1
+                self.log(f"job {j.job_id}: released by its user; mark not rewritten: {e}")
+                continue
+            self.stats.passed["released"] += 1
+            self._decide(j.job_id, "pass", {"why": "released"})
+            self.log(f"job {j.job_id} ({j.name!r}): released by its user, left to Slurm")
 
     def _pass_through(self, jobs: Sequence[SlurmJob], ready: dict[int, bool | None]) -> None:
         """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged

@@ -31,6 +31,8 @@ class JobIndex:
         self.held: dict[int, SlurmJob] = {}  # held for CODA to place
         self.placing: dict[int, SlurmJob] = {}  # marked ``placing``: not finished
         self.placed_pending: dict[int, SlurmJob] = {}  # placed, released, not started
+        # Marked held but released by someone else (its user opting out): not CODA's.
+        self.released: dict[int, SlurmJob] = {}
         self.marks: Counter[str] = Counter()  # mark states of jobs not ended
         self.gone: list[int] = []  # ids the last update no longer saw
 
@@ -73,13 +75,20 @@ class JobIndex:
             self.placing[jid] = j
         if j.state == "PENDING" and j.placed_by_coda and j.priority != 0:
             self.placed_pending[jid] = j
+        if (
+            j.state == "PENDING"
+            and j.priority != 0
+            and j.mark is not None
+            and j.mark.get("state") == "held"
+        ):
+            self.released[jid] = j
         state = _mark_state(j)
         if state is not None:
             self.marks[state] += 1
 
     def _drop(self, j: SlurmJob) -> None:
         jid = j.job_id
-        for d in (self.held, self.placing, self.placed_pending):
+        for d in (self.held, self.placing, self.placed_pending, self.released):
             if d.get(jid) is j:
                 del d[jid]
         state = _mark_state(j)
