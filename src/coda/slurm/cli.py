@@ -61,7 +61,7 @@ def _state_dir(name: str) -> Callable[[F], F]:
 
 @click.group()
 def slurm() -> None:
-    """Run CODA over a Slurm cluster (see README, "Operator guide")."""
+    """Run CODA over a Slurm cluster (see docs/operator.md)."""
 
 
 @slurm.command()
