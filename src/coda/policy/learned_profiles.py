@@ -1,5 +1,6 @@
 """The learned-profile book: per job shape (model, GPUs per node, nodes), the core
-counts converged jobs settled on, their upper median, and its JSON form."""
+counts converged jobs settled on, the count granted from them (a median with
+hysteresis), and its JSON form."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ Shape = tuple[str, int, int]  # (model, GPUs per node, nodes)
 
 
 class LearnedProfiles:
-    """(model, gpus_per_node, nodes) -> core counts converged jobs settled on."""
+    """(model, gpus_per_node, nodes) -> core counts converged jobs settled on.
+
+    The count a shape is granted is a median of what its jobs settled on, with
+    hysteresis: it stays where it is while it is still a median (between the lower and
+    the upper median of the recorded values) and moves to the upper median only when
+    a majority has moved away from it. Noisy measurements that settle one job on 1 core
+    and the next on 2 do not flip the count back and forth."""
 
     def __init__(self, confident_after: int = 3) -> None:
         self.confident_after = confident_after
         self._seen: dict[Shape, dict[int, int]] = {}  # shape -> {cores: jobs}
-        self._median: dict[Shape, int] = {}  # cache: asked for at every placement attempt
+        self._now: dict[Shape, int] = {}  # the count granted now (asked at every placement)
 
     def record(self, key: Shape, cores: int) -> None:
         if int(cores) < 1:
@@ -24,27 +31,17 @@ class LearnedProfiles:
         key = shape_key(key)
         seen = self._seen.setdefault(key, {})
         seen[int(cores)] = seen.get(int(cores), 0) + 1
-        self._median.pop(key, None)
+        low, high = _medians(seen)
+        now = self._now.get(key)
+        if now is None or not low <= now <= high:
+            self._now[key] = high
 
     def count(self, key: Shape) -> int:
         return sum(self._seen.get(shape_key(key), {}).values())
 
     def cores(self, key: Shape) -> int | None:
-        """The upper median of the recorded values; None if the shape is unknown."""
-        key = shape_key(key)
-        hit = self._median.get(key)
-        if hit is not None:
-            return hit
-        seen = self._seen.get(key)
-        if not seen:
-            return None
-        i = sum(seen.values()) // 2
-        for c in sorted(seen):
-            if i < seen[c]:
-                self._median[key] = c
-                return c
-            i -= seen[c]
-        raise AssertionError("unreachable")
+        """The count granted now (see the class); None if the shape is unknown."""
+        return self._now.get(shape_key(key))
 
     def confident(self, key: Shape) -> bool:
         return self.count(key) >= self.confident_after
@@ -55,9 +52,10 @@ class LearnedProfiles:
 
     def to_dict(self) -> dict[str, Any]:
         profiles = [
-            {"model": m, "gpus_per_node": g, "nodes": n, "cores": sorted(seen.items())}
+            {"model": m, "gpus_per_node": g, "nodes": n, "cores": sorted(seen.items()),
+             "granted": self._now[(m, g, n)]}
             for (m, g, n), seen in sorted(self._seen.items())
-        ]
+        ]  # fmt: skip
         return {"schema": SCHEMA, "confident_after": self.confident_after, "profiles": profiles}
 
     @classmethod
@@ -80,8 +78,27 @@ class LearnedProfiles:
                 ok = False
             if not ok:
                 raise ValueError(f"learned profiles: malformed entry {i}: {p!r}")
-            out._seen[(model, g, n)] = dict(pairs)
+            seen = out._seen[(model, g, n)] = dict(pairs)
+            low, high = _medians(seen)
+            # The granted count, if the file has it and it is still a median (a file
+            # written before it was kept, or edited: the upper median).
+            granted = p.get("granted")
+            ok = is_int(granted) and low <= granted <= high
+            out._now[(model, g, n)] = granted if ok else high
         return out
+
+
+def _medians(seen: dict[int, int]) -> tuple[int, int]:
+    """The lower and the upper median of the values ``seen`` holds (value: times)."""
+    n = sum(seen.values())
+    out = []
+    for i in ((n - 1) // 2, n // 2):
+        for c in sorted(seen):
+            if i < seen[c]:
+                out.append(c)
+                break
+            i -= seen[c]
+    return out[0], out[1]
 
 
 def is_int(x: Any) -> bool:
