@@ -448,3 +448,57 @@ def test_a_second_agent_on_the_same_cgroup_parent_is_refused(public_node, tmp_pa
     assert "another agent manages cgroup parent" in other.stderr + other.stdout
     assert "Traceback" not in other.stderr + other.stdout
     assert (CG / "cpuset" / agent.parent).is_dir()  # the first one's parent is untouched
+
+
+def _submit_raw_as(uid: int, sd: str, cwd: str) -> str:
+    """A spec sent straight to the agent's socket as ``uid`` (no client-side checks, as
+    an attacker would), in a forked child that dropped to that user: the answer's text."""
+    from coda.runtime.client import SocketClient, socket_path
+    from coda.runtime.jobspec import JobSpec
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            spec = JobSpec(argv=["/bin/true"], name="probe", cores=1, cwd=cwd)
+            try:
+                said = f"id {SocketClient(socket_path(sd)).submit(spec)}"
+            except Exception as e:  # noqa: BLE001 - the answer is what is compared
+                said = f"refused: {e}"
+            os.write(w, said.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_the_root_agent_is_no_oracle_for_directories_a_user_cannot_see(public_node) -> None:
+    """Attack: as an unprivileged user, submit specs whose cwd is a directory only root
+    can see into, one that exists and one that does not. The root agent must answer both
+    alike (it used to check the cwd with isdir as root), and each job must fail at its
+    start as its user, alike."""
+    agent, store, base = public_node
+    sd = str(agent.state)
+    private = base / "private"
+    (private / "exists").mkdir(parents=True)
+    private.chmod(0o700)  # root's: nobody cannot look inside
+    answers = {c: _submit_raw_as(NOBODY, sd, str(private / c)) for c in ("exists", "missing")}
+    assert all(a.startswith("id ") for a in answers.values()), answers
+    ids = {c: int(a.split()[1]) for c, a in answers.items()}
+    for jid in ids.values():
+        wait_for(lambda j=jid: store.job(j).state in ("done", "failed"), 30, "the job to end")
+    rows = {c: store.job(j) for c, j in ids.items()}
+    assert {r.state for r in rows.values()} == {"failed"}, rows
+    said = {
+        c: (agent.state / "jobs" / str(j) / "stderr").read_text().replace(c, "X")
+        for c, j in ids.items()
+    }
+    assert said["exists"] == said["missing"], said
+    assert "cannot enter that directory as the job's user" in said["exists"], said

@@ -83,8 +83,15 @@ class JobSpec:
     def kind(self) -> str:
         return "dnn" if self.gpus > 0 else "cpu"
 
-    def validate(self, node_cores: int | None = None, node_gpus: int | None = None) -> None:
-        """Raise SpecError for anything that could not run or could escape its sandbox."""
+    def validate(
+        self, node_cores: int | None = None, node_gpus: int | None = None, probe_cwd: bool = True
+    ) -> None:
+        """Raise SpecError for anything that could not run or could escape its sandbox.
+
+        ``probe_cwd``: also check that the working directory exists, as whoever calls
+        this. The root agent passes False: as root it would tell any user whether a
+        directory exists anywhere (``/root/...``); the job enters it as its own user when
+        it starts, and fails then (as for any program it cannot run)."""
         if not isinstance(self.argv, list) or not self.argv:
             raise SpecError("the command is empty: give the program and its arguments")
         if not all(isinstance(a, str) for a in self.argv):
@@ -124,7 +131,9 @@ class JobSpec:
             raise SpecError(f"model name {self.model!r} is not allowed (same rule as job names)")
         if not self.cwd:
             self.cwd = os.getcwd()
-        if "\0" in self.cwd or not os.path.isabs(self.cwd) or not os.path.isdir(self.cwd):
+        if "\0" in self.cwd or not os.path.isabs(self.cwd):
+            raise SpecError(f"working directory {self.cwd!r} is not an absolute path")
+        if probe_cwd and not os.path.isdir(self.cwd):
             raise SpecError(f"working directory {self.cwd!r} is not an existing absolute path")
         for k, v in self.env.items():
             if not isinstance(k, str) or not ENV_KEY_RE.fullmatch(k):

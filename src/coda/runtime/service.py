@@ -106,7 +106,9 @@ class AgentService:
         cpus = a.get("cpus")
         node_cores = len(parse_cpus(cpus)) if isinstance(cpus, str) and cpus else None
         gpus = a.get("gpus")
-        spec.validate(node_cores, gpus if type(gpus) is int else None)
+        # Never probe the user's working directory as root (it would be an oracle for
+        # any path): the job enters it as its user when it starts.
+        spec.validate(node_cores, gpus if type(gpus) is int else None, probe_cwd=False)
         if store.queued_by(peer.uid) >= MAX_QUEUED_PER_USER:
             raise SpecError(
                 f"uid {peer.uid} has {MAX_QUEUED_PER_USER} jobs waiting already: "

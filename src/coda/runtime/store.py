@@ -227,8 +227,10 @@ class Store:
 
     # ----------------------------------------------------------------- jobs
     def submit(self, spec: JobSpec, owner: Owner | None = None, now: float | None = None) -> int:
-        """Queue ``spec`` to run as ``owner`` (default: this process's user)."""
-        spec.validate()
+        """Queue ``spec`` to run as ``owner`` (default: this process's user). Its
+        working directory is not probed here (the agent may be root): see
+        ``JobSpec.validate``."""
+        spec.validate(probe_cwd=False)
         owner = owner or Owner.me()
         cur = self._db.execute(
             "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
