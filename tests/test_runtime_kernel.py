@@ -21,6 +21,7 @@ import pytest
 
 from coda.runtime.cgroups import CgroupError, detect, parse_cpus
 from coda.runtime.cli import spawn_agent
+from coda.runtime.jobrow import FINAL as FINAL_STATES
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
 
@@ -502,3 +503,24 @@ def test_the_root_agent_is_no_oracle_for_directories_a_user_cannot_see(public_no
     }
     assert said["exists"] == said["missing"], said
     assert "cannot enter that directory as the job's user" in said["exists"], said
+
+
+def test_a_job_is_stopped_at_its_time_limit_even_if_it_ignores_sigterm(public_node) -> None:
+    """Attack: a user's job with a one-second limit that ignores SIGTERM (backfill
+    planned around that limit). The agent stops it at the limit, SIGKILL after the
+    grace period, and records why."""
+    agent, store, base = public_node
+    sd = str(agent.state)
+    t0 = time.monotonic()
+    code, out = as_user(NOBODY, NOBODY, ["submit", "--state-dir", sd, "--cwd", "/tmp",
+                                         "--name", "overrun", "--time", "0:01", "--",
+                                         "/bin/sh", "-c", "trap '' TERM; sleep 120"])  # fmt: skip
+    assert code == 0, out
+    jid = int(out.strip().splitlines()[-1])
+    wait_for(lambda: store.job(jid).state in FINAL_STATES, 40, "the job to be stopped")
+    took = time.monotonic() - t0
+    row = store.job(jid)
+    assert row.state == "timeout" and "time limit (1 s)" in row.message, row
+    assert took < 30, f"stopped after {took:.0f} s (limit 1 s, grace 5 s)"
+    decisions = [d["action"] for d in store.decisions(limit=50, job_id=jid)]
+    assert "time-limit" in decisions, decisions

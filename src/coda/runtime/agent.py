@@ -237,6 +237,7 @@ class NodeAgent:
             self.ticks += 1
             self._reap(now)
             self._cancels(now)
+            self._time_limits(now)
             self._admit(now)
             self._sample(now)
             self._control(now)
@@ -422,6 +423,7 @@ class NodeAgent:
     _release = supervisor._release
     _cgroup_pids = supervisor._cgroup_pids
     _cancels = supervisor._cancels
+    _time_limits = supervisor._time_limits
     _kill_until_gone = supervisor._kill_until_gone
     _kill = supervisor._kill
     _read_job_progress = supervisor._read_job_progress

@@ -78,7 +78,8 @@ def spec_options(f: F) -> F:
             default=None,
             metavar="DURATION",
             help=f"Time limit, as Slurm's --time: {FORMS}; at most 366 days [default: "
-            "none]. The agent plans backfill with it.",
+            "none]. The agent plans backfill with it and stops the job when it is reached "
+            "(SIGTERM, then SIGKILL).",
         ),
         click.option(
             "--spec",

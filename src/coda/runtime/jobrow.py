@@ -20,7 +20,7 @@ KINDS = ("dnn", "cpu")
 # queued -> starting -> running -> done | failed | cancelled | lost;
 # a preempted job goes back to queued
 ACTIVE = ("starting", "running")
-FINAL = ("done", "failed", "cancelled", "lost")
+FINAL = ("done", "failed", "cancelled", "lost", "timeout")
 MAX_WAIT_REASON = 200  # characters of one wait reason (longer ones are cut)
 
 

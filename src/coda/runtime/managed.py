@@ -55,3 +55,5 @@ class Managed:
     dirty: bool = True  # DB row needs the latest cpus/quota/throughput
     mb: int | None = None  # MBA percent set through resctrl
     uid: int | None = None  # the user the job runs as (owns its progress file)
+    started_wall: float | None = None  # its row's start_t: its time limit counts from it
+    timed_out: bool = False  # stopped at its time limit

@@ -4,6 +4,7 @@ user, reaping it, killing it (by the pids its cgroup holds, never by name)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import pwd
 import signal
@@ -71,6 +72,8 @@ def _finish(
     cancelled = row is not None and row.cancel
     if final_state is not None and code != 0:  # SIGKILLed on exit; exit 0 came before
         state = final_state
+    elif m.timed_out and code != 0:
+        state = "timeout"
     elif cancelled:
         state = "cancelled"
     elif code is None:
@@ -84,6 +87,7 @@ def _finish(
         else f"killed by signal {-code if code else '?'}",
         "cancelled": "cancelled",
         "lost": "its supervisor vanished without an exit status",
+        "timeout": f"stopped at its time limit ({m.job.time_limit:g} s)",
     }[state]
     self._release(m, now)
     self.progress_file(m.row_id).unlink(missing_ok=True)
@@ -136,6 +140,25 @@ def _cancels(self: NodeAgent, now: float) -> None:
         self._kill(m, signal.SIGTERM)
         m.kill_at = now + self.config.kill_grace_s
         self._decide(now, row.id, "agent", "cancel", {"signal": "SIGTERM"})
+
+
+def _time_limits(self: NodeAgent, now: float) -> None:
+    """Stop a job at its time limit, as Slurm does: SIGTERM, then SIGKILL after the
+    grace period. Backfill plans with the limits, so a job must not outlive its own.
+    The limit counts from the job's start (its row's start_t, wall time), across an
+    agent's restart."""
+    wall = self.wall()
+    for m in self.running.values():
+        limit = m.job.time_limit
+        if m.kill_at is not None or m.started_wall is None or not math.isfinite(limit):
+            continue
+        if wall - m.started_wall < limit:
+            continue
+        m.timed_out = True
+        self._kill(m, signal.SIGTERM)
+        m.kill_at = now + self.config.kill_grace_s
+        self._decide(now, m.row_id, "agent", "time-limit", {"limit_s": limit})
+        self.log(f"job {m.row_id} ({m.job.job_id}): time limit of {limit:g} s reached")
 
 
 def _kill_until_gone(self: NodeAgent, m: Managed, seconds: float = 1.0) -> None:
@@ -211,6 +234,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
     # found never started (no shim.pid, empty cgroup), never run twice. Only a row
     # still queued and not cancelled is claimed: `coda cancel` may have marked it
     # cancelled since _admit read it.
+    started = self.wall()
     claimed = self.store.claim(
         r.id,
         state="starting",
@@ -218,7 +242,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
         cpus=format_cpus(cpus),
         gpu_ids=",".join(map(str, gpu_ids)),
         quota=1.0,
-        start_t=self.wall(),
+        start_t=started,
         message="",
     )
     if not claimed:
@@ -226,7 +250,8 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
         self._free_gpus.update(gpu_ids)
         self._queued_jobs.pop(r.id, None)
         return False
-    m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=_uid_of(r))
+    m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=_uid_of(r),
+                started_wall=started)  # fmt: skip
     self._place(m, now)
     try:
         self.cg.create(name)
