@@ -282,6 +282,26 @@ def test_learned_profiles_round_trip_and_median() -> None:
             "schema": "coda-learned-profiles/1",
             "profiles": [{"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[0, 1]]}],
         },
+        # No counts, a count twice, a count no machine has, a shape twice.
+        {
+            "schema": "coda-learned-profiles/1",
+            "profiles": [{"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": []}],
+        },
+        {
+            "schema": "coda-learned-profiles/1",
+            "profiles": [{"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[2, 1], [2, 3]]}],
+        },
+        {
+            "schema": "coda-learned-profiles/1",
+            "profiles": [{"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[10**30, 1]]}],
+        },
+        {
+            "schema": "coda-learned-profiles/1",
+            "profiles": [
+                {"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[2, 1]]},
+                {"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[3, 1]]},
+            ],
+        },  # fmt: skip
         {
             "schema": "coda-learned-profiles/1",
             "profiles": [{"model": "X", "gpus_per_node": 1, "nodes": 1, "cores": [[2, True]]}],

@@ -507,6 +507,14 @@ def test_controller_with_a_port_in_use_says_so_in_one_line(slurm_bin: Path) -> N
     ]
     bad = CliRunner().invoke(main, ["slurm", "controller", "--metrics-port", "70000"])
     assert bad.exit_code == 2 and "--metrics-port" in bad.output
+    # A host the resolver cannot even encode (IDNA): one line too, not a traceback.
+    odd = CliRunner().invoke(
+        main,
+        ["slurm", "controller", "--state-dir", str(slurm_bin / "t"), "--metrics-port", "0",
+         "--metrics-host", "a..b"],
+    )  # fmt: skip
+    assert odd.exit_code == 1 and odd.output.startswith("Error: metrics port a..b:0: "), odd.output
+    assert len(odd.output.strip().splitlines()) == 1
 
 
 def test_a_running_controller_serves_its_metrics(slurm_bin: Path) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 SCHEMA = "coda-learned-profiles/1"
+MAX_CORES = 1 << 20  # per node: far above any machine (a larger count is not a count)
 Shape = tuple[str, int, int]  # (model, GPUs per node, nodes)
 
 
@@ -73,7 +74,11 @@ class LearnedProfiles:
                 model, g, n, cores = p["model"], p["gpus_per_node"], p["nodes"], p["cores"]
                 ok = isinstance(model, str) and is_int(g) and is_int(n) and g >= 0 and n >= 1
                 pairs = [(c, k) for c, k in cores]
-                ok = ok and all(is_int(c) and is_int(k) and c >= 1 and k >= 1 for c, k in pairs)
+                ok = ok and bool(pairs) and len({c for c, _ in pairs}) == len(pairs)
+                ok = ok and all(
+                    is_int(c) and is_int(k) and 1 <= c <= MAX_CORES and k >= 1 for c, k in pairs
+                )
+                ok = ok and (model, g, n) not in out._seen
             except (KeyError, TypeError, ValueError):
                 ok = False
             if not ok:

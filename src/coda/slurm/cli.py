@@ -121,9 +121,10 @@ def controller(
         if metrics_port is not None:
             try:
                 server = MetricsServer(metrics_host, metrics_port, registry)
-            except OSError as e:
+            except (OSError, ValueError) as e:  # ValueError: a host IDNA cannot encode
                 where = f"{metrics_host}:{metrics_port}"
-                raise click.ClickException(f"metrics port {where}: {e.strerror or e}") from None
+                why = e.strerror if isinstance(e, OSError) and e.strerror else e
+                raise click.ClickException(f"metrics port {where}: {why}") from None
         (sd / "controller.pid").write_text(f"{os.getpid()}\n")
         stop = _stop_flag()
         say(
@@ -261,11 +262,12 @@ def agent(
             if metrics_port is not None
             else None
         )
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a host IDNA cannot encode
         store.close()
         lock.release()
         where = f"{metrics_host}:{metrics_port}"
-        raise click.ClickException(f"metrics port {where}: {e.strerror or e}") from None
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise click.ClickException(f"metrics port {where}: {why}") from None
     try:
         a.start()
     except (CgroupError, OSError) as e:
