@@ -249,6 +249,14 @@ def test_a_learned_count_moves_only_when_a_majority_has_moved() -> None:
     lp.record(key, 2)  # 2 is a median again, but 3 stays (it still is one)
     back = LearnedProfiles.from_dict(json.loads(json.dumps(lp.to_dict())))
     assert lp.cores(key) == back.cores(key) == 3  # the granted count is kept on disk
+    # A granted count no job settled on (a file edited by hand) is not taken.
+    made_up = {
+        "schema": "coda-learned-profiles/1",
+        "profiles": [
+            {"model": "m", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1], [4, 1]], "granted": 3}
+        ],
+    }
+    assert LearnedProfiles.from_dict(made_up).cores(("m", 1, 1)) == 4  # fmt: skip
 
 
 def test_learned_profiles_round_trip_and_median() -> None:

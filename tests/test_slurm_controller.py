@@ -512,7 +512,7 @@ def test_settled_cores_are_learned_once_and_kept(fake: FakeSlurm, tmp_path: Path
     state = json.loads((tmp_path / STATE_FILE).read_text())
     assert state["learned_from"] == [10]  # CPU jobs teach nothing
     assert state["learned"]["profiles"] == [
-        {"model": "1000:bert", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1]]}
+        {"model": "1000:bert", "gpus_per_node": 1, "nodes": 1, "cores": [[1, 1]], "granted": 1}
     ]
     mtime = (tmp_path / STATE_FILE).stat().st_mtime_ns
     ctl.cycle()
@@ -752,7 +752,8 @@ def test_a_placed_job_stranded_on_a_down_node_is_placed_again(
     ctl = controller(fake, tmp_path)
     ctl.cycle()
     j = fake.jobs[90]
-    assert j["priority"] == 0 and parse_mark(j["admin_comment"]) == {"state": "held", "req": "4"}
+    assert j["priority"] == 0
+    assert parse_mark(j["admin_comment"]) == {"state": "held", "req": "4", "rehold": "1"}
     # Held as CODA's again, it is placed on a usable node with its original request.
     fake.calls.clear()
     done = ctl.cycle()
@@ -964,6 +965,18 @@ def test_a_held_job_its_user_released_is_left_to_slurm_and_says_so(
     assert parse_mark(fake.jobs[7]["admin_comment"]) == {"state": "passed", "why": "released"}
     assert fake.jobs[7]["required_nodes"] == "" and fake.jobs[7]["priority"] == 1
     assert ctl.stats.passed["released"] == 1
-    assert any("job 7" in line and "released by its user" in line for line in logs)
+    assert any("job 7" in line and "released by its user or an admin" in line for line in logs)
     ctl.cycle()
     assert ctl.stats.passed["released"] == 1  # said once: its mark is not held any more
+
+
+def test_a_job_coda_was_holding_again_is_held_not_let_go(fake: FakeSlurm, tmp_path: Path) -> None:
+    # The controller marked job 9 for a re-hold and died before `scontrol hold`: the job
+    # is pending, not held, with CODA's mark; job 10 was requeued by CODA the same way.
+    fake.job(9, "dnn", 2, gpus_pn=1, priority=1, comment="coda:held,req=2,rehold=1")
+    fake.job(10, "prep", 1, priority=1, comment="coda:held,req=1,requeued=1")
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    for jid in (9, 10):
+        assert parse_mark(fake.jobs[jid]["admin_comment"])["state"] != "passed", jid
+    assert ctl.stats.passed["released"] == 0 and ctl.stats.reholds == 2

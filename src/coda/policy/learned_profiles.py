@@ -85,10 +85,11 @@ class LearnedProfiles:
                 raise ValueError(f"learned profiles: malformed entry {i}: {p!r}")
             seen = out._seen[(model, g, n)] = dict(pairs)
             low, high = _medians(seen)
-            # The granted count, if the file has it and it is still a median (a file
-            # written before it was kept, or edited: the upper median).
+            # The granted count, if the file has it, some job settled on it and it is
+            # still a median (a file written before it was kept, or edited: the upper
+            # median).
             granted = p.get("granted")
-            ok = is_int(granted) and low <= granted <= high
+            ok = is_int(granted) and granted in seen and low <= granted <= high
             out._now[(model, g, n)] = granted if ok else high
         return out
 

@@ -66,7 +66,7 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
     # Only GPUs this node has and nobody holds (a restart may declare fewer).
     gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self._free_gpus]
     m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=_uid_of(r),
-                started_wall=r.start_t)  # fmt: skip
+                started_wall=r.start_t if r.start_t is not None else self.wall())  # fmt: skip
     self._free_cpus.difference_update(cpus_ok)
     self._free_gpus.difference_update(gpu_ids)
     self._place(m, now)

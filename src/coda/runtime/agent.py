@@ -211,8 +211,8 @@ class NodeAgent:
         after_tick: Callable[[], None] | None = None,
     ) -> None:
         """Tick every period until ``should_stop()``; a slow tick does not pile up.
-        ``idle(seconds)`` fills the time between ticks (the metrics server answers
-        requests there: the agent stays single-threaded, so forking jobs is safe);
+        ``idle(seconds)`` fills the time between ticks (a metrics server's ``wait`` may
+        answer requests there; the daemons serve them from a thread instead);
         ``after_tick()`` follows each tick (the metrics file)."""
         period = self.config.period_s
         nxt = time.monotonic()

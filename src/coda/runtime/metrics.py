@@ -6,10 +6,13 @@ never share or clash. The same registry is written to ``<state-dir>/metrics.prom
 every period (atomically, for node-exporter's textfile collector) and, with
 ``--metrics-port``, served over HTTP by :class:`MetricsServer`.
 
-The server has no thread of its own: ``wait(seconds)`` answers requests in the
-daemon's thread while it idles between periods. The agent forks jobs, and a fork
-while another thread holds a lock can deadlock the child; answering in the daemon's
-thread also means every scrape sees the state between two periods, never half of one.
+The daemons serve scrapes from a thread of the server's own
+(``serve_in_background``), one request at a time and 2 s at most each, so a slow
+scraper never holds up a period; a collector takes the daemon's lock, so a scrape sees
+the state between two periods, never half of one (and waits for a period under way).
+The agent launches jobs without ``preexec_fn`` in its own process, so a fork while
+the server's thread holds a lock cannot deadlock a child. ``wait(seconds)`` answers
+requests in the caller's thread instead, for a caller that idles between periods.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def _finish(
     cancelled = row is not None and row.cancel
     if final_state is not None and code != 0:  # SIGKILLed on exit; exit 0 came before
         state = final_state
-    elif m.timed_out and code != 0:
+    elif m.timed_out:  # stopped at its limit, whatever it exited with (Slurm: TIMEOUT)
         state = "timeout"
     elif cancelled:
         state = "cancelled"

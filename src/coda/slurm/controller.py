@@ -558,8 +558,11 @@ class Controller:
             try:
                 # Mark first: a crash in between leaves a job Slurm may run where it was
                 # pinned, never one nobody places.
+                # ``rehold``: CODA's own hold under way; a cycle that finds the job
+                # released with this mark (the hold failed, or the controller died in
+                # between) holds it again instead of taking it for a user's release.
                 req = j.requested_cores_pn
-                self.slurm.update(j.job_id, AdminComment=format_mark("held", req=req))
+                self.slurm.update(j.job_id, AdminComment=format_mark("held", req=req, rehold="1"))
                 self.slurm.hold(j.job_id)
                 self.stats.reholds += 1
                 self._decide(j.job_id, "rehold", {"nodes": j.required_nodes})
@@ -571,18 +574,31 @@ class Controller:
 
     def _let_go(self, jobs: Sequence[SlurmJob]) -> None:
         """A job held for CODA that someone released (its user, to opt out: job_submit.lua
-        lets them) is Slurm's own scheduler's from then on; its mark says so, and the
-        node agent still slims and watches it where it runs."""
+        lets them; or an admin) is Slurm's own scheduler's from then on; its mark says
+        so, and the node agent still slims and watches it where it runs. A job whose mark
+        says CODA itself was holding it again (``rehold``, ``requeued``: the hold failed,
+        or the controller died between the mark and the hold) is held again instead."""
         for j in jobs:
+            if j.mark is not None and ("rehold" in j.mark or "requeued" in j.mark):
+                try:
+                    self.slurm.hold(j.job_id)
+                    self.stats.reholds += 1
+                    self._decide(j.job_id, "rehold", {"why": "hold under way"})
+                except SlurmError as e:
+                    self.stats.refusals["rehold"] += 1
+                    self.log(f"job {j.job_id}: re-hold failed: {e}")
+                continue
             try:
                 self.slurm.update(j.job_id, AdminComment=format_mark("passed", why="released"))
             except SlurmError as e:
                 self.stats.refusals["pass_through"] += 1
-                self.log(f"job {j.job_id}: released by its user; mark not rewritten: {e}")
+                self.log(f"job {j.job_id}: released (by its user or an admin); mark not "
+                         f"rewritten: {e}")  # fmt: skip
                 continue
             self.stats.passed["released"] += 1
             self._decide(j.job_id, "pass", {"why": "released"})
-            self.log(f"job {j.job_id} ({j.name!r}): released by its user, left to Slurm")
+            self.log(f"job {j.job_id} ({j.name!r}): released by its user or an admin, left "
+                     "to Slurm")  # fmt: skip
 
     def _pass_through(self, jobs: Sequence[SlurmJob], ready: dict[int, bool | None]) -> None:
         """Array tasks and heterogeneous jobs go to Slurm's own scheduler unchanged
