@@ -968,6 +968,13 @@ def test_a_held_job_its_user_released_is_left_to_slurm_and_says_so(
     assert any("job 7" in line and "released by its user or an admin" in line for line in logs)
     ctl.cycle()
     assert ctl.stats.passed["released"] == 1  # said once: its mark is not held any more
+    # Slurm may start a released job at once: running with CODA's held mark, it is
+    # let go too; one Slurm holds again itself (priority 0: it can never run) is not.
+    fake.job(11, "quick", 1, state="RUNNING", priority=1, nodes="c1", comment="coda:held")
+    fake.job(12, "held", 1, priority=0, comment="coda:held,wait=never")
+    ctl.cycle()
+    assert parse_mark(fake.jobs[11]["admin_comment"]) == {"state": "passed", "why": "released"}
+    assert parse_mark(fake.jobs[12]["admin_comment"])["state"] != "passed"  # CODA's still
 
 
 def test_a_job_coda_was_holding_again_is_held_not_let_go(fake: FakeSlurm, tmp_path: Path) -> None:

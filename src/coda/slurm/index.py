@@ -32,6 +32,8 @@ class JobIndex:
         self.placing: dict[int, SlurmJob] = {}  # marked ``placing``: not finished
         self.placed_pending: dict[int, SlurmJob] = {}  # placed, released, not started
         # Marked held but released by someone else (its user opting out): not CODA's.
+        # Pending with a priority, or already started by Slurm (it may start at once);
+        # a job Slurm itself holds again (priority 0: BadConstraints) is still held.
         self.released: dict[int, SlurmJob] = {}
         self.marks: Counter[str] = Counter()  # mark states of jobs not ended
         self.gone: list[int] = []  # ids the last update no longer saw
@@ -76,10 +78,10 @@ class JobIndex:
         if j.state == "PENDING" and j.placed_by_coda and j.priority != 0:
             self.placed_pending[jid] = j
         if (
-            j.state == "PENDING"
-            and j.priority != 0
-            and j.mark is not None
+            j.mark is not None
             and j.mark.get("state") == "held"
+            and j.state not in ENDED
+            and (j.state != "PENDING" or j.priority != 0)
         ):
             self.released[jid] = j
         state = _mark_state(j)
