@@ -14,6 +14,12 @@ Parts (each on the real kernel: root, cgroup v1 or v2 with cpuset and cpu):
   time, with the eliminator and without (policy coda-no-eliminator), `--runs` times; time to
   detect (hog start -> first throttle written) and to recover (-> throughput back
   within 5% of its reference).
+- solo: the hog started before the training job (so the job's reference is
+  measured beside it) and after it, real and synthetic job, with solo probes and
+  without (``eliminator.probe_ticks=0``): time to detect (the later of the two
+  jobs' start -> first throttle, the probe not counted), the training job's
+  samples/s before the throttle and in the last 20 s, the hog's core-seconds lost
+  to quotas below 1 (the probe's share apart).
 - restart: the agent killed (SIGKILL) with two jobs running, restarted: same
   processes, re-adopted, each job started once and finished once.
 
@@ -215,7 +221,7 @@ def seed_learned(state: Path, model: str, cores: int) -> None:
     store.close()
 
 
-def synthetic_job(a: Agent, contention: float) -> list[str]:
+def synthetic_job(a: Agent, contention: float, dnn: int = 1, hog: int = 2) -> list[str]:
     """The test suite's job whose throughput is a known function of its cores and of
     the co-runner's real CFS quota (read from the co-runner's cgroup): immune to the
     machine's speed, so the control loop's own timing shows."""
@@ -224,7 +230,7 @@ def synthetic_job(a: Agent, contention: float) -> list[str]:
         sys.executable,
         str(Path(__file__).parent.parent / "tests" / "synthetic_job.py"),
         "--cpuset-file",
-        str(cg / "cpuset" / a.parent / "job-1" / "cpuset.cpus"),
+        str(cg / "cpuset" / a.parent / f"job-{dnn}" / "cpuset.cpus"),
         "--optimum",
         "1",
         "--base",
@@ -234,9 +240,9 @@ def synthetic_job(a: Agent, contention: float) -> list[str]:
         "--contention",
         str(contention),
         "--corunner",
-        str(cg / "cpu" / a.parent / "job-2"),
+        str(cg / "cpu" / a.parent / f"job-{hog}"),
         "--corunner-cpuset",
-        str(cg / "cpuset" / a.parent / "job-2" / "cpuset.cpus"),
+        str(cg / "cpuset" / a.parent / f"job-{hog}" / "cpuset.cpus"),
     ]
 
 
@@ -333,6 +339,95 @@ def synthetic(root: Path, observe_s: float) -> dict[str, Any]:
             f"{run.get('detect_s')} s, recover {run.get('recover_s')} s, last 20 s "
             f"{run.get('ratio_last_20s')}"
         )
+    return out
+
+
+def solo_run(
+    root: Path, tag: str, hog_first: bool, synthetic: bool, probes: bool, observe_s: float
+) -> dict[str, Any]:
+    """One run of the solo-reference part (see the module's docstring)."""
+    ncpu = len(os.sched_getaffinity(0))
+    tune = () if probes else ("eliminator.probe_ticks=0",)
+    a = Agent(root, policy="coda", tag=tag, tune=tune)
+    seed_learned(a.state, CONTENDED, 1)
+    a.start()
+    timeline: list[tuple[float, float | None, float | None]] = []
+    try:
+        ids = {"hog": 1, "dnn": 2} if hog_first else {"dnn": 1, "hog": 2}
+        argv = (
+            synthetic_job(a, 0.3, ids["dnn"], ids["hog"])
+            if synthetic
+            else [*TRAIN, *SETTINGS[CONTENDED], "--quiet"]
+        )
+        if hog_first:
+            hog = a.submit("membw", 1, 0, HOG)
+            if not wait(lambda: a.job(hog).state == "running", 30):
+                return {"error": "the hog did not start"}
+            time.sleep(3)
+        dnn = a.submit("train", ncpu, 1, argv, model=CONTENDED)
+        if not wait(lambda: a.job(dnn).phase == "converged", 300, 0.25):
+            return {"error": "allocator did not converge"}
+        ref_converged = a.job(dnn).reference
+        if not hog_first:
+            time.sleep(6)
+            hog = a.submit("membw", 1, 0, HOG)
+            if not wait(lambda: a.job(hog).state == "running", 30):
+                return {"error": "the hog found no free core (the job was not slimmed)"}
+        t0 = max(a.start_time(hog), a.start_time(dnn))
+        end = t0 + observe_s
+        while time.time() < end:
+            r, h = a.job(dnn), a.job(hog)
+            timeline.append((round(time.time() - t0, 2), r.throughput, h.quota))
+            time.sleep(0.25)
+        decs = [
+            d for d in a.store.decisions(500, hog)
+            if d["action"] == "set-quota" and d["component"] == "eliminator"
+        ]  # fmt: skip
+        kinds = [(d["t"] - t0, (d["detail"] or {}).get("decision")) for d in decs]
+        throttles = [t for t, k in kinds if k in ("throttle", "fast_path")]
+        probe = [t for t, k in kinds if k in ("solo_probe", "probe_end")]
+        t_thr = throttles[0] if throttles else None
+        before = [
+            x
+            for t, x, _ in timeline
+            if x is not None
+            and t < (t_thr or observe_s)
+            and not (probe and probe[0] <= t <= probe[-1] + 3)
+        ]
+        last = [x for t, x, _ in timeline if x is not None and t > timeline[-1][0] - 20]
+        lost = probe_lost = 0.0
+        for (t1, _, q), (t2, _, _) in zip(timeline, timeline[1:], strict=False):
+            cost = (1.0 - (q if q is not None else 1.0)) * (t2 - t1)
+            lost += cost
+            if probe and probe[0] <= t1 < probe[-1]:
+                probe_lost += cost
+        return {
+            "order": "hog first" if hog_first else "hog after",
+            "job": "synthetic" if synthetic else CONTENDED,
+            "probes": probes,
+            "reference_at_converge": ref_converged,
+            "reference_final": a.job(dnn).reference,
+            "probe_s": [round(t, 2) for t in probe],
+            "detect_s": round(t_thr, 2) if t_thr is not None else None,
+            "before_per_s": round(statistics.median(before[4:] or before), 1) if before else None,
+            "last_20s_per_s": round(statistics.mean(last), 1) if last else None,
+            "hog_lost_core_s": round(lost, 1),
+            "probe_lost_core_s": round(probe_lost, 1),
+            "final_quota": a.job(hog).quota,
+        }
+    finally:
+        a.cancel_all()
+        a.stop()
+
+
+def solo(root: Path, observe_s: float) -> list[dict[str, Any]]:
+    out = []
+    for synthetic in (True, False):
+        for hog_first, probes in ((True, True), (True, False), (False, True)):
+            tag = f"-solo-{int(synthetic)}{int(hog_first)}{int(probes)}"
+            run = solo_run(root, tag, hog_first, synthetic, probes, observe_s)
+            out.append(run)
+            log(f"solo: {json.dumps(run)}")
     return out
 
 
@@ -508,6 +603,31 @@ def report(results: dict[str, Any]) -> str:
                 f"{r.get('recover_s')} s | {r.get('throttle_decisions')} | {r.get('final_quota')} "
                 f"| {r.get('ratio_last_20s')} |"
             )
+    if "solo" in results:
+        lines += [
+            "",
+            "## A co-runner that came first: solo references",
+            "",
+            "The memory-bandwidth hog started 3 s before the training job (whose reference is "
+            "then measured beside it) or 6 s after it converged. detect = the later start to "
+            "the first throttle (a solo probe not counted); before = median samples/s until "
+            "then (the probe apart); last 20 s = mean samples/s; hog lost = core-seconds "
+            "under quota 1 (of which the probe's).",
+            "",
+            "| job | order | probes | reference at converge -> final | probe at | detect | before | last 20 s | hog lost (probe) | final quota |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in results["solo"]:
+            if "error" in r:
+                lines.append(f"| error: {r['error']} |")
+                continue
+            lines.append(
+                f"| {r['job']} | {r['order']} | {'on' if r['probes'] else 'off'} | "
+                f"{r['reference_at_converge']:.4g} -> {r['reference_final']:.4g} | "
+                f"{r['probe_s'] or '-'} | {r['detect_s']} s | {r['before_per_s']} | "
+                f"{r['last_20s_per_s']} | {r['hog_lost_core_s']} ({r['probe_lost_core_s']}) | "
+                f"{r['final_quota']} |"
+            )
     if "drift" in results:
         d = results["drift"]
         lines += [
@@ -573,6 +693,9 @@ def main() -> None:
             save(out, results)
         if "synthetic" in parts:
             results["synthetic"] = synthetic(root, args.observe_s)
+            save(out, results)
+        if "solo" in parts:
+            results["solo"] = solo(root, args.observe_s)
             save(out, results)
         if "drift" in parts:
             results["drift"] = drift(60.0)

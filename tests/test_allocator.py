@@ -597,3 +597,30 @@ def test_two_allocators_driving_one_job_keep_their_own_searches() -> None:
     again = second.on_start(d.job, d.t)  # restarted: the free slot is its now
     assert again == [] and d.job.control_state is not None
     assert first.state(d.job) == "idle" and second.state(d.job) == "measuring"
+
+
+def test_a_reference_taken_beside_a_cpu_job_is_not_solo_until_known() -> None:
+    book = ThroughputBook()
+    alloc = AdaptiveAllocator(book)
+    d = Driver(alloc, 4, 8, noise=0.02)
+    d.converge()
+    assert book.reference_solo(d.job)  # measured alone: the eliminator may judge by it
+    alone = book.reference(d.job)
+    assert book.solo_speed(d.job, 4) == alone
+    # A CPU job arrives, then the job is resized and re-measured beside it at 4 cores.
+    d.nodes[0].jobs[Job(1, "cpu", 0.0, 0, 4, 0, 1, 1.0)] = None
+    d.rate = 80.0  # the CPU job slows it
+    alloc.on_resize(d.job, d.t)
+    assert book.reference(d.job) is None
+    d.converge()
+    assert d.job.cores_pn == 4
+    # Its own solo speed at 4 cores is known: that is the reference, not the slow one.
+    assert book.reference_solo(d.job) and book.reference(d.job) == alone
+    # At a count it was never measured alone at, the reference waits for a probe.
+    fresh = ThroughputBook()
+    other = AdaptiveAllocator(fresh)
+    e = Driver(other, 4, 8, noise=0.02)
+    e.nodes[0].jobs[Job(1, "cpu", 0.0, 0, 4, 0, 1, 1.0)] = None
+    e.converge()
+    assert fresh.reference(e.job) is not None and not fresh.reference_solo(e.job)
+    assert fresh.solo_speed(e.job, e.job.cores_pn) is None

@@ -678,3 +678,80 @@ def test_no_gate_release_while_full_quotas_would_pass_the_gate():
     assert rig.quotas() == [0.75]
     rig.run(5)
     assert rig.quotas() == [0.75] and rig.elim.stats()["gate_releases"] == 0
+
+
+# ------------------------------------------------------------------ solo reference
+def contended_reference(rig: Rig) -> float:
+    """The reference a job gets when its co-runner came first: measured under it."""
+    ref = REF * rig.ratio()
+    for j in rig.dnn:
+        rig.book.set_reference(j, ref, solo=False)
+    return ref
+
+
+def test_a_co_runner_that_came_first_is_caught_by_a_solo_probe():
+    # The hog runs from the start (share 0.5, slowdown 1.125): the reference the
+    # allocator took beside it is 88.9, and every sample matches it.
+    rig = Rig([50.0], linear(0.25), referenced=False)
+    ref = contended_reference(rig)
+    rig.step()
+    # The first tick probes: every CPU job to the floor, for the job's next samples.
+    assert rig.quotas() == [0.1] and rig.elim.decisions[-1]["action"] == "solo_probe"
+    rig.run(6)
+    ends = [d for d in rig.elim.decisions if d["action"] == "probe_end"]
+    assert len(ends) == 1
+    # The probe's speed (share 0.05 -> 97.6) is the reference now, a solo one.
+    solo = rig.book.reference(rig.dnn[0])
+    assert solo == pytest.approx(REF / 1.0125) and solo > ref
+    assert rig.book.reference_solo(rig.dnn[0])
+    assert rig.book.solo_speed(rig.dnn[0], 4) == solo
+    # Judged against it, the hog is throttled (and the probe's quotas went back first).
+    rig.run(20)
+    assert rig.quotas()[0] < 1.0 and rig.elim.stats()["throttle_steps"] >= 1
+    stats = rig.elim.stats()
+    assert stats["solo_probes"] == 1 and stats["probe_timeouts"] == 0
+    assert 3 <= stats["probe_ticks"] <= rig.cfg.probe_ticks
+
+
+def test_a_probe_is_bounded_and_runs_once_per_reference():
+    rig = Rig([0.0], linear(0.25), referenced=False)
+    contended_reference(rig)
+    dnn = rig.dnn[0]
+    rig.step()
+    assert rig.quotas() == [0.1]
+    rig.remove(dnn)  # no samples come: the probe ends after probe_ticks ticks
+    rig.node.jobs[dnn] = None
+    rig.dnn = []
+    rig.run(rig.cfg.probe_ticks)
+    assert rig.quotas() == [1.0]  # put back
+    stats = rig.elim.stats()
+    assert stats["probe_ticks"] == rig.cfg.probe_ticks and stats["probe_timeouts"] == 1
+    rig.run(20)  # not probed again: its reference is taken as it was
+    assert rig.elim.stats()["solo_probes"] == 1 and rig.quotas() == [1.0]
+
+
+def test_no_probe_for_a_solo_reference_nor_with_probes_off():
+    rig = Rig([0.0], linear(0.25))  # its reference was measured alone
+    rig.run(10)
+    assert rig.elim.stats()["solo_probes"] == 0 and rig.changes == []
+    off = Rig([50.0], linear(0.25), referenced=False, config=EliminatorConfig(probe_ticks=0))
+    contended_reference(off)
+    off.run(20)
+    # Without probes the contended reference hides the hog for good: nothing happens.
+    assert off.changes == [] and off.elim.stats()["solo_probes"] == 0
+
+
+def test_no_probe_below_the_bandwidth_gate():
+    rig = Rig([10.0], linear(0.25), referenced=False, reports_bw=True)
+    contended_reference(rig)
+    rig.run(10)
+    assert rig.changes == [] and rig.elim.stats()["solo_probes"] == 0
+    assert rig.elim.at_rest(rig.node)
+    rig.demand[rig.cpu[0]] = 90.0  # above the gate: now it is probed
+    rig.run(1)
+    assert rig.elim.stats()["solo_probes"] == 1 and not rig.elim.at_rest(rig.node)
+
+
+def test_probe_config_is_checked():
+    with pytest.raises(ValueError, match="probe_ticks"):
+        EliminatorConfig(probe_ticks=-1)

@@ -722,7 +722,7 @@ def test_a_retired_finish_events_instant_still_wakes_the_cycle(
         self._retired = np.empty(0)
         return self._retired
 
-    for seed in (241, 268, 551):  # found by search: cases where those instants matter
+    for seed in (241, 437, 551):  # found by search: cases where those instants matter
         monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
         never = simulate(seed)
         monkeypatch.setattr(engine, "COMPACT_MIN", 8)

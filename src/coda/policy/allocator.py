@@ -174,6 +174,8 @@ class AdaptiveAllocator(CoreSearch):
         if t.phase == "converged":
             return self._watch(job, t, throughput)
         t.obs[t.level].add(throughput)
+        if self._cpu_colocated(job):
+            t.contended.add(t.level)
         t.stay += 1
         t.windows += 1
         t.probe_windows += t.level != t.start
@@ -284,7 +286,18 @@ class AdaptiveAllocator(CoreSearch):
 
     def _finish(self, job: Job, t: Track) -> None:
         ref = t.obs[t.level].mean
-        self.book.set_reference(job, ref)
+        if t.level in t.contended:
+            # Measured beside a CPU job: not the speed to judge contention against. The
+            # job's own solo speed at this count, if it had one, else the eliminator
+            # probes for it (a solo reference, docs/policies.md).
+            known = self.book.solo_speed(job, t.level)
+            if known is not None:
+                self.book.set_reference(job, max(ref, known))
+            else:
+                self.book.set_reference(job, ref, solo=False)
+        else:
+            self.book.set_reference(job, ref)
+            self.book.learn_solo(job, t.level, ref)
         pool = pooled_peak(t)
         peak = pool.mean if pool.n and pool.s1 > 0 else max(ref, 1e-12)
         # Throughput lost, in windows of full throughput, from the level means

@@ -51,6 +51,7 @@ class CoreSearch:
         cur = job.cores_pn
         t.kind, t.phase, t.level, t.start, t.asked = kind, "measuring", cur, cur, None
         t.obs, t.below, t.cap, t.capped, t.limited = {cur: Level()}, set(), None, False, False
+        t.contended = set()
         for x in seed or ():
             t.obs[cur].add(x)
         t.lo = t.hi = t.top = t.retries = 0

@@ -18,7 +18,14 @@ their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md
 - degradation at a level a restore set undoes that restore and doubles the
   healthy ticks needed to reach that level again (lower levels come back at the
   base pace), so a level just too high is probed ever more rarely instead of
-  oscillated around; a probe that holds resets the pace.
+  oscillated around; a probe that holds resets the pace;
+- a solo reference: a training job's reference measured beside a CPU job (the
+  co-runner came first) would hide that co-runner's contention for the job's whole
+  life. Before judging such a job, a *solo probe* holds the node's CPU jobs at
+  ``min_quota`` for the job's next ``window`` samples (at most ``probe_ticks``
+  ticks, once per reference, counted), takes the better of the two speeds as the
+  reference and puts the quotas back. The allocator re-measures the reference when
+  the job's cores change, and a job's earlier solo speed at a count is reused.
 
 Pure decision code: samples come from the ThroughputBook, time from the caller.
 """
@@ -64,6 +71,9 @@ class EliminatorConfig:
     max_backoff_doublings: int = 3  # repeated reverts back off up to 2**this x backoff_s
     calm_s: float = 600.0  # forget a node this long after its last action once all is restored
     history: int = 1000  # decisions kept for display
+    # A solo probe lasts at most this many ticks (0: no probes; references taken beside
+    # a CPU job are then trusted as they are).
+    probe_ticks: int = 6
 
     def __post_init__(self) -> None:
         fractions = ("drop_tolerance", "healthy_tolerance", "severe_drop", "bw_high", "bw_gate",
@@ -76,6 +86,8 @@ class EliminatorConfig:
         for name in counts:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.probe_ticks < 0:
+            raise ValueError(f"probe_ticks must be >= 0, got {self.probe_ticks}")
         if self.period_s <= 0 or min(self.cooldown_s, self.backoff_s, self.calm_s) < 0:
             raise ValueError("period_s must be > 0; cooldown_s, backoff_s, calm_s >= 0")
         if self.healthy_tolerance > self.drop_tolerance:
@@ -103,6 +115,16 @@ class _Judgement:
 
 
 @dataclass(slots=True)
+class _Probe:
+    """A solo probe under way: the node's CPU jobs held low while its training jobs'
+    solo speeds are measured."""
+
+    refs: dict[Job, float]  # training jobs probed -> their reference when it began
+    prior: dict[Job, float]  # CPU job quotas before it: what its end puts back
+    ticks: int = 0
+
+
+@dataclass(slots=True)
 class _NodeState:
     restore_need: int  # healthy ticks a restore needs to reach a level that relapsed
     last_action: str = ""
@@ -118,6 +140,7 @@ class _NodeState:
     backoff_until: float = -math.inf
     backoff_level: float = 0.0
     reverts_in_row: int = 0
+    probe: _Probe | None = None  # a solo probe under way
 
 
 def _noise(ratios: list[float]) -> float:
@@ -147,6 +170,11 @@ class ContentionEliminator:
         )
         self._counts["releases"] = 0
         self._counts["gate_releases"] = 0
+        # Solo probes: started, ticks they held CPU jobs low (their cost), and those
+        # that ended without a sample (the reference is then kept as it was).
+        self._counts["solo_probes"] = 0
+        self._counts["probe_ticks"] = 0
+        self._counts["probe_timeouts"] = 0
 
     # ------------------------------------------------------------- protocol
     def watching(self, node: Node) -> bool:
@@ -177,9 +205,11 @@ class ContentionEliminator:
         the node unchanged the next restore would only relapse again. And: nothing
         held after a revert, nothing being judged."""
         st = self._nodes.get(node)
+        if self._probe_due(node):
+            return False  # a training job's reference waits for its solo probe
         if st is None:
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
-        if st.pending is not None or st.chain is not None:
+        if st.pending is not None or st.chain is not None or st.probe is not None:
             return False
         if st.last_action == "revert":
             # Its throttles were reverted and nothing is held: with the node unchanged,
@@ -221,6 +251,10 @@ class ContentionEliminator:
                 self._hold(node, st, j)
         if st.held and self._below_gate_at_full(node, st):
             return self._gate_release(node, st, now)
+        if st.probe is not None:
+            return self._probe_step(node, st, now, cpu)
+        if st.pending is None and st.chain is None and self._probe_due(node):
+            return self._probe_start(node, st, now, cpu)
         sig = self._signal(node, st)
         acts = self._decide(node, st, now, sig, cpu) if sig is not None else []
         if self._idle(node, st, now):
@@ -261,6 +295,8 @@ class ContentionEliminator:
             ref = self.book.reference(j)
             if not ref or ref <= 0:
                 continue  # no reference yet: nothing to compare against
+            if self.config.probe_ticks and not self.book.reference_solo(j):
+                continue  # taken beside a CPU job: judged once a probe has set it
             samples = self.book.samples(j)
             kept = [v / ref for t, v in samples if t > st.last_action_t]
             if not kept:
@@ -484,6 +520,79 @@ class ContentionEliminator:
         self._log(now, node, "revert", acts, reason)
         return acts
 
+    # ------------------------------------------------------------- solo probes
+    def _probe_due(self, node: Node) -> bool:
+        """A training job here has a reference taken beside a CPU job, and a probe may
+        run: the node not below the bandwidth gate (where no throttle may start, and a
+        probe would only cost). With every CPU job at the floor already, the probe
+        only measures."""
+        if not self.config.probe_ticks or self._below_gate(node):
+            return False
+        book = self.book
+        for j in node.jobs:
+            if j.kind == DNN and book.reference(j) is not None and not book.reference_solo(j):
+                return True
+        return False
+
+    def _probe_start(self, node: Node, st: _NodeState, now: float, cpu: list[Job]) -> list[Action]:
+        cfg = self.config
+        refs: dict[Job, float] = {}
+        for j in node.jobs:
+            ref = self.book.reference(j) if j.kind == DNN else None
+            if ref is not None and not self.book.reference_solo(j):
+                refs[j] = ref
+        acts: list[Action] = []
+        prior: dict[Job, float] = {}
+        for j in cpu:
+            if j.quota > cfg.min_quota + _EPS:
+                prior[j] = j.quota
+                acts.append(SetQuota(j, cfg.min_quota))
+                self._hold(node, st, j)
+        st.probe = _Probe(refs, prior)
+        self._acted(st, now, "solo_probe", cpu)
+        self._counts["solo_probes"] += 1
+        self._log(now, node, "solo_probe", acts, {"references": [j.job_id for j in refs]})
+        return acts
+
+    def _probe_step(self, node: Node, st: _NodeState, now: float, cpu: list[Job]) -> list[Action]:
+        """Count the probe's tick; end it once every probed job has ``window`` samples
+        that began after it (the first one after the quota change straddles it), or
+        after ``probe_ticks`` ticks."""
+        cfg = self.config
+        p = st.probe
+        assert p is not None
+        p.ticks += 1
+        self._counts["probe_ticks"] += 1
+        solo: dict[Job, list[float]] = {}
+        for j in p.refs:
+            fresh = [v for t, v in self.book.samples(j) if t > st.last_action_t]
+            solo[j] = fresh[1:][-cfg.window :]
+        if p.ticks < cfg.probe_ticks and any(len(v) < cfg.window for v in solo.values()):
+            return []
+        st.probe = None
+        found: dict[str, float] = {}
+        for j, ref in p.refs.items():
+            if j not in node.jobs or self.book.reference(j) != ref:
+                continue  # gone, or re-measured meanwhile (its cores changed)
+            vals = solo[j]
+            if not vals:
+                self._counts["probe_timeouts"] += 1
+                self.book.set_reference(j, ref)  # nothing better: not probed again
+                continue
+            speed = max(ref, sum(vals) / len(vals))
+            self.book.set_reference(j, speed)
+            self.book.learn_solo(j, j.cores_pn, speed)
+            found[j.job_id] = round(speed / ref, 4)
+        acts: list[Action] = []
+        for j, q in p.prior.items():
+            if j in node.jobs and abs(j.quota - q) > _EPS and self._only(j, node):
+                acts.append(SetQuota(j, q))
+            if q >= 1.0 - _EPS:
+                self._unhold(node, st, j)
+        self._acted(st, now, "probe_end", cpu)
+        self._log(now, node, "probe_end", acts, {"solo_over_reference": found})
+        return acts
+
     # ------------------------------------------------------------- helpers
     def _backing_off(self, st: _NodeState, now: float, r: float, cpu: list[Job]) -> bool:
         if now >= st.backoff_until:
@@ -548,7 +657,7 @@ class ContentionEliminator:
             if j.quota < 1.0 - _EPS and self._only(j, node):
                 acts.append(SetQuota(j, 1.0))
             self._unhold(node, st, j)
-        st.pending = st.chain = None
+        st.pending = st.chain = st.probe = None
         st.undo = {}
         st.bad = {}
         st.restore_need = self.config.restore_ticks
@@ -573,6 +682,7 @@ class ContentionEliminator:
             not st.held
             and st.pending is None
             and st.chain is None
+            and st.probe is None
             and now >= st.backoff_until
             and now - st.last_action_t >= self.config.calm_s
             # Reverts in a row are remembered until the node is healthy again (forgetting

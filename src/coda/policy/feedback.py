@@ -12,14 +12,23 @@ class ThroughputBook:
     """Recent throughput samples per running DNN job, and each job's reference.
 
     The reference is the throughput the allocator measured when the job's core
-    count converged, with no co-runner throttled: the eliminator compares recent
-    samples against it. Units are the job's own (samples/s); only ratios matter.
+    count converged: the eliminator compares recent samples against it. Units are
+    the job's own (samples/s); only ratios matter. A reference is *solo* when no CPU
+    job shared the job's nodes while it was measured, or when a solo probe (the
+    eliminator throttling the node's CPU jobs for a moment) confirmed or raised it;
+    one measured beside a co-runner would hide that co-runner's contention for the
+    job's whole life. The solo speeds a job was measured at, per core count, are
+    its own learned profile: a later reference at that count is taken from it
+    rather than probed again. (Not shared between jobs of one shape: units are
+    each job's own, and a batch size changes them.)
     """
 
     def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._samples: dict[Job, deque[tuple[float, float]]] = {}
         self._reference: dict[Job, float] = {}
+        self._solo: set[Job] = set()  # jobs whose reference is a solo speed
+        self._solo_at: dict[Job, dict[int, float]] = {}  # job -> cores -> solo speed
 
     def add(self, job: Job, now: float, throughput: float) -> None:
         q = self._samples.get(job)
@@ -46,11 +55,30 @@ class ThroughputBook:
     def reference(self, job: Job) -> float | None:
         return self._reference.get(job)
 
-    def set_reference(self, job: Job, value: float) -> None:
+    def set_reference(self, job: Job, value: float, solo: bool = True) -> None:
+        """Set the job's reference; ``solo`` False: measured beside a CPU job."""
         self._reference[job] = value
+        if solo:
+            self._solo.add(job)
+        else:
+            self._solo.discard(job)
+
+    def reference_solo(self, job: Job) -> bool:
+        """The job has a reference and it is a solo speed."""
+        return job in self._solo and job in self._reference
+
+    def learn_solo(self, job: Job, cores: int, value: float) -> None:
+        """Remember the job's solo speed at ``cores`` cores per node."""
+        self._solo_at.setdefault(job, {})[cores] = value
+
+    def solo_speed(self, job: Job, cores: int) -> float | None:
+        """The job's solo speed at ``cores`` measured before, if any."""
+        known = self._solo_at.get(job)
+        return known.get(cores) if known is not None else None
 
     def clear_reference(self, job: Job) -> None:
         self._reference.pop(job, None)
+        self._solo.discard(job)
 
     def clear_samples(self, job: Job) -> None:
         """Drop a job's samples (its core count changed: old samples no longer apply)."""
@@ -59,6 +87,8 @@ class ThroughputBook:
     def forget(self, job: Job) -> None:
         self._samples.pop(job, None)
         self._reference.pop(job, None)
+        self._solo.discard(job)
+        self._solo_at.pop(job, None)
 
     def __len__(self) -> int:
         return len(self._samples)

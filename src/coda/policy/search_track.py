@@ -29,6 +29,7 @@ class Track:
     start: int = 0
     obs: dict[int, Level] = field(default_factory=dict)
     below: set[int] = field(default_factory=set)  # levels judged below tolerance
+    contended: set[int] = field(default_factory=set)  # levels measured beside a CPU job
     lo: int = 0  # largest level known below tolerance
     top: int = 0  # upward probing: the best level so far
     cap: int | None = None  # growth refused above this
