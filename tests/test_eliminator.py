@@ -755,3 +755,75 @@ def test_no_probe_below_the_bandwidth_gate():
 def test_probe_config_is_checked():
     with pytest.raises(ValueError, match="probe_ticks"):
         EliminatorConfig(probe_ticks=-1)
+
+
+# ------------------------------------------------------------------ cost per victim
+class Forger:
+    """A "training job" whose progress is made up: it claims 30% of its reference
+    while the CPU job runs at full quota and full speed while it is throttled (as if
+    the throttle helped), so every judgement the eliminator makes passes."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        for j in rig.cpu:
+            j.user = "victim"  # another user's CPU job
+        rig.slowdown = lambda share: 1.0  # nothing real: the CPU job hurts nobody
+        rig.extra = 1.0
+
+    def run(self, ticks: int) -> None:
+        for _ in range(ticks):
+            low = all(j.quota < 1.0 for j in self.rig.cpu)
+            self.rig.extra = 1.0 if low else 1 / 0.3
+            self.rig.step()
+
+
+def lost_core_s(rig: Rig) -> float:
+    """The CPU job's core-seconds under full quota, from the changes the rig applied."""
+    quota, last, lost = 1.0, 0, 0.0
+    for tick, _, q in rig.changes + [(rig.tick, "", 1.0)]:
+        lost += 4 * (1.0 - quota) * (tick - last) * rig.cfg.period_s
+        quota, last = q, tick
+    return lost
+
+
+def test_forged_progress_costs_a_victim_at_most_its_allowance():
+    cfg = EliminatorConfig(victim_share=0.25)  # and 60 core-s of grace
+    rig = Rig([0.0], config=cfg)
+    Forger(rig).run(200)  # 2000 s
+    allowed = cfg.victim_share * 4 * 2000 + cfg.victim_grace_core_s
+    lost = lost_core_s(rig)
+    assert rig.elim.stats()["budget_releases"] >= 1
+    # One tick of overshoot at most (a release happens at the tick the allowance is passed).
+    assert lost <= allowed + 4 * cfg.period_s
+    assert lost >= 0.5 * allowed  # the forger did get throttles: the bound is what held them
+    # Without the bound the forger takes far more (its restores relapse, ever slower):
+    # as it may from its own user's CPU jobs.
+    free = Rig([0.0], config=EliminatorConfig(victim_share=0.25))
+    forger = Forger(free)
+    free.cpu[0].user = free.dnn[0].user
+    forger.run(200)
+    assert lost_core_s(free) > 1.5 * lost and free.elim.stats()["budget_releases"] == 0
+
+
+def test_a_node_with_bandwidth_counters_needs_them_to_agree():
+    # Counters below the gate: the forger's claim alone throttles nobody.
+    rig = Rig([10.0], reports_bw=True)
+    Forger(rig).run(50)
+    assert rig.changes == [] and rig.elim.stats()["budget_releases"] == 0
+
+
+def test_a_released_victim_is_throttled_again_once_its_allowance_catches_up():
+    cfg = EliminatorConfig(victim_grace_core_s=0.0, victim_share=0.5)
+    rig = Rig([0.0], config=cfg)
+    Forger(rig).run(300)
+    releases = [d for d in rig.elim.decisions if d["action"] == "budget_release"]
+    throttles = [d for d in rig.elim.decisions if d["action"] in ("throttle", "fast_path")]
+    assert len(releases) >= 2 and throttles[-1]["time"] > releases[0]["time"]
+    assert lost_core_s(rig) <= 0.5 * 4 * 3000 + 4 * cfg.period_s
+
+
+def test_victim_bound_config_is_checked():
+    with pytest.raises(ValueError, match="victim_share"):
+        EliminatorConfig(victim_share=0.0)
+    with pytest.raises(ValueError, match="victim_grace_core_s"):
+        EliminatorConfig(victim_grace_core_s=-1.0)

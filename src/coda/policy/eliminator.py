@@ -25,7 +25,16 @@ their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md
   ``min_quota`` for the job's next ``window`` samples (at most ``probe_ticks``
   ticks, once per reference, counted), takes the better of the two speeds as the
   reference and puts the quotas back. The allocator re-measures the reference when
-  the job's cores change, and a job's earlier solo speed at a count is reused.
+  the job's cores change, and a job's earlier solo speed at a count is reused;
+- a bounded cost per victim: a training job's throughput is its own claim (its
+  progress records), which a job can forge. Where the node reports its memory
+  bandwidth, the counters must agree (the gate) before any throttle. Where it does
+  not, a CPU job sharing the node with another user's training job may lose at
+  most ``victim_share`` of its core-time since the eliminator first saw it, plus
+  ``victim_grace_core_s``, to quotas below 1; a job past that goes back to full
+  quota and is not throttled again until its allowance catches up
+  (``budget_release``). A user's training job may cost that user's own CPU jobs
+  without bound.
 
 Pure decision code: samples come from the ThroughputBook, time from the caller.
 """
@@ -71,13 +80,18 @@ class EliminatorConfig:
     max_backoff_doublings: int = 3  # repeated reverts back off up to 2**this x backoff_s
     calm_s: float = 600.0  # forget a node this long after its last action once all is restored
     history: int = 1000  # decisions kept for display
+    # Without bandwidth counters, what a CPU job may lose to throttles: this share of its
+    # core-time since first seen, plus the grace (core-seconds).
+    victim_share: float = 0.5
+    victim_grace_core_s: float = 60.0
     # A solo probe lasts at most this many ticks (0: no probes; references taken beside
     # a CPU job are then trusted as they are).
     probe_ticks: int = 6
 
     def __post_init__(self) -> None:
         fractions = ("drop_tolerance", "healthy_tolerance", "severe_drop", "bw_high", "bw_gate",
-                     "step_down", "min_quota", "step_up", "improve_min", "heavy_share")  # fmt: skip
+                     "step_down", "min_quota", "step_up", "improve_min", "heavy_share",
+                     "victim_share")  # fmt: skip
         for name in fractions:
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
@@ -86,6 +100,8 @@ class EliminatorConfig:
         for name in counts:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.victim_grace_core_s < math.inf:
+            raise ValueError(f"victim_grace_core_s must be >= 0, got {self.victim_grace_core_s}")
         if self.probe_ticks < 0:
             raise ValueError(f"probe_ticks must be >= 0, got {self.probe_ticks}")
         if self.period_s <= 0 or min(self.cooldown_s, self.backoff_s, self.calm_s) < 0:
@@ -165,6 +181,8 @@ class ContentionEliminator:
         self._nodes: dict[Node, _NodeState] = {}
         self._holders: dict[Job, set[Node]] = {}  # nodes holding each throttled job low
         self._dormant: set[Node] = set()  # left unwatched below the gate: fresh samples next
+        # CPU jobs on nodes without bandwidth counters: [first seen, core-s lost, last tick]
+        self._cost: dict[Job, list[float]] = {}
         self._counts = dict.fromkeys(
             ("ticks", "throttle_steps", "fast_paths", "restores", "reverts", "relapses"), 0
         )
@@ -175,6 +193,7 @@ class ContentionEliminator:
         self._counts["solo_probes"] = 0
         self._counts["probe_ticks"] = 0
         self._counts["probe_timeouts"] = 0
+        self._counts["budget_releases"] = 0
 
     # ------------------------------------------------------------- protocol
     def watching(self, node: Node) -> bool:
@@ -249,6 +268,15 @@ class ContentionEliminator:
         for j in cpu:  # throttled by nobody we know (a forgotten state): adopt it
             if j.quota < 1.0 - _EPS and j not in self._holders:
                 self._hold(node, st, j)
+        if node.bw_gbps <= 0:
+            # Nothing the training jobs cannot forge agrees: what another user's claim
+            # may cost each CPU job is bounded.
+            spent = self._charge(node, cpu, now)
+            if spent:
+                released = self._budget_release(node, st, now, spent)
+                cpu = [j for j in cpu if j not in spent]
+                if released or not cpu:
+                    return released
         if st.held and self._below_gate_at_full(node, st):
             return self._gate_release(node, st, now)
         if st.probe is not None:
@@ -271,6 +299,7 @@ class ContentionEliminator:
 
     def forget_job(self, job: Job) -> None:
         """Drop every reference to a job (optional: each tick prunes departed jobs too)."""
+        self._cost.pop(job, None)
         for node in self._holders.pop(job, set()):
             st = self._nodes.get(node)
             if st is not None:
@@ -591,6 +620,52 @@ class ContentionEliminator:
                 self._unhold(node, st, j)
         self._acted(st, now, "probe_end", cpu)
         self._log(now, node, "probe_end", acts, {"solo_over_reference": found})
+        return acts
+
+    # ------------------------------------------------------------- cost per victim
+    def _charge(self, node: Node, cpu: list[Job], now: float) -> set[Job]:
+        """Add the core-seconds each CPU job sharing the node with another user's
+        training job spent under full quota since the last tick; return those past
+        their allowance."""
+        cfg = self.config
+        spent: set[Job] = set()
+        for j in [j for j in self._cost if not j.placement]:
+            del self._cost[j]  # finished (a driver's ledger empties its placement)
+        users = {j.user for j in node.jobs if j.kind == DNN}
+        for j in cpu:
+            if not users - {j.user}:
+                continue  # only its own user's training jobs here: no bound
+            c = self._cost.get(j)
+            if c is None:
+                self._cost[j] = [now, 0.0, now]
+                continue
+            dt = now - c[2]
+            if dt > 0:
+                c[2] = now
+                if j.quota < 1.0 - _EPS:
+                    c[1] += max(1, j.cores_pn) * (1.0 - j.quota) * dt
+            allowed = cfg.victim_share * max(1, j.cores_pn) * (now - c[0]) + cfg.victim_grace_core_s
+            if c[1] > allowed:
+                spent.add(j)
+        return spent
+
+    def _budget_release(
+        self, node: Node, st: _NodeState, now: float, spent: set[Job]
+    ) -> list[Action]:
+        """CPU jobs past their allowance back to full quota, out of every judgement."""
+        acts: list[Action] = []
+        for j in spent:
+            if j.quota < 1.0 - _EPS and self._only(j, node):
+                acts.append(SetQuota(j, 1.0))
+            self._unhold(node, st, j)
+            self._strip(st, j)
+            if st.probe is not None:
+                st.probe.prior.pop(j, None)
+        if acts:
+            self._acted(st, now, "budget_release", None)
+            self._counts["budget_releases"] += 1
+            lost = {a.job.job_id: round(self._cost[a.job][1], 1) for a in acts}
+            self._log(now, node, "budget_release", acts, {"lost_core_s": lost})
         return acts
 
     # ------------------------------------------------------------- helpers

@@ -237,8 +237,10 @@ class SlurmNodeAgent(NodeAgent):
         req = sj.requested_cores_pn if mark.get("req", "").isdigit() else len(grant)
         gpus_pn = sj.gpus_per_node
         model = model_key(sj)
+        # Its owner, as the controller's view: the eliminator bounds what one user's
+        # training job may cost another's CPU job (policy/eliminator.py).
         job = Job(jid, f"{sj.name}#{jid}", now, gpus_pn * nodes, req * nodes, 0, nodes,
-                  float("inf"), model=model)  # fmt: skip
+                  float("inf"), model=model, user=str(sj.user_id))  # fmt: skip
         m = Managed(jid, job, name, self.state_dir / "jobs" / str(jid), cpus,
                     list(range(gpus_pn)), None, None)  # fmt: skip
         self.info[jid] = SlurmJobInfo(sj.user_id, mark, grant)
