@@ -31,10 +31,13 @@ def _cores(path: Path) -> int:
 
 
 def _share(quota: Path | None, cpuset: Path | None) -> float:
+    if quota is not None and not quota.exists() and (quota.parent / "cpu.max").exists():
+        quota = quota.parent / "cpu.max"  # cgroup v2: "max 100000" or "50000 100000"
     if quota is None or not quota.exists():
         return 0.0
     try:
-        q = int(quota.read_text().split()[0])
+        first = quota.read_text().split()[0]
+        q = -1 if first == "max" else int(first)
     except (OSError, ValueError, IndexError):
         return 0.0
     if q < 0:

@@ -23,7 +23,7 @@ from coda.runtime.cgroups import CgroupError
 from coda.runtime.progress import Progress, encode
 from coda.runtime.store import Store
 from coda.slurm.agent import GRANTS_KEY, SlurmNodeAgent
-from coda.slurm.cgroups import SlurmJobCgroups
+from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
 from coda.slurm.client import SlurmClient, SlurmError
 
 UID = os.getuid()
@@ -349,27 +349,38 @@ def test_remove_refuses_a_quota_group_with_live_processes(tmp_path: Path) -> Non
 
 
 # ------------------------------------------------------------------ SlurmJobCgroups v2
-def v2_tree(root: Path) -> Path:
-    base = root / "system.slice" / "slurmstepd.scope"
+def v2_tree(root: Path, node: str = "n1") -> Path:
+    """The layout Slurm 24.11 makes on a real cgroup v2 hierarchy (IgnoreSystemd): a
+    scope named after the node, holding slurmd's and slurmstepd's own groups and one
+    per job; cpuset.cpus set at the job level only (empty below: inherited)."""
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    base = root / "system.slice" / f"{node}_slurmstepd.scope"
     base.mkdir(parents=True)
     (base / "cpuset.cpus.effective").write_text("0-7\n")
-    jd = base / "job_5"
-    (jd / "step_batch" / "user" / "task_0").mkdir(parents=True)
-    (jd / "step_batch" / "slurm").mkdir()
-    for d in (jd, jd / "step_batch", jd / "step_batch" / "user" / "task_0"):
-        (d / "cpuset.cpus").write_text("2-3\n")
-    (jd / "step_batch" / "user" / "task_0" / "cgroup.threads").write_text("300\n301\n")
-    (jd / "step_batch" / "user" / "task_0" / "cgroup.procs").write_text("300\n")
+    (base / "slurmd").mkdir()  # slurmd itself: not a job
     (base / "system").mkdir()  # slurmstepd's own group: not a job
+    jd = base / "job_5"
+    task = jd / "step_batch" / "user" / "task_0"
+    task.mkdir(parents=True)
+    (jd / "step_batch" / "slurm").mkdir()
+    (jd / "cpuset.cpus").write_text("2-3\n")
+    for d in (jd / "step_batch", jd / "step_batch" / "slurm", jd / "step_batch" / "user", task):
+        (d / "cpuset.cpus").write_text("\n")
+        (d / "cpuset.cpus.effective").write_text("2-3\n")
+    (jd / "cpu.max").write_text("max 100000\n")
+    (task / "cgroup.threads").write_text("300\n301\n")
+    (task / "cgroup.procs").write_text("300\n")
     return base
 
 
 def test_v2_groups_quota_and_cpus(tmp_path: Path, writes: Writes) -> None:
     base = v2_tree(tmp_path)
+    v2_tree(tmp_path, node="n2")  # another slurmd's scope on the same host
     aff = Affinity()
     cg = SlurmJobCgroups("n1", tmp_path, version=2, setaffinity=aff)
-    assert cg.jobs() == {5: "job_5"}
+    assert cg.base == base and cg.jobs() == {5: "job_5"}
     assert cg.node_cpus() == list(range(8))
+    assert cg.cpus("job_5") == [2, 3]
     assert cg.pids("job_5") == [300] and cg.threads("job_5") == [300, 301]
     with pytest.raises(CgroupError):
         cg.cpus(f"uid_{UID}/job_5")  # the v1 form is no v2 name
@@ -380,13 +391,47 @@ def test_v2_groups_quota_and_cpus(tmp_path: Path, writes: Writes) -> None:
     assert (base / "job_5" / "cpu.max").read_text() == "max 100000"
     assert cg.quota("job_5") is None
     cg.set_cpus("job_5", [2, 3, 4])
-    first = [p for p, _ in writes.writes if p.endswith("cpuset.cpus")][0]
-    assert first == "system.slice/slurmstepd.scope/job_5/cpuset.cpus"
-    assert read_cpus(base / "job_5" / "step_batch" / "user" / "task_0") == "2-4"
+    cpuset_writes = [p for p, _ in writes.writes if p.endswith("cpuset.cpus")]
+    # Only the job's own: the steps' empty sets inherit it (written, they would pin).
+    assert cpuset_writes[0] == "system.slice/n1_slurmstepd.scope/job_5/cpuset.cpus"
+    assert {p.rsplit("/", 1)[0] for p in cpuset_writes} == {
+        "system.slice/n1_slurmstepd.scope/job_5"
+    }
+    assert read_cpus(base / "job_5") == "2-4"
+    assert read_cpus(base / "job_5" / "step_batch" / "user" / "task_0") == ""
     assert sorted(t for t, _ in aff.calls) == [300, 301]
+    cg.set_cpus("job_5", [3])
+    assert cg.cpus("job_5") == [3]
     cg.remove("job_5")  # v2: the quota lives in Slurm's group; nothing of CODA's to remove
     assert (base / "job_5").is_dir()
-    assert "cgroup v2" in cg.describe()
+    assert "cgroup v2" in cg.describe() and "n1_slurmstepd.scope" in cg.describe()
+
+
+def test_v2_a_step_with_a_cpuset_of_its_own_is_kept_inside_the_job(tmp_path: Path) -> None:
+    base = v2_tree(tmp_path)
+    (base / "job_5" / "step_batch" / "cpuset.cpus").write_text("2-3\n")
+    cg = SlurmJobCgroups("n1", tmp_path, version=2, setaffinity=Affinity())
+    cg.set_cpus("job_5", [2])
+    assert read_cpus(base / "job_5") == "2" and read_cpus(base / "job_5" / "step_batch") == "2"
+    assert read_cpus(base / "job_5" / "step_batch" / "slurm") == ""
+
+
+def test_v2_the_plain_scope_of_a_one_node_slurmd(tmp_path: Path) -> None:
+    base = v2_tree(tmp_path)
+    base.rename(tmp_path / "system.slice" / "slurmstepd.scope")
+    cg = SlurmJobCgroups("n1", tmp_path, version=2, setaffinity=Affinity())
+    assert cg.jobs() == {5: "job_5"} and cg.base.name == "slurmstepd.scope"
+
+
+def test_v2_no_scope_yet_means_no_jobs(tmp_path: Path) -> None:
+    cg = SlurmJobCgroups("n1", tmp_path, version=2)
+    assert cg.jobs() == {} and cg.base.name == "n1_slurmstepd.scope"
+
+
+def test_the_cgroup_version_is_read_from_the_root(tmp_path: Path) -> None:
+    assert cgroup_version_of(tmp_path) == 1
+    v2_tree(tmp_path)
+    assert cgroup_version_of(tmp_path) == 2
 
 
 # ------------------------------------------------------------------ the node agent

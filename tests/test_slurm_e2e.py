@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from coda.runtime.cgroups import parse_cpus
-from coda.slurm.cgroups import SlurmJobCgroups
+from coda.runtime.cgroups import CgroupError, parse_cpus
+from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
 from coda.slurm.index import ENDED
 from coda.slurm.listing import JobListing
@@ -203,11 +203,17 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     def job(jid: int) -> SlurmJob:
         return next(j for j in slurm.jobs() if j.job_id == jid)
 
+    # Slurm's own layout of the job groups: cgroup v1 (the development machines) or v2
+    # (deploy/cgroup2-guest: Slurm 24.11 on a real unified hierarchy).
+    version = cgroup_version_of()
+
     def cpuset(j: SlurmJob) -> list[int]:
-        f = Path(
-            f"/sys/fs/cgroup/cpuset/slurm_{j.nodes[0]}/uid_{j.user_id}/job_{j.job_id}/cpuset.cpus"
-        )
-        return parse_cpus(f.read_text()) if f.exists() else []
+        sg = SlurmJobCgroups(j.nodes[0], version=version)
+        name = sg.jobs().get(j.job_id)
+        try:
+            return sg.cpus(name) if name else []
+        except CgroupError:  # ended meanwhile
+            return []
 
     try:
         for n in ("controller", *gpu_nodes, *cpu_nodes):
@@ -267,7 +273,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
 
         # The eliminator's knob on a real Slurm job: CODA's own cpu-controller group.
         probe = job(on_cpu_nodes[0])
-        sg = SlurmJobCgroups(probe.nodes[0])
+        sg = SlurmJobCgroups(probe.nodes[0], version=version)
         group = str(_wait("its cgroup", lambda: sg.jobs().get(probe.job_id), 10))
         _wait(  # adopted first: an adoption resets a throttle it finds
             "its agent to adopt it",
@@ -277,11 +283,16 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
             ),
             20,
         )
-        qdir = Path(f"/sys/fs/cgroup/cpu/coda_slurm_{probe.nodes[0]}/job_{probe.job_id}")
+        # v1: CODA's own group, the job's processes moved there; v2: Slurm's job group.
+        qdir = sg._quota_dir(group)
         sg.set_quota(group, 0.5)
         assert sg.quota(group) == pytest.approx(0.5)
-        moved = {int(x) for x in (qdir / "cgroup.procs").read_text().split()}
-        assert sg.pids(group) and set(sg.pids(group)) <= moved
+        if version == 1:
+            moved = {int(x) for x in (qdir / "cgroup.procs").read_text().split()}
+            assert sg.pids(group) and set(sg.pids(group)) <= moved
+        else:
+            assert (qdir / "cpu.max").read_text().split() == ["50000", "100000"]
+            assert sg.pids(group), "the job's processes are in its group"
         sg.set_quota(group, None)
         assert sg.quota(group) is None
 
@@ -330,7 +341,8 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
         for jid in late:
             assert jobs[jid].start_time >= int(restart_t), f"{jid} started before the restart"
         assert set(daemons.alive()) == {"controller", *gpu_nodes, *cpu_nodes}
-        assert not qdir.exists(), "the agent removes a quota group when its job ends"
+        # v1: the agent removes its quota group; v2: slurmd removes the job's group.
+        assert not qdir.exists(), "a quota group goes when its job ends"
         _report(
             jobs,
             submitted,

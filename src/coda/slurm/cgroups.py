@@ -6,8 +6,11 @@ CPU sets and caps their CPU time:
 - cgroup v1: ``<root>/cpuset/slurm_<node>/uid_<uid>/job_<id>/step_<step>/``. Slurm
   makes no cpu-controller group there, so a throttled job's processes are moved
   into ``<root>/cpu/coda_slurm_<node>/job_<id>`` (other hierarchies untouched).
-- cgroup v2: ``<root>/<scope>/job_<id>/step_<step>/...`` with ``cpuset.cpus`` and
-  ``cpu.max`` in the job's own directory.
+- cgroup v2 (Slurm 24.11 with IgnoreSystemd, as met on a real hierarchy):
+  ``<root>/system.slice/<node>_slurmstepd.scope/`` (``slurmstepd.scope`` where slurmd
+  is built for one node a host) holding ``slurmd/``, ``system/`` and
+  ``job_<id>/step_<step>/{slurm,user/task_<n>}``; Slurm sets ``cpuset.cpus`` at the
+  job level only (lower levels inherit), and ``cpu.max`` is written there too.
 
 A child cpuset must stay inside its parent's, so narrowing writes the steps first
 and the job last; widening writes the job first, then the steps, then calls
@@ -50,7 +53,7 @@ class SlurmJobCgroups:
         version: int = 1,
         setaffinity: SetAffinity = os.sched_setaffinity,
         period_us: int = 100_000,
-        v2_scope: str = "system.slice/slurmstepd.scope",
+        v2_scope: str | None = None,
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", node):
             raise ValueError(f"not a node name: {node!r}")
@@ -64,8 +67,17 @@ class SlurmJobCgroups:
         self._v2_scope = v2_scope
         self._base: Path | None = None
         self.quota_base = (
-            self.root / "cpu" / f"coda_slurm_{node}" if version == 1 else self.root / v2_scope
+            self.root / "cpu" / f"coda_slurm_{node}" if version == 1 else self._v2_scopes()[0]
         )
+
+    def _v2_scopes(self) -> list[Path]:
+        """Where slurmd (v2) may put this node's jobs, the likeliest first: a scope
+        named after the node (slurmd built for several nodes a host, as Debian's), else
+        the plain one; ``v2_scope`` given, only that."""
+        if self._v2_scope is not None:
+            return [self.root / self._v2_scope]
+        sl = self.root / "system.slice"
+        return [sl / f"{self.node}_slurmstepd.scope", sl / "slurmstepd.scope"]
 
     @property
     def base(self) -> Path:
@@ -75,8 +87,12 @@ class SlurmJobCgroups:
         if self._base is not None:
             return self._base
         if self.version == 2:
-            self._base = self.root / self._v2_scope
-            return self._base
+            scopes = self._v2_scopes()
+            for d in scopes:
+                if d.is_dir():
+                    self._base = d
+                    return d
+            return scopes[0]  # not there yet: no jobs
         cpuset = self.root / "cpuset"
         for name in (f"slurm_{self.node}", "slurm"):
             if (cpuset / name).is_dir():
@@ -126,7 +142,12 @@ class SlurmJobCgroups:
         return out
 
     def _cpuset_tree(self, name: str) -> list[Path]:
-        return [d for d in self._tree(name) if (d / "cpuset.cpus").exists()]
+        tree = [d for d in self._tree(name) if (d / "cpuset.cpus").exists()]
+        if self.version == 2:
+            # An empty cpuset.cpus inherits its parent's: only the job's own and any a
+            # step set itself are written (writing the rest would pin them).
+            tree = [d for i, d in enumerate(tree) if i == 0 or read_file(d / "cpuset.cpus")]
+        return tree
 
     def exists(self, name: str) -> bool:
         return self._dir(name).is_dir()
@@ -148,7 +169,11 @@ class SlurmJobCgroups:
         return self.cpus(name)
 
     def cpus(self, name: str) -> list[int]:
-        return parse_cpus(read_file(self._dir(name) / "cpuset.cpus"))
+        d = self._dir(name)
+        cpus = parse_cpus(read_file(d / "cpuset.cpus"))
+        if not cpus and self.version == 2:  # none of its own: its parent's
+            cpus = parse_cpus(read_file(d / "cpuset.cpus.effective"))
+        return cpus
 
     def set_cpus(self, name: str, cpus: Iterable[int]) -> None:
         new = set(cpus)
@@ -157,7 +182,7 @@ class SlurmJobCgroups:
         tree = self._cpuset_tree(name)
         if not tree:
             raise CgroupError(f"job group {name!r} has no cpuset")
-        old = set(parse_cpus(read_file(tree[0] / "cpuset.cpus")))
+        old = set(self.cpus(name))
         text = format_cpus(new)
         if new - old:
             # Widen: parents first, to the union, so every child write stays inside.
@@ -278,6 +303,12 @@ class SlurmJobCgroups:
         return f"cgroup v{self.version} {self.base}"
 
 
+def cgroup_version_of(root: str | Path = "/sys/fs/cgroup") -> int:
+    """2 where ``root`` is a cgroup2 mount (a unified hierarchy's root has
+    ``cgroup.controllers``), else 1 (v1 or hybrid: one directory per controller)."""
+    return 2 if (Path(root) / "cgroup.controllers").is_file() else 1
+
+
 def _subdirs(d: Path) -> list[Path]:
     try:
         return sorted(p for p in d.iterdir() if p.is_dir())
@@ -289,4 +320,4 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-__all__ = ["SlurmJobCgroups", "CgroupError", "format_cpus"]
+__all__ = ["SlurmJobCgroups", "CgroupError", "cgroup_version_of", "format_cpus"]

@@ -189,8 +189,10 @@ def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgro
 )
 @click.option("--cgroup-root", type=click.Path(file_okay=False), default="/sys/fs/cgroup",
               show_default=True)  # fmt: skip
-@click.option("--cgroup-version", type=click.Choice(["1", "2"]), default="1", show_default=True,
-              help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2).")  # fmt: skip
+@click.option("--cgroup-version", type=click.Choice(["auto", "1", "2"]), default="auto",
+              show_default=True,
+              help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2); auto: 2 where the root "
+                   "is a cgroup2 mount (it has cgroup.controllers), else 1.")  # fmt: skip
 @click.option("--restore-on-exit", is_flag=True,
               help="Widen every job back to its Slurm grant when the agent stops.")  # fmt: skip
 @click.option(
@@ -238,14 +240,17 @@ def agent(
     from coda.runtime.metrics import MetricsServer, slurm_agent_registry, textfile_exporter
     from coda.runtime.store import Store, StoreError
     from coda.slurm.agent import SlurmNodeAgent
-    from coda.slurm.cgroups import SlurmJobCgroups
+    from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
     from coda.slurm.client import SlurmClient, SlurmError
 
     tune = checked_loop(policy, tunes, period, window)
     sd, lock = locked_state_dir(state_dir)
     say = timestamped(quiet)
     try:
-        cg = SlurmJobCgroups(node, cgroup_root, version=int(cgroup_version))
+        version = (
+            cgroup_version_of(cgroup_root) if cgroup_version == "auto" else int(cgroup_version)
+        )
+        cg = SlurmJobCgroups(node, cgroup_root, version=version)
         if board_root is not None:
             cg = _board_cgroups(cg, Path(board_root), node)
         cfg = AgentConfig(period_s=period, window_s=window, stall_s=stall, policy=policy,
