@@ -660,3 +660,40 @@ def test_a_host_list_of_many_bracket_groups_is_refused_not_a_recursion() -> None
     with pytest.raises(SlurmError, match="too many"):
         expand_hostlist("n[1]" * 1000)
     assert expand_hostlist("a[1-2]b[3]") == ["a1b3", "a2b3"]
+
+
+def _n(v: int, set_: bool = True, infinite: bool = False) -> dict[str, object]:
+    return {"set": set_, "infinite": infinite, "number": v}
+
+
+def test_squeue_json_of_slurm_24_11_wraps_numbers_and_lists_states() -> None:
+    """Slurm 24.11 (Debian 13; met in deploy/cgroup2-guest) wraps numbers as
+    {set, infinite, number}, gives job_state as a list and exit_code as an object."""
+    client, _ = client_for(
+        sq_job(
+            2,
+            job_state=["RUNNING"],
+            user_id=65534,
+            cpus=_n(2),
+            node_count=_n(1),
+            tasks=_n(1),
+            priority=_n(4294901759),
+            submit_time=_n(1700000002),
+            start_time=_n(1700000100),
+            end_time=_n(0, set_=False),
+            exit_code={"status": ["SUCCESS"], "return_code": _n(0), "signal": {}},
+            restart_cnt=_n(0),
+            time_limit=_n(0, infinite=True),
+            array_job_id=_n(0),
+            array_task_id=_n(0, set_=False),
+            het_job_id=_n(0),
+            nodes="c1",
+        ),
+        sq_job(3, job_state=["PENDING"], cpus=_n(4), exit_code={"return_code": _n(1)}),
+    )
+    a, b = client.jobs()
+    assert (a.state, a.cpus, a.node_count, a.user_id) == ("RUNNING", 2, 1, 65534)
+    assert a.priority == 4294901759 and a.submit_time == 1700000002
+    assert a.start_time == 1700000100 and a.end_time == 0 and a.exit_code == 0
+    assert a.time_limit_s is None and a.array_task_id is None and a.nodes == ["c1"]
+    assert (b.state, b.cpus, b.exit_code, b.nodes) == ("PENDING", 4, 1, [])

@@ -307,8 +307,25 @@ def _time_limit_s(v: Any) -> float | None:
     return None if v == 0 or v >= _NO_VAL32 else float(v * 60)
 
 
+def _unwrap(v: Any) -> Any:
+    """Slurm 23.02+ (API v0.0.39 on) gives numbers as ``{"set", "infinite", "number"}``
+    (24.11's squeue --json: node_count, cpus, start_time, ...): the number, or None when
+    not set or infinite. Anything else as it is (22.05 gives plain numbers)."""
+    if isinstance(v, dict) and "number" in v and isinstance(v.get("set", True), bool):
+        if v.get("set") is False or v.get("infinite") is True:
+            return None
+        return v.get("number")
+    return v
+
+
+def _int(v: Any) -> int:
+    """A plain or wrapped number (0 when absent, not set or infinite)."""
+    return int(_unwrap(v) or 0)
+
+
 def _epoch(v: Any, what: str) -> float | None:
     """A time stamp in epoch seconds; None for 0 or none."""
+    v = _unwrap(v)
     if v is None or v == 0:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -318,6 +335,7 @@ def _epoch(v: Any, what: str) -> float | None:
 
 def _positive(v: Any, what: str, default: int) -> int:
     """A whole number >= 1 (not a bool); ``default`` when absent."""
+    v = _unwrap(v)
     if v is None or v == 0:
         return default
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -330,6 +348,7 @@ def _no_id() -> int:
 
 
 def _count(v: Any, what: str) -> int:
+    v = _unwrap(v)
     if v is None:
         return 0
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -349,11 +368,16 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
     gpus_pn = gres_gpus(d.get("tres_per_node"))
     if not gpus_pn:
         per_job = gres_gpus(d.get("tres_per_job"))
-        per_task = gres_gpus(d.get("tres_per_task")) * int(d.get("tasks") or 1)
+        per_task = gres_gpus(d.get("tres_per_task")) * (_int(d.get("tasks")) or 1)
         gpus_pn = -(-(per_job or per_task) // max(1, nodes_n))
-    running = d.get("job_state") not in ("PENDING",)
+    state = d.get("job_state")
+    if isinstance(state, list):  # 24.11: the state, then its flags (["PENDING"])
+        state = state[0] if state else ""
+    running = state not in ("PENDING",)
     comment = d.get("admin_comment") or ""
     exit_code = d.get("exit_code")
+    if isinstance(exit_code, dict):  # 24.11: {"status", "return_code", "signal"}
+        exit_code = _unwrap(exit_code.get("return_code"))
     requeue = d.get("requeue", False)
     if not isinstance(requeue, bool):
         raise ValueError(f"requeue {requeue!r} is not true or false")
@@ -363,8 +387,8 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
     return SlurmJob(
         job_id=_positive(d.get("job_id"), "job_id", 0) or _no_id(),
         name=str(d.get("name") or ""),
-        user_id=int(d.get("user_id") or 0),
-        state=str(d.get("job_state") or ""),
+        user_id=_int(d.get("user_id")),
+        state=str(state or ""),
         reason=str(d.get("state_reason") or ""),
         cpus=_positive(d.get("cpus"), "cpus", 1),
         node_count=nodes_n,
@@ -372,20 +396,20 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
         nodes=expand_hostlist(d.get("nodes") or "") if running else [],
         required_nodes=expand_hostlist(d.get("required_nodes") or ""),
         dependency=str(d.get("dependency") or ""),
-        priority=int(d.get("priority") or 0),
+        priority=_int(d.get("priority")),
         mark=parse_mark(comment),
         admin_comment=comment,
-        submit_time=int(d.get("submit_time") or 0),
+        submit_time=_int(d.get("submit_time")),
         start_time=_epoch(d.get("start_time"), "start_time") if running else None,
-        end_time=int(d.get("end_time") or 0),
+        end_time=_int(d.get("end_time")),
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
         restarts=_count(d.get("restart_cnt"), "restart_cnt"),
         time_limit_s=_time_limit_s(d.get("time_limit")),
         # Slurm requeues batch jobs only (an srun or salloc job shows requeue too).
         requeueable=requeue and batch,
-        array_job_id=int(d.get("array_job_id") or 0),
-        array_task_id=d["array_task_id"] if isinstance(d.get("array_task_id"), int) else None,
-        het_job_id=int(d.get("het_job_id") or 0),
+        array_job_id=_int(d.get("array_job_id")),
+        array_task_id=task if isinstance(task := _unwrap(d.get("array_task_id")), int) else None,
+        het_job_id=_int(d.get("het_job_id")),
         partitions=[x for x in str(d.get("partition") or "").split(",") if x],
         excluded_nodes=expand_hostlist(d.get("excluded_nodes") or ""),
     )
