@@ -25,6 +25,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -39,6 +40,7 @@ from coda.policy.framework import Action, Policy, SetCores, SetQuota
 from coda.policy.state import Job, Node
 from coda.runtime import actions, adoption, sampler, supervisor
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
+from coda.runtime.limits import PURGE_BATCH, PURGE_EVERY_S
 from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
 from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
@@ -90,7 +92,8 @@ class NodeAgent:
             ),
         )
         self.sched: Scheduler | None = None  # made in start(), once the node is known
-        self._rows: dict[int, JobRow] = {}  # queued rows of the running admission
+        self._reasons: dict[int, str] = {}  # wait reasons as last written, by job id
+        self._next_purge = -math.inf
         self.node_name = node_name or os.uname().nodename
         self.node: Node | None = None
         self.running: dict[int, Managed] = {}
@@ -146,6 +149,8 @@ class NodeAgent:
                     "gpus": self.config.gpus,
                     "policy": self.policy.name,
                     "period_s": self.config.period_s,
+                    "keep_finished_s": self.config.limits.keep_finished_s,
+                    "finished_per_user": self.config.limits.finished_per_user,
                     "started": self.wall(),
                 }
             ),
@@ -246,26 +251,33 @@ class NodeAgent:
 
     # ------------------------------------------------------------ admission
     def _admit(self, now: float) -> None:
-        """Queue new rows, drop vanished ones, run the cycle, record why jobs wait."""
+        """Queue new rows, drop vanished ones, run the cycle, record why jobs wait.
+
+        The queue is read from an index (ids and cancel marks); only a row new to the
+        agent is read, once, and without its spec (which is read when the job starts):
+        a tick costs the same however big the queued specs are."""
         node, sched = self.node, self.sched
         assert node is not None and sched is not None
-        rows = self.store.jobs(("queued",))
-        live = {r.id for r in rows}
+        index = self.store.queue_index()
+        live = {rid for rid, _ in index}
         for rid in list(self._queued_jobs):
             if rid not in live:
                 sched.withdraw(self._queued_jobs.pop(rid))
-        self._rows = {}
-        for r in rows:
-            if r.cancel:
+        for rid in [rid for rid in self._reasons if rid not in live]:
+            del self._reasons[rid]
+        for rid, cancel in index:
+            if cancel:
                 # Cancelled while running, then preempted (or its launch interrupted and
                 # requeued): the cancel stands; it must not start again.
-                self.store.update(r.id, state="cancelled", end_t=self.wall(), message="cancelled")
-                job = self._queued_jobs.pop(r.id, None)
+                self.store.update(rid, state="cancelled", end_t=self.wall(), message="cancelled")
+                job = self._queued_jobs.pop(rid, None)
                 if job is not None:
                     sched.withdraw(job)
                 continue
-            self._rows[r.id] = r
-            if r.id in self._queued_jobs:
+            if rid in self._queued_jobs:
+                continue
+            r = self.store.queue_entry(rid)
+            if r is None or r.state != "queued":
                 continue
             job = self._job_from_row(r)
             never = sched.submit(job)
@@ -281,19 +293,42 @@ class NodeAgent:
             self._queued_jobs[r.id] = job
         if sched.pending():
             sched.cycle(now, self)
-        self._rows = {}
-        self.store.set_wait_reasons({job.idx: str(why) for job, why in sched.waiting()})
+        # Only reasons that changed are written (a row's update rewrites its whole spec).
+        changed = {}
+        for job, why in sched.waiting():
+            text = str(why)
+            if self._reasons.get(job.idx) != text:
+                changed[job.idx] = self._reasons[job.idx] = text
+        self.store.set_wait_reasons(changed)
+        self._purge()
+
+    def _purge(self) -> None:
+        """Delete finished jobs past their keeping (time, or the per-user count), their
+        decisions and job directories, at most PURGE_BATCH a pass; a pass every
+        PURGE_EVERY_S seconds, or at once after a full one."""
+        t = self.clock()
+        if t < self._next_purge:
+            return
+        lim = self.config.limits
+        before = self.wall() - lim.keep_finished_s
+        ids = self.store.purge(before, lim.finished_per_user, PURGE_BATCH)
+        n = self.store.purge_decisions(before, PURGE_BATCH)
+        for jid in ids:
+            if jid not in self.running:
+                shutil.rmtree(self.job_dir(jid), ignore_errors=True)
+        if ids:
+            self.counters["agent:purged"] = self.counters.get("agent:purged", 0) + len(ids)
+        full = len(ids) >= PURGE_BATCH or n >= PURGE_BATCH
+        self._next_purge = t if full else t + PURGE_EVERY_S
 
     def bind(self, start: Start) -> bool:
-        """The cycle's start: launch the job (the cycle has booked its cores)."""
+        """The cycle's start: launch the job (the cycle has booked its cores). Its row,
+        spec and all, is read now, once."""
         jid = start.job.idx
-        r = self._rows.get(jid)
-        if r is None:
-            # Requeued by a reclaim earlier in this cycle: its row as it is now.
-            r = self.store.job(jid)
-            if r is None or r.state != "queued" or r.cancel:
-                self._queued_jobs.pop(jid, None)
-                return False
+        r = self.store.job(jid)
+        if r is None or r.state != "queued" or r.cancel:
+            self._queued_jobs.pop(jid, None)
+            return False
         ok = self._launch(r, start.job, start.cores_pn, self.clock())
         if not ok:
             self._queued_jobs.pop(jid, None)  # the next tick looks at its row again

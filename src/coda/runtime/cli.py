@@ -190,7 +190,13 @@ def _quiet_cancel(client: AgentClient, job_id: int) -> None:
 @click.command()
 @state_dir_option
 @click.argument("job_id", type=JOB_ID, required=False)
-@click.option("--all", "show_all", is_flag=True, help="Also list finished jobs (last 50).")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also list finished jobs (last 50; the agent keeps them --keep-finished, "
+    "24 h by default).",
+)
 @click.option(
     "--decisions",
     type=AsciiIntRange(min=0, max=1000),

@@ -14,12 +14,21 @@ from pathlib import Path
 
 import click
 
-from coda.params import AsciiIntRange
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
 from coda.runtime.cli_daemon import checked_loop, control_loop_options, timestamped
 from coda.runtime.cli_state_dir import locked_state_dir, state_dir_option
 from coda.runtime.control import SOCKET_NAME, ControlServer
 from coda.runtime.jobspec import MAX_GPUS
+from coda.runtime.limits import (
+    FINISHED_PER_USER_RANGE,
+    KEEP_FINISHED_RANGE,
+    SPEC_BYTES_RANGE,
+    STATUS_ROWS_RANGE,
+    USER_BYTES_RANGE,
+    USER_SHARE_RANGE,
+    Limits,
+)
 from coda.runtime.statedir import StateDirError
 from coda.runtime.store import Store, StoreError
 
@@ -104,6 +113,49 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     help="Serve Prometheus metrics on this port (0: any free port).",
 )
 @click.option(
+    "--max-spec-bytes",
+    type=AsciiIntRange(min=SPEC_BYTES_RANGE[0], max=SPEC_BYTES_RANGE[1]),
+    default=Limits.spec_bytes,
+    show_default=True,
+    help="Bytes of command, environment, directory, name and model one job spec may hold.",
+)
+@click.option(
+    "--max-user-bytes",
+    type=AsciiIntRange(min=USER_BYTES_RANGE[0], max=USER_BYTES_RANGE[1]),
+    default=Limits.user_bytes,
+    show_default=True,
+    help="Bytes of specs one user's queued and running jobs may hold together.",
+)
+@click.option(
+    "--keep-finished",
+    type=FiniteFloat(min=KEEP_FINISHED_RANGE[0], max=KEEP_FINISHED_RANGE[1]),
+    default=Limits.keep_finished_s,
+    show_default=True,
+    help="Seconds a finished job's row, decisions and logs are kept after it ends.",
+)
+@click.option(
+    "--keep-finished-per-user",
+    type=AsciiIntRange(min=FINISHED_PER_USER_RANGE[0], max=FINISHED_PER_USER_RANGE[1]),
+    default=Limits.finished_per_user,
+    show_default=True,
+    help="Finished jobs kept per user at most (the oldest go first).",
+)
+@click.option(
+    "--status-rows",
+    type=AsciiIntRange(min=STATUS_ROWS_RANGE[0], max=STATUS_ROWS_RANGE[1]),
+    default=Limits.status_rows,
+    show_default=True,
+    help="Jobs one status answer lists at most (it says how many more there are).",
+)
+@click.option(
+    "--user-share",
+    type=FiniteFloat(min=USER_SHARE_RANGE[0], max=USER_SHARE_RANGE[1]),
+    default=Limits.user_share,
+    show_default=True,
+    help="Share of the control socket's time one user's requests may take "
+    "(root's are not counted).",
+)
+@click.option(
     "--stop-jobs-on-exit",
     is_flag=True,
     help="Kill running jobs when the agent stops [default: leave them to the next agent].",
@@ -122,6 +174,12 @@ def agent(
     cgroup_prefix: str,
     metrics_port: int | None,
     stop_jobs_on_exit: bool,
+    max_spec_bytes: int,
+    max_user_bytes: int,
+    keep_finished: float,
+    keep_finished_per_user: int,
+    status_rows: int,
+    user_share: float,
     tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -134,6 +192,17 @@ def agent(
     from coda.runtime.service import AgentService
 
     tune = checked_loop(policy, tunes, period, window)
+    try:
+        limits = Limits(
+            spec_bytes=max_spec_bytes,
+            user_bytes=max_user_bytes,
+            keep_finished_s=keep_finished,
+            finished_per_user=keep_finished_per_user,
+            status_rows=status_rows,
+            user_share=user_share,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
     sd, lock = locked_state_dir(state_dir)
     if gpus is None:
         gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
@@ -165,6 +234,7 @@ def agent(
         gpus=gpus,
         cpus=_parse_cpu_list(cpu_list),
         tune=tune,
+        limits=limits,
     )
     try:
         node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
@@ -190,7 +260,7 @@ def agent(
     try:
         node_agent.start()
         try:
-            service = AgentService(sd / "coda.db")
+            service = AgentService(sd / "coda.db", limits)
             control = ControlServer(sock, service, on_exit=service.close)
         except OSError as e:
             raise StateDirError(f"control socket {sock}: {e.strerror or e}") from None

@@ -4,6 +4,7 @@ decision lines for people, or JSON for programs."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -12,6 +13,7 @@ import click
 
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.jobrow import ACTIVE
+from coda.runtime.limits import format_span
 from coda.runtime.timelimit import format_time_limit
 
 
@@ -30,6 +32,23 @@ def fmt_decision(d: dict[str, Any]) -> str:
     return f"{t} {job}{d['component']}: {d['action']} {text}".rstrip()
 
 
+def retention(agent_info: dict[str, Any]) -> str:
+    """How long the agent keeps finished jobs, as its record says ('' if it does not)."""
+    keep, per_user = agent_info.get("keep_finished_s"), agent_info.get("finished_per_user")
+    ok = (
+        isinstance(keep, int | float)
+        and not isinstance(keep, bool)
+        and math.isfinite(keep)
+        and keep > 0
+        and type(per_user) is int
+        and per_user >= 0
+    )
+    if not ok:
+        return ""
+    span = format_span(float(keep))  # type: ignore[arg-type]  # a number: checked above
+    return f"(finished jobs are kept {span} after they end, at most {per_user} per user)"
+
+
 def show_status(got: dict[str, Any], running: bool, as_json: bool) -> None:
     """Print an agent's status answer (jobs, decisions, the agent's own record);
     ``running``: whether an agent answered (else the database was read directly)."""
@@ -38,12 +57,14 @@ def show_status(got: dict[str, Any], running: bool, as_json: bool) -> None:
     from rich.text import Text
 
     rows, decs, agent_info = got["jobs"], got["decisions"], got["agent"]
+    more = got.get("more", 0)
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "agent": {**agent_info, "running": running},
                     "jobs": [r.as_dict() for r in rows],
+                    "more": more,
                     "decisions": decs,
                 },
                 indent=2,
@@ -94,6 +115,11 @@ def show_status(got: dict[str, Any], running: bool, as_json: bool) -> None:
         )
         table.add_row(*(Text(c) for c in cells))  # Text: a job's name is never markup
     console.print(table)
+    if more:
+        console.print(f"... and {more} more job(s) not listed", markup=False, highlight=False)
+    kept = retention(agent_info)
+    if kept:
+        console.print(kept, markup=False, highlight=False)
     if decs:
         console.print("\nrecent decisions:")
         for d in decs:

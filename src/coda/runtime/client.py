@@ -26,6 +26,7 @@ from coda.runtime.control import (
     check_socket,
     request,
 )
+from coda.runtime.limits import Limits
 from coda.runtime.statedir import owned_by_me, run_dir_of, secure_dir
 from coda.runtime.store import ACTIVE, JobRow, JobSpec, Store, StoreError, read_log
 
@@ -111,7 +112,9 @@ class SocketClient:
         a = self._ask({"op": "status", "job_id": job_id, "all": show_all, "decisions": decisions})
         jobs = self._field(a, "jobs", list)
         decs = self._field(a, "decisions", list)
+        more = a.get("more", 0)  # agents before the status cap do not say
         return {
+            "more": more if type(more) is int and more >= 0 else 0,
             "jobs": [_row(d) for d in jobs],
             "decisions": [_decision(d) for d in decs],
             "agent": self._field(a, "agent", dict),
@@ -163,12 +166,13 @@ class LocalClient:
             row = self.store.job(job_id)
             if row is None:
                 raise ClientError(f"no job {job_id}")
-            rows = [row]
+            rows, more = [row], 0
         elif show_all:
-            rows = self.store.jobs(limit=50)
+            rows, more = self.store.job_list(None, 50, newest=True)
         else:
-            rows = self.store.jobs(("queued", *ACTIVE))
+            rows, more = self.store.job_list(("queued", *ACTIVE), Limits().status_rows)
         return {
+            "more": more,
             "jobs": rows,
             "decisions": self.store.decisions(limit=decisions, job_id=job_id),
             "agent": self.store.agent_info(),

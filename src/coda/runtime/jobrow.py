@@ -96,6 +96,7 @@ class JobRow:
         """A row as the agent wrote it; ValueError naming the field if it is not (a
         damaged or hand-edited database must not crash the agent or the CLI)."""
         d = dict(r)
+        d.pop("spec_bytes", None)  # the database's own bookkeeping (the per-user cap)
         try:
             d["argv"] = json.loads(d["argv"])
             d["env"] = json.loads(d["env"])

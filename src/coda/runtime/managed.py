@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda.policy.state import Job
+from coda.runtime.limits import Limits
 from coda.runtime.progress import Progress
 
 
@@ -23,6 +24,8 @@ class AgentConfig:
     kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long
     # Policy knobs for this node, e.g. {"eliminator.step_down": "0.5"} (see tune_policy).
     tune: dict[str, str] = field(default_factory=dict)
+    # What users may store and cost: spec and per-user bytes, how long finished jobs stay.
+    limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
         if self.period_s <= 0 or self.window_s < self.period_s:

@@ -3,10 +3,14 @@
 The rules, all keyed by the uid the kernel reported for the connecting process:
 - a submitted job runs as the submitter (uid, primary gid, the user's groups); an
   agent that is not root can run only its own user's jobs and refuses others; a user
-  has at most MAX_QUEUED_PER_USER jobs waiting;
+  has at most MAX_QUEUED_PER_USER jobs waiting, one spec holds at most
+  ``limits.spec_bytes`` and a user's queued and running specs ``limits.user_bytes``;
+- one user's requests take at most ``limits.user_share`` of this thread's time (over
+  it they are answered "busy" at once), so one user's loop cannot starve another's;
 - a user cancels and reads the logs of only their own jobs (root and the agent's own
   user may do so for any);
-- status lists every job, without commands and environments; one job's command,
+- status lists jobs (at most ``limits.status_rows``, and how many more), without
+  commands and environments; one job's command,
   working directory and environment are shown to its owner only (environments hold
   tokens; commands hold paths).
 """
@@ -15,11 +19,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.control import Peer
+from coda.runtime.limits import Limits, TimeBudget, check_spec_bytes
 from coda.runtime.store import (
     ACTIVE,
     MAX_JOB_ID,
@@ -61,8 +67,10 @@ class AgentService:
     on the first request: they all come from the control socket's one thread (not the
     control loop's), and SQLite ties a connection to the thread that made it."""
 
-    def __init__(self, db: str | os.PathLike[str]) -> None:
+    def __init__(self, db: str | os.PathLike[str], limits: Limits | None = None) -> None:
         self.db = Path(db)
+        self.limits = limits or Limits()
+        self.budget = TimeBudget(self.limits.user_share)
         self._store: Store | None = None
 
     def __call__(self, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
@@ -75,10 +83,27 @@ class AgentService:
         }
         if not isinstance(op, str) or op not in handlers:
             return {"ok": False, "error": f"unknown request {str(op)[:40]!r}"}
+        metered = not _is_admin(peer.uid)
+        wait = self.budget.wait_s(peer.uid) if metered else 0.0
+        if wait > 0:
+            return {
+                "ok": False,
+                "busy": True,
+                "error": f"busy: uid {peer.uid}'s requests took their share of the agent's "
+                f"time; try again in {wait:.1f} s",
+            }
+        t0 = time.perf_counter()
+        try:
+            return self._serve(handlers[op], req, peer)
+        finally:
+            if metered:
+                self.budget.charge(peer.uid, time.perf_counter() - t0)
+
+    def _serve(self, handler: Any, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         try:
             if self._store is None:
                 self._store = Store(self.db)
-            return handlers[op](self._store, req, peer)
+            return handler(self._store, req, peer)  # type: ignore[no-any-return]
         except SpecError as e:
             return {"ok": False, "error": str(e)}
         except (StoreError, sqlite3.Error) as e:
@@ -109,12 +134,21 @@ class AgentService:
         # Never probe the user's working directory as root (it would be an oracle for
         # any path): the job enters it as its user when it starts.
         spec.validate(node_cores, gpus if type(gpus) is int else None, probe_cwd=False)
-        if store.queued_by(peer.uid) >= MAX_QUEUED_PER_USER:
-            raise SpecError(
-                f"uid {peer.uid} has {MAX_QUEUED_PER_USER} jobs waiting already: "
-                "wait for some to start, or cancel some"
-            )
-        job_id = store.submit(spec, Owner.of_user(peer.uid, peer.gid))
+        size = check_spec_bytes(spec, self.limits.spec_bytes)
+        with store.tx():  # the caps and the insert at once
+            queued, held = store.usage(peer.uid)
+            if queued >= MAX_QUEUED_PER_USER:
+                raise SpecError(
+                    f"uid {peer.uid} has {MAX_QUEUED_PER_USER} jobs waiting already: "
+                    "wait for some to start, or cancel some"
+                )
+            if held + size > self.limits.user_bytes:
+                raise SpecError(
+                    f"uid {peer.uid}'s queued and running jobs hold {held} bytes of specs; "
+                    f"this one ({size}) would pass the {self.limits.user_bytes} a user may "
+                    "hold: wait for some to end, or cancel some"
+                )
+            job_id = store.submit(spec, Owner.of_user(peer.uid, peer.gid))
         return {"ok": True, "id": job_id}
 
     def status(self, store: Store, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
@@ -125,12 +159,20 @@ class AgentService:
             if row is None:
                 return {"ok": False, "error": f"no job {job_id}"}
             jobs = [visible(row, peer.uid)]
+            more = 0
         else:
-            rows = store.jobs(limit=50) if req.get("all") else store.jobs(("queued", *ACTIVE))
+            cap = _int(
+                req.get("limit", self.limits.status_rows), "limit", 1, self.limits.status_rows
+            )
+            if req.get("all"):
+                rows, more = store.job_list(None, min(cap, 50), newest=True)
+            else:
+                rows, more = store.job_list(("queued", *ACTIVE), cap)
             jobs = [visible(r, peer.uid, detail=False) for r in rows]
         return {
             "ok": True,
             "jobs": jobs,
+            "more": more,
             "decisions": store.decisions(limit=n, job_id=job_id),
             "agent": store.agent_info(),
         }

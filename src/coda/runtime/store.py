@@ -9,6 +9,7 @@ the cgroup it lives in.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -71,8 +72,10 @@ __all__ = [
 ]
 
 # 2: jobs.uid/gid/groups (who submitted, as the kernel said);
-# 3: jobs.time_limit_s (the user's limit) and jobs.wait_reason (why a queued job waits)
-SCHEMA_VERSION = 3
+# 3: jobs.time_limit_s (the user's limit) and jobs.wait_reason (why a queued job waits);
+# 4: jobs.spec_bytes (what the row's spec holds, for the per-user cap) and the indexes
+#    that let the agent and status read the queue without its specs
+SCHEMA_VERSION = 4
 MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
 
 _SCHEMA = """
@@ -108,9 +111,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     gid INTEGER,
     groups TEXT NOT NULL DEFAULT '[]',
     time_limit_s REAL,
-    wait_reason TEXT NOT NULL DEFAULT ''
+    wait_reason TEXT NOT NULL DEFAULT '',
+    spec_bytes INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     t REAL NOT NULL,
@@ -126,7 +129,25 @@ CREATE TABLE IF NOT EXISTS decisions (
 _ADDED = {
     2: ("uid INTEGER", "gid INTEGER", "groups TEXT NOT NULL DEFAULT '[]'"),
     3: ("time_limit_s REAL", "wait_reason TEXT NOT NULL DEFAULT ''"),
+    4: ("spec_bytes INTEGER NOT NULL DEFAULT 0",),
 }
+
+# Made once every column is there. Covering indexes: the queue, a user's usage and the
+# purge read them without touching a row (a row's spec may be tens of KiB).
+_INDEXES = """
+DROP INDEX IF EXISTS jobs_state;
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, cancel);
+CREATE INDEX IF NOT EXISTS jobs_user ON jobs (uid, state, spec_bytes);
+CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (state, end_t);
+CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
+"""
+
+# The columns of a row listed without its spec (status lists, the agent's queue).
+_SPEC_COLS = ("argv", "env", "cwd")
+_LIST_COLS = ", ".join(
+    [f.name for f in dataclasses.fields(JobRow) if f.name not in _SPEC_COLS]
+    + ["'[]' AS argv", "'{}' AS env", "'' AS cwd"]
+)
 
 
 class StoreError(RuntimeError):
@@ -178,6 +199,7 @@ class Store:
         self._db.executescript(_SCHEMA)
         got = self.meta("schema")
         if got is None:
+            self._db.executescript(_INDEXES)
             self.set_meta("schema", str(SCHEMA_VERSION))
             return
         try:
@@ -197,6 +219,13 @@ class Store:
                 for col in _ADDED.get(v, ()):
                     if col.split()[0] not in cols:
                         self._db.execute(f"ALTER TABLE jobs ADD COLUMN {col}")
+            if version < 4:  # rows of older versions: their specs' size as stored
+                self._db.execute(
+                    "UPDATE jobs SET spec_bytes = length(CAST(argv AS BLOB)) "
+                    "+ length(CAST(env AS BLOB)) + length(CAST(cwd AS BLOB))"
+                )
+            for stmt in filter(None, (x.strip() for x in _INDEXES.split(";"))):
+                self._db.execute(stmt)
             self.set_meta("schema", str(SCHEMA_VERSION))
 
     def close(self) -> None:
@@ -232,15 +261,17 @@ class Store:
         ``JobSpec.validate``."""
         spec.validate(probe_cwd=False)
         owner = owner or Owner.me()
+        argv, env = json.dumps(spec.argv), json.dumps(spec.env)
         cur = self._db.execute(
             "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
-            "uid, gid, groups, time_limit_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "uid, gid, groups, time_limit_s, spec_bytes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 spec.name,
                 spec.kind,
-                json.dumps(spec.argv),
+                argv,
                 spec.cwd,
-                json.dumps(spec.env),
+                env,
                 spec.cores,
                 spec.gpus,
                 spec.model,
@@ -249,6 +280,7 @@ class Store:
                 owner.gid,
                 json.dumps(list(owner.groups)),
                 spec.time_limit_s,
+                stored_bytes(argv, env, spec.cwd),
             ),
         )
         assert cur.lastrowid is not None  # set by every successful INSERT
@@ -278,6 +310,101 @@ class Store:
             q = f"SELECT * FROM ({newest} LIMIT ?) ORDER BY id"
             args.append(limit)
         return [self._row(r) for r in self._db.execute(q, args)]
+
+    def job_list(
+        self, states: Sequence[str] | None, limit: int, newest: bool = False
+    ) -> tuple[list[JobRow], int]:
+        """At most ``limit`` rows in ``states`` (None: any), oldest first (``newest``:
+        the newest ``limit`` of them), without their specs (argv, env and cwd empty), and
+        how many more there are: one status answer costs the same however big the specs
+        or the queue."""
+        where, args = "", list(states or ())
+        if states:
+            where = f" WHERE state IN ({','.join('?' * len(states))})"
+        total = int(self._db.execute(f"SELECT COUNT(*) FROM jobs{where}", args).fetchone()[0])
+        order = "DESC" if newest else "ASC"
+        q = f"SELECT {_LIST_COLS} FROM jobs{where} ORDER BY id {order} LIMIT ?"
+        rows = [self._row(r) for r in self._db.execute(q, [*args, limit])]
+        rows.sort(key=lambda r: r.id)
+        return rows, max(0, total - len(rows))
+
+    def queue_index(self) -> list[tuple[int, int]]:
+        """(id, cancel) of every queued job, from an index alone (no row is read)."""
+        q = "SELECT id, cancel FROM jobs WHERE state = 'queued' ORDER BY id"
+        return [(int(r[0]), int(r[1])) for r in self._db.execute(q)]
+
+    def queue_entry(self, job_id: int) -> JobRow | None:
+        """A queued job's row without its spec (argv, env and cwd empty): what the
+        scheduler needs to queue it; the spec is read when it starts."""
+        r = self._db.execute(f"SELECT {_LIST_COLS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if r is None else self._row(r)
+
+    def cancelled_ids(self, states: Sequence[str]) -> list[int]:
+        """Ids of jobs in ``states`` marked for cancelling (from an index alone)."""
+        q = f"SELECT id FROM jobs WHERE state IN ({','.join('?' * len(states))}) AND cancel != 0"
+        return [int(r[0]) for r in self._db.execute(q, list(states))]
+
+    def usage(self, uid: int) -> tuple[int, int]:
+        """(jobs queued, bytes of specs queued or running) of ``uid`` (from an index)."""
+        r = self._db.execute(
+            "SELECT COALESCE(SUM(state = 'queued'), 0), COALESCE(SUM(spec_bytes), 0) FROM jobs "
+            "WHERE uid IS ? AND state IN ('queued', 'starting', 'running')",
+            (uid,),
+        ).fetchone()
+        return int(r[0]), int(r[1])
+
+    def purge(self, before: float, per_user: int, batch: int) -> list[int]:
+        """Delete at most ``batch`` finished jobs: those that ended before ``before``
+        (wall time), then each user's oldest beyond their newest ``per_user``; and their
+        decisions. Returns the ids deleted (their job directories are the caller's)."""
+        final = f"state IN ({','.join('?' * len(FINAL))})"
+        ids = [
+            int(r[0])
+            for r in self._db.execute(
+                f"SELECT id FROM jobs WHERE {final} AND end_t < ? ORDER BY id LIMIT ?",
+                (*FINAL, before, batch),
+            )
+        ]
+        if len(ids) < batch:
+            over = self._db.execute(
+                f"SELECT uid, COUNT(*) FROM jobs INDEXED BY jobs_user WHERE {final} "
+                "GROUP BY uid HAVING COUNT(*) > ?",
+                (*FINAL, per_user),
+            ).fetchall()
+            taken = set(ids)
+            for uid, n in over:
+                room = batch - len(ids)
+                if room <= 0:
+                    break
+                for r in self._db.execute(
+                    f"SELECT id FROM jobs INDEXED BY jobs_user WHERE uid IS ? AND {final} "
+                    "ORDER BY id LIMIT ?",
+                    (uid, *FINAL, min(room, int(n) - per_user)),
+                ):
+                    if int(r[0]) not in taken:
+                        ids.append(int(r[0]))
+        if not ids:
+            return []
+        with self.tx():
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                marks = ",".join("?" * len(part))
+                # Only rows still finished: never one a concurrent change made active.
+                self._db.execute(
+                    f"DELETE FROM jobs WHERE id IN ({marks}) AND {final}", (*part, *FINAL)
+                )
+                self._db.execute(f"DELETE FROM decisions WHERE job_id IN ({marks})", part)
+        return ids
+
+    def purge_decisions(self, before: float, batch: int) -> int:
+        """Delete at most ``batch`` of the oldest decisions made before ``before``."""
+        rows = self._db.execute(
+            "SELECT id, t FROM decisions ORDER BY id LIMIT ?", (batch,)
+        ).fetchall()
+        old = [int(r[0]) for r in rows if isinstance(r[1], int | float) and r[1] < before]
+        if old:
+            self._db.execute(f"DELETE FROM decisions WHERE id IN ({','.join('?' * len(old))})", old)
+        return len(old)
 
     def job_ids(self, states: Sequence[str]) -> list[int]:
         """Ids of the jobs in ``states`` (no rows parsed)."""
@@ -351,8 +478,8 @@ class Store:
                 )
             elif row.state in ACTIVE:
                 self.update(job_id, cancel=1)
-        row = self.job(job_id)
-        assert row is not None  # it was there in the transaction above; rows are never deleted
+            row = self.job(job_id)  # in the transaction: a purge cannot take it between
+        assert row is not None
         return row
 
     # ------------------------------------------------------------ decisions
@@ -401,7 +528,14 @@ class Store:
         return info
 
     def queued_by(self, uid: int) -> int:
+        """Jobs of ``uid`` waiting."""
         r = self._db.execute(
             "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND uid IS ?", (uid,)
         ).fetchone()
         return int(r[0])
+
+
+def stored_bytes(argv: str, env: str, cwd: str) -> int:
+    """What a row's spec takes in the database: its JSON command and environment and its
+    working directory, as UTF-8 (the per-user cap counts these)."""
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in (argv, env, cwd))

@@ -133,13 +133,14 @@ def _cgroup_pids(self: NodeAgent, m: Managed) -> list[int]:
 
 
 def _cancels(self: NodeAgent, now: float) -> None:
-    for row in self.store.jobs(("starting", "running")):
-        m = self.running.get(row.id)
-        if m is None or not row.cancel or m.kill_at is not None:
+    # Ids from an index: no row (and no spec) is read unless it is being cancelled.
+    for job_id in self.store.cancelled_ids(("starting", "running")):
+        m = self.running.get(job_id)
+        if m is None or m.kill_at is not None:
             continue
         self._kill(m, signal.SIGTERM)
         m.kill_at = now + self.config.kill_grace_s
-        self._decide(now, row.id, "agent", "cancel", {"signal": "SIGTERM"})
+        self._decide(now, job_id, "agent", "cancel", {"signal": "SIGTERM"})
 
 
 def _time_limits(self: NodeAgent, now: float) -> None:
