@@ -41,6 +41,7 @@ def test_help_names_every_option() -> None:
         ("--timeout",),
         ("--bogus",),
         ("build", "extra"),
+        ("-k", "a;b"),  # pytest -k: words only
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(args: tuple[str, ...]) -> None:

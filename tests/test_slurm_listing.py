@@ -639,3 +639,36 @@ def test_a_flood_renewed_every_read_never_keeps_another_users_job_out() -> None:
     assert all(100 in ids for ids in seen)
     assert 200 in seen[1] and 200 in seen[2]
     assert {j.job_id: j for j in listing.jobs()}[200].excluded_nodes == ["n1"]
+
+
+def test_a_squeue_without_array_unique_is_asked_without_it() -> None:
+    """Slurm 24.11's squeue refuses --array-unique (an unknown option): the listing
+    asks once more without it, and from then on never with it."""
+    from coda.slurm.client import SlurmError
+    from coda.slurm.listing import JobListing, listing_argv
+
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        calls.append(argv)
+        if "--array-unique" in argv:
+            raise SlurmError(f'{" ".join(argv)}: Try "squeue --help" for more information')
+        return ""
+
+    listing = JobListing(run)
+    assert listing.jobs() == [] and listing.jobs() == []
+    assert calls[0] == listing_argv() and not listing.array_unique
+    assert calls[1:] == [[a for a in listing_argv() if a != "--array-unique"]] * 2
+
+
+def test_another_squeue_failure_is_not_taken_for_a_missing_option() -> None:
+    from coda.slurm.client import SlurmError
+    from coda.slurm.listing import JobListing
+
+    def run(argv: list[str]) -> str:
+        raise SlurmError("squeue: Unable to contact slurm controller")
+
+    listing = JobListing(run)
+    with pytest.raises(SlurmError, match="contact"):
+        listing.jobs()
+    assert listing.array_unique

@@ -277,6 +277,9 @@ class JobListing:
         self._unsettled: set[int] = set()  # ids the last read left unsettled
         self._refreshed_at = clock()
         self.parsed = 0  # lines parsed anew, over this listing's life
+        # Slurm 24.11's squeue has no --array-unique (refused as an unknown option):
+        # found at the first read, asked without it from then on.
+        self.array_unique = True
         # What the last read found new or changed (new objects), and the ids it no
         # longer saw: what a reader that keeps its own state needs to look at.
         self.changed: list[SlurmJob] = []
@@ -299,8 +302,22 @@ class JobListing:
         if line is not None:
             self._by_line.pop(line, None)
 
+    def _squeue(self, argv: list[str]) -> str:
+        if not self.array_unique:
+            return self.run([a for a in argv if a != "--array-unique"])
+        try:
+            return self.run(argv)
+        except SlurmError as e:
+            if "--array-unique" not in argv or "squeue --help" not in str(e):
+                raise
+            # An option this squeue does not know (24.11): once more without it; a
+            # failure then is a failure.
+            text = self.run([a for a in argv if a != "--array-unique"])
+            self.array_unique = False
+            return text
+
     def jobs(self) -> list[SlurmJob]:
-        text = self.run(listing_argv())
+        text = self._squeue(listing_argv())
         now = self.clock()
         refresh = now - self._refreshed_at >= NAMES_REFRESH_S
         if text == self._last_text and not refresh:  # nothing changed: last time's jobs
@@ -494,7 +511,7 @@ class JobListing:
         """squeue for some jobs; "" when the one job asked for is gone (squeue fails
         for a single unknown id, and prints nothing for several)."""
         try:
-            return self.run(argv)
+            return self._squeue(argv)
         except SlurmError as e:
             if "Invalid job id" in str(e):
                 return ""
