@@ -95,8 +95,12 @@ class Agent:
             self.proc.wait(timeout=30)
 
 
+# Waits stretched by this factor (deploy/cgroup2-guest sets it: its guest is emulated).
+TIME_SCALE = max(1.0, float(os.environ.get("CODA_TEST_TIME_SCALE") or 1))
+
+
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
+    end = time.monotonic() + timeout * TIME_SCALE
     while time.monotonic() < end:
         if cond():
             return
@@ -269,7 +273,8 @@ def test_eliminator_catches_a_co_runner_that_came_first(node) -> None:
 
 def test_agent_killed_mid_run_readopts_its_jobs(node) -> None:
     agent, submit, store = node
-    long_job = submit("--name", "long", "--cores", "1", "--", "sleep", "8")
+    # Long enough to outlast the agent's restart (slower where emulated).
+    long_job = submit("--name", "long", "--cores", "1", "--", "sleep", str(round(8 * TIME_SCALE)))
     wait_for(lambda: store.job(long_job).state == "running", 10, "the job to start")
     before = store.job(long_job)
     agent.kill(signal.SIGKILL)  # a crash: no cleanup at all

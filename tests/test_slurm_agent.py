@@ -24,7 +24,7 @@ from coda.runtime.progress import Progress, encode
 from coda.runtime.store import Store
 from coda.slurm.agent import GRANTS_KEY, SlurmNodeAgent
 from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
-from coda.slurm.client import SlurmClient, SlurmError
+from coda.slurm.client import JOBS_JSON, SlurmClient, SlurmError
 
 UID = os.getuid()
 DEAD = 4_194_304 + 1000  # above the kernel's largest pid_max: never a live process
@@ -462,14 +462,14 @@ class Slurmd:
 
     def detail_calls(self, job: int) -> int:
         """Job lookups: the agent reads every job's record from squeue's JSON."""
-        return sum(1 for c in self.calls if c == ["squeue", "--json"])
+        return sum(1 for c in self.calls if c == list(JOBS_JSON))
 
     def run(self, argv: Sequence[str]) -> str:
         argv = list(argv)
         self.calls.append(argv)
         if self.fail(argv):
             raise SlurmError(f"{' '.join(argv)}: Socket timed out on send/recv operation")
-        if argv == ["squeue", "--json"]:
+        if argv == list(JOBS_JSON):
             out = []
             for jid, j in self.jobs.items():
                 if jid in self.hidden:

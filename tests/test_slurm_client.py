@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from coda.slurm.client import (
     HELD,
+    JOBS_JSON,
     PLACED,
     SlurmClient,
     SlurmError,
@@ -266,7 +267,7 @@ def sq_job(job_id: int, **kw: object) -> dict[str, object]:
 
 
 def client_for(*jobs: dict[str, object]) -> tuple[SlurmClient, Runner]:
-    run = Runner({("squeue", "--json"): json.dumps({"meta": {}, "jobs": list(jobs)})})
+    run = Runner({JOBS_JSON: json.dumps({"meta": {}, "jobs": list(jobs)})})
     return SlurmClient(run), run
 
 
@@ -287,7 +288,7 @@ def test_jobs_reads_squeue_json() -> None:
         sq_job(3, job_state="COMPLETED", nodes="n[1-2]", node_count=2, exit_code=1),
     )
     jobs = client.jobs()
-    assert run.calls == [["squeue", "--json"]]
+    assert run.calls == [list(JOBS_JSON)]
     assert [j.job_id for j in jobs] == [1, 2, 3]
     a, b, c = jobs
     assert (a.name, a.user_id, a.state, a.reason) == ("resnet", 0, "PENDING", "JobHeldUser")

@@ -17,7 +17,7 @@ from coda.cycle.once import plan
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.slurm import fake_squeue
-from coda.slurm.client import HELD, SlurmClient, SlurmError, parse_mark
+from coda.slurm.client import HELD, JOBS_JSON, SlurmClient, SlurmError, parse_mark
 from coda.slurm.controller import STATE_FILE, Controller, handback
 from coda.slurm.view import policy_job
 from tests.bench_module import load_bench
@@ -265,7 +265,7 @@ class FakeSlurm:
         for f in self.fail:
             if f(argv):
                 raise SlurmError(f"{' '.join(argv)}: Socket timed out on send/recv operation")
-        if argv == ["squeue", "--json"]:
+        if argv == list(JOBS_JSON):
             return json.dumps(
                 {"meta": {"Slurm": {"version": "22.05"}}, "jobs": list(self.jobs.values())}
             )

@@ -356,6 +356,11 @@ def _count(v: Any, what: str) -> int:
     return v
 
 
+# Every job, ended ones too: 22.05's squeue --json ignores filters and lists them all;
+# 24.11's applies its default ones (pending and running jobs only) unless told.
+JOBS_JSON = ("squeue", "--json", "--all", "--states=all")
+
+
 def _job_from_json(d: dict[str, Any]) -> SlurmJob:
     try:
         return _read_job(d)
@@ -484,7 +489,7 @@ class SlurmClient:
 
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld remembers (squeue --json ignores filters in 22.05)."""
-        text = self.run(["squeue", "--json"])
+        text = self.run(list(JOBS_JSON))
         try:
             data = json.loads(text)
             return [_job_from_json(d) for d in data.get("jobs", [])]
