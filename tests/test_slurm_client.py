@@ -690,11 +690,14 @@ def test_squeue_json_of_slurm_24_11_wraps_numbers_and_lists_states() -> None:
             het_job_id=_n(0),
             nodes="c1",
         ),
-        sq_job(3, job_state=["PENDING"], cpus=_n(4), exit_code={"return_code": _n(1)}),
+        sq_job(3, job_state=["PENDING"], cpus=_n(4), exit_code={"return_code": _n(0)}),
+        sq_job(4, job_state=["FAILED"], exit_code={"status": ["ERROR"], "return_code": _n(1)}),
     )
-    a, b = client.jobs()
+    a, b, c = client.jobs()
     assert (a.state, a.cpus, a.node_count, a.user_id) == ("RUNNING", 2, 1, 65534)
     assert a.priority == 4294901759 and a.submit_time == 1700000002
-    assert a.start_time == 1700000100 and a.end_time == 0 and a.exit_code == 0
+    assert a.start_time == 1700000100 and a.end_time == 0 and a.exit_code is None
     assert a.time_limit_s is None and a.array_task_id is None and a.nodes == ["c1"]
-    assert (b.state, b.cpus, b.exit_code, b.nodes) == ("PENDING", 4, 1, [])
+    # Not ended: no exit code (24.11 says 0; 22.05 and squeue -O say none).
+    assert (b.state, b.cpus, b.exit_code, b.nodes) == ("PENDING", 4, None, [])
+    assert (c.state, c.exit_code) == ("FAILED", 1)
