@@ -387,13 +387,14 @@ def solo_run(
         throttles = [t for t, k in kinds if k in ("throttle", "fast_path")]
         probe = [t for t, k in kinds if k in ("solo_probe", "probe_end")]
         t_thr = throttles[0] if throttles else None
-        before = [
-            x
-            for t, x, _ in timeline
-            if x is not None
-            and t < (t_thr or observe_s)
-            and not (probe and probe[0] <= t <= probe[-1] + 3)
-        ]
+        # Contended speed: hog first, what the allocator measured beside it (the rows
+        # show no throughput before convergence); hog after, the samples from 2 s after
+        # it started to the first throttle.
+        if hog_first:
+            contended = ref_converged
+        else:
+            during = [x for t, x, _ in timeline if x is not None and 2 < t < (t_thr or observe_s)]
+            contended = statistics.median(during) if during else None
         last = [x for t, x, _ in timeline if x is not None and t > timeline[-1][0] - 20]
         lost = probe_lost = 0.0
         for (t1, _, q), (t2, _, _) in zip(timeline, timeline[1:], strict=False):
@@ -409,7 +410,7 @@ def solo_run(
             "reference_final": a.job(dnn).reference,
             "probe_s": [round(t, 2) for t in probe],
             "detect_s": round(t_thr, 2) if t_thr is not None else None,
-            "before_per_s": round(statistics.median(before[4:] or before), 1) if before else None,
+            "contended_per_s": round(contended, 1) if contended is not None else None,
             "last_20s_per_s": round(statistics.mean(last), 1) if last else None,
             "hog_lost_core_s": round(lost, 1),
             "probe_lost_core_s": round(probe_lost, 1),
@@ -610,11 +611,13 @@ def report(results: dict[str, Any]) -> str:
             "",
             "The memory-bandwidth hog started 3 s before the training job (whose reference is "
             "then measured beside it) or 6 s after it converged. detect = the later start to "
-            "the first throttle (a solo probe not counted); before = median samples/s until "
-            "then (the probe apart); last 20 s = mean samples/s; hog lost = core-seconds "
+            "the first throttle (a solo probe not counted); contended = the training job's "
+            "samples/s beside the hog at full quota (hog first: the reference the allocator "
+            "measured; hog after: the median from 2 s after the hog started to the throttle); "
+            "last 20 s = mean samples/s; hog lost = core-seconds "
             "under quota 1 (of which the probe's).",
             "",
-            "| job | order | probes | reference at converge -> final | probe at | detect | before | last 20 s | hog lost (probe) | final quota |",
+            "| job | order | probes | reference at converge -> final | probe at | detect | contended | last 20 s | hog lost (probe) | final quota |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in results["solo"]:
@@ -624,7 +627,7 @@ def report(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['job']} | {r['order']} | {'on' if r['probes'] else 'off'} | "
                 f"{r['reference_at_converge']:.4g} -> {r['reference_final']:.4g} | "
-                f"{r['probe_s'] or '-'} | {r['detect_s']} s | {r['before_per_s']} | "
+                f"{r['probe_s'] or '-'} | {r['detect_s']} s | {r['contended_per_s']} | "
                 f"{r['last_20s_per_s']} | {r['hog_lost_core_s']} ({r['probe_lost_core_s']}) | "
                 f"{r['final_quota']} |"
             )
