@@ -320,6 +320,23 @@ def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     assert acts.count("start") == 1 and "adopt" in acts
 
 
+@pytest.mark.parametrize(("runs_s", "state"), [(1.6, "timeout"), (0.2, "done")])
+def test_a_job_that_ended_while_no_agent_ran_is_judged_by_its_limit(env, runs_s, state) -> None:
+    """Ended while the agent was down: past its time limit it is stopped at it (as the
+    agent would have done), before it an ordinary end."""
+    tmp, drv, store, new_agent = env
+    first = new_agent()
+    jid = submit(store, py("-c", f"import time; time.sleep({runs_s})"), name="q",
+                 time_limit_s=1.0)  # fmt: skip
+    first.tick()
+    m: Managed = first.running[jid]
+    first.release_parent()  # it died before the limit came
+    m.popen.wait(timeout=10)
+    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    second.start()
+    assert store.job(jid).state == state
+
+
 def test_job_that_ended_while_no_agent_ran_is_recorded(env) -> None:
     tmp, drv, store, new_agent = env
     first = new_agent()

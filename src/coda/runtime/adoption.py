@@ -5,6 +5,8 @@ ended jobs are removed, groups the agent did not make are left alone."""
 from __future__ import annotations
 
 import json
+import math
+import os
 from typing import TYPE_CHECKING
 
 from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
@@ -73,6 +75,11 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
     job.quota = r.quota
     if not running:
         code = self._exit_code(m)
+        # Ended while the agent was down: at its time limit if its exit came after it
+        # (the shim's exit file is written when the job ends), as the agent would have
+        # stopped it there. The grace an agent gives survives no restart: a job still
+        # running past its limit is stopped at the next tick, with a fresh grace.
+        m.timed_out = _exited_past_limit(m)
         self._finish(m, now, code, None)
         return
     if has_cg and cpus_ok:
@@ -111,3 +118,14 @@ def _remove_orphan_cgroups(self: NodeAgent) -> None:
             self.cg.remove(name)
         except CgroupError as e:
             self.log(f"cgroup {name}: {e}")
+
+
+def _exited_past_limit(m: Managed) -> bool:
+    limit = m.job.time_limit
+    if m.started_wall is None or not math.isfinite(limit):
+        return False
+    try:
+        ended = os.stat(m.job_dir / "exit", follow_symlinks=False).st_mtime
+    except OSError:
+        return False
+    return ended - m.started_wall >= limit
