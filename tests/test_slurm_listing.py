@@ -672,3 +672,22 @@ def test_another_squeue_failure_is_not_taken_for_a_missing_option() -> None:
     with pytest.raises(SlurmError, match="contact"):
         listing.jobs()
     assert listing.array_unique
+
+
+@pytest.mark.parametrize(
+    ("text", "state", "want"),
+    [
+        ("0", "PENDING", 0),  # 22.05: a number
+        ("2", "FAILED", 2),
+        ("0:0", "COMPLETED", 0),  # 24.11: code:signal
+        ("1:0", "FAILED", 1),
+        ("0:0", "RUNNING", None),  # not ended: none, as squeue --json reads it
+        ("0:0", "PENDING", None),
+        ("N/A", "COMPLETED", None),
+        ("x:0", "COMPLETED", None),
+    ],
+)
+def test_exit_codes_of_22_05_and_24_11(text: str, state: str, want: int | None) -> None:
+    from coda.slurm.listing import _exit_code
+
+    assert _exit_code(text, state) == want

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from coda.slurm.client import (
+    _ENDED,
     Runner,
     SlurmError,
     SlurmJob,
@@ -70,6 +71,17 @@ _START = re.compile(r"([0-9]+)\|")
 _NAME_START = re.compile(r"([0-9]+)\|([^|\n]*)\|")
 _ID = re.compile(r"[0-9]{1,18}")
 _EMPTY = ("", "(null)", "N/A")
+
+
+def _exit_code(text: str, state: str) -> int | None:
+    """squeue -O exit_code: a number (22.05), or ``code:signal`` (24.11), which only
+    an ended job has (as squeue --json reads it: coda.slurm.client)."""
+    if _ID.fullmatch(text):
+        return int(text)
+    code, sep, sig = text.partition(":")
+    if sep and _ID.fullmatch(code) and _ID.fullmatch(sig) and state in _ENDED:
+        return int(code)
+    return None
 
 
 def listing_argv() -> list[str]:
@@ -196,7 +208,7 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         submit_time=_epoch(submit, "SubmitTime"),
         start_time=float(_epoch(start, "StartTime")) or None if running else None,
         end_time=_lenient_epoch(end),
-        exit_code=int(exit_code) if _ID.fullmatch(exit_code) else None,
+        exit_code=_exit_code(exit_code, state),
         restarts=_int(restarts, "RestartCnt"),
         time_limit_s=time_limit_s(limit),
         # Slurm requeues batch jobs only (an srun or salloc job shows Requeue=1 too).
