@@ -827,3 +827,46 @@ def test_victim_bound_config_is_checked():
         EliminatorConfig(victim_share=0.0)
     with pytest.raises(ValueError, match="victim_grace_core_s"):
         EliminatorConfig(victim_grace_core_s=-1.0)
+
+
+def test_a_reference_retaken_mid_throttle_is_probed_not_stuck():
+    # Throttled (a step being judged), then the allocator re-measures the job beside
+    # the CPU job: its new reference is not solo. The probe takes over the judgement.
+    rig = Rig([50.0], linear(0.25))
+    rig.run(2)
+    assert rig.quotas() == [0.75]
+    contended_reference(rig)
+    rig.run(30)
+    stats = rig.elim.stats()
+    assert stats["solo_probes"] == 1 and rig.book.reference_solo(rig.dnn[0])
+    assert any(d["action"] == "probe_end" for d in rig.elim.decisions)
+
+
+def test_a_probe_leaves_a_job_another_node_holds_alone():
+    rig = Rig([50.0], linear(0.25), referenced=False)
+    other = Node(1, "g1", 4, 64, 0, 0.0)
+    job = rig.cpu[0]
+    job.quota = 0.5
+    rig.elim._holders[job] = {other}  # held low by g1 (a gang CPU job)
+    contended_reference(rig)
+    rig.step()
+    assert job.quota == 0.5  # not lowered by g0's probe
+    rig.run(8)
+    assert rig.elim.stats()["solo_probes"] == 1 and job.quota == 0.5
+
+
+def test_a_victim_is_not_billed_for_time_its_own_users_job_held_it():
+    cfg = EliminatorConfig(victim_share=0.25)
+    rig = Rig([0.0], config=cfg)
+    forger = Forger(rig)
+    forger.run(1)  # seen beside another user's training job: its account opens
+    rig.cpu[0].user = rig.dnn[0].user  # then only its own user's job: no bill
+    forger.run(300)
+    assert min(q for _, _, q in rig.changes) < 0.5  # held low meanwhile
+    assert rig.elim.stats()["budget_releases"] == 0
+    rig.cpu[0].user = "victim"  # now the training job is another user's
+    rig.cpu[0].quota = 0.1  # held low when it becomes billable
+    rig.step()
+    # Billed one tick at most (4 cores x 10 s), not the 3000 s its own user held it.
+    assert rig.elim._cost[rig.cpu[0]][1] <= 4 * 0.9 * rig.cfg.period_s + 1e-6
+    assert not rig.elim.at_rest(rig.node)  # its allowance must be watched

@@ -226,6 +226,8 @@ class ContentionEliminator:
         st = self._nodes.get(node)
         if self._probe_due(node):
             return False  # a training job's reference waits for its solo probe
+        if node.bw_gbps <= 0 and self._billed(node):
+            return False  # a CPU job held low is billed: its allowance must be watched
         if st is None:
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
         if st.pending is not None or st.chain is not None or st.probe is not None:
@@ -281,7 +283,11 @@ class ContentionEliminator:
             return self._gate_release(node, st, now)
         if st.probe is not None:
             return self._probe_step(node, st, now, cpu)
-        if st.pending is None and st.chain is None and self._probe_due(node):
+        if self._probe_due(node):
+            # A reference taken beside a CPU job cannot judge an open throttle either (its
+            # job is left out of the signal): the probe's quotas go back to where they are
+            # now, and the judgement starts over from its samples.
+            st.pending = st.chain = None
             return self._probe_start(node, st, now, cpu)
         sig = self._signal(node, st)
         acts = self._decide(node, st, now, sig, cpu) if sig is not None else []
@@ -573,7 +579,8 @@ class ContentionEliminator:
         acts: list[Action] = []
         prior: dict[Job, float] = {}
         for j in cpu:
-            if j.quota > cfg.min_quota + _EPS:
+            # A job another node holds low is that node's to set: left out of the probe.
+            if j.quota > cfg.min_quota + _EPS and self._only(j, node):
                 prior[j] = j.quota
                 acts.append(SetQuota(j, cfg.min_quota))
                 self._hold(node, st, j)
@@ -633,9 +640,11 @@ class ContentionEliminator:
             del self._cost[j]  # finished (a driver's ledger empties its placement)
         users = {j.user for j in node.jobs if j.kind == DNN}
         for j in cpu:
-            if not users - {j.user}:
-                continue  # only its own user's training jobs here: no bound
             c = self._cost.get(j)
+            if not users - {j.user}:
+                if c is not None:
+                    c[2] = now  # only its own user's training jobs here: nothing billed
+                continue
             if c is None:
                 self._cost[j] = [now, 0.0, now]
                 continue
@@ -648,6 +657,13 @@ class ContentionEliminator:
             if c[1] > allowed:
                 spent.add(j)
         return spent
+
+    def _billed(self, node: Node) -> bool:
+        """Some CPU job here is below full quota beside another user's training job."""
+        users = {j.user for j in node.jobs if j.kind == DNN}
+        return any(
+            j.kind == CPU and j.quota < 1.0 - _EPS and bool(users - {j.user}) for j in node.jobs
+        )
 
     def _budget_release(
         self, node: Node, st: _NodeState, now: float, spent: set[Job]
