@@ -28,6 +28,7 @@ import pytest
 from coda.runtime.cgroups import CgroupError, detect
 from coda.runtime.cli import spawn_agent
 from coda.runtime.store import Store
+from tests.test_runtime_kernel import as_user, clear_parent
 
 
 def _why_not() -> str | None:
@@ -67,17 +68,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Path, str, Store]]:
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        drv = detect(parent=parent)
-        for name in drv.names():
-            for pid in drv.pids(name):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        time.sleep(0.5)
-        for name in drv.names():
-            drv.remove(name)
-        drv.teardown()
+        clear_parent(parent)
         store.close()
         shutil.rmtree(base)
         print(log.read_text())
@@ -91,8 +82,6 @@ def submit(state: Path, *args: str, uid: int | None = None) -> int:
         out = subprocess.run([sys.executable, "-m", "coda.cli", *argv],
                              capture_output=True, text=True, check=True)  # fmt: skip
         return int(out.stdout.strip().splitlines()[-1])
-    from tests.test_runtime_kernel import as_user
-
     code, said = as_user(uid, uid, argv)
     assert code == 0, said
     return int(said.strip().splitlines()[-1])
