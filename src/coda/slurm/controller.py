@@ -330,13 +330,16 @@ class Controller:
         return now
 
     def _cycle(self) -> list[Placement]:
-        snodes = self.slurm.nodes()
-        self._unreadable_nodes = self._say_new(
-            "a node left out", self.slurm.unreadable_nodes, self._unreadable_nodes
-        )
+        # Jobs first, then nodes: a placed job Slurm starts between the two reads is
+        # then counted twice (placed, and in its node's allocation) for one cycle, never
+        # not at all (read the other way round, its cores looked free for a cycle).
         jobs = self.listing.jobs()
         self._unreadable = self._say_new(
             "squeue: a line not read", self.listing.unreadable, self._unreadable
+        )
+        snodes = self.slurm.nodes()
+        self._unreadable_nodes = self._say_new(
+            "a node left out", self.slurm.unreadable_nodes, self._unreadable_nodes
         )
         changed = self.index.update(jobs, self.listing.changed, self.listing.gone)
         # What only the changed jobs tell is taken at once, before anything can fail:
