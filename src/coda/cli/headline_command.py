@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.text import Text
 
-from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS, _config, _trace_options
-from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
+from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS, default_trace_options, run_config
+from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD
@@ -129,7 +129,7 @@ def _parse_experiment_policies(text: str) -> tuple[str, ...]:
     default="out/experiment/headline",
     show_default=True,
 )
-@_trace_options
+@default_trace_options
 def headline(
     loads: str,
     seeds: int,
@@ -153,8 +153,8 @@ def headline(
         raise click.BadParameter(
             f"{headline_load:g} is not among --loads ({loads})", param_hint="--headline-load"
         )
-    with _user_errors():
-        base = _config({**kw, "load": load_list[0], "native_time": False, "seed": 0})
+    with user_errors():
+        base = run_config({**kw, "load": load_list[0], "native_time": False, "seed": 0})
         cfg = ExperimentConfig(
             base=base,
             loads=load_list,
@@ -172,11 +172,11 @@ def headline(
             f"[yellow]warning:[/yellow] not registered, skipped: {', '.join(missing)}",
             highlight=False,
         )
-    with _user_errors():
+    with user_errors():
         with err_console.status("checking the trace and loads"):
             check_workloads(cfg)
         total = sum(len(g.policies) for g in plan(cfg))
-        with _runs_bar("experiment") as bar:
+        with runs_bar("experiment") as bar:
             task = bar.add_task("runs", total=total)
             result = run_experiment(
                 cfg, progress=lambda done, n: bar.update(task, completed=done, total=n)

@@ -11,7 +11,7 @@ import click
 from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
-from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
+from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.sim.run import MAX_LOAD, MAX_SEED, prepare
@@ -143,7 +143,7 @@ def paper(
         trace = str(bundled_trace_path())
     elif trace is not None and not _readable_file(trace):
         raise click.BadParameter(f"{trace!r} is not a readable file", param_hint="--trace")
-    with _user_errors():
+    with user_errors():
         check_policies(names, list(POLICIES))
         if trace is not None and (n_jobs is not None or arrival_scale is not None):
             raise ValueError(
@@ -194,7 +194,7 @@ def paper(
         where = f"{c.label}: {len(c.nodes)} servers, {c.gpus} GPUs, {c.cores} cores"
         info = setting(cfg, where, "; ".join(prepared.notes), command)
         total = len(names) * seeds
-        with _runs_bar("paper") as bar:
+        with runs_bar("paper") as bar:
             task = bar.add_task("runs", total=total)
 
             def on_done(rec: Any, done: int, n: int) -> None:
@@ -234,7 +234,7 @@ def _fit(out: Path, budget: int | None, workers: int | None) -> None:
 
     n = budget or DEFAULT_BUDGET
     command = f"coda experiment paper --fit --fit-budget {n} --out {out}"
-    with _user_errors(), _runs_bar("fit") as bar:
+    with user_errors(), runs_bar("fit") as bar:
         task = bar.add_task("candidates", total=n)
         best_d = [float("inf")]
 

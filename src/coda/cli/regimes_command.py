@@ -10,7 +10,7 @@ import click
 from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
-from coda.cli.terminal import _runs_bar, _user_errors, console, err_console
+from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, OutDir
 from coda.workload.limits import MAX_TRACE_JOBS
 
@@ -80,7 +80,7 @@ def regimes(
     from coda.report.regimes_report import results, write_outputs
 
     start = time.perf_counter()
-    with _user_errors():
+    with user_errors():
         try:
             cfg = RegimesConfig(
                 out=Path(out),
@@ -107,10 +107,10 @@ def regimes(
             f"--out {out}",
         ]
     )
-    with _user_errors():
+    with user_errors():
         info = setting(cfg, workloads, command)
         total = len(cfg.cells()) * seeds * 4
-        with _runs_bar("regimes") as bar:
+        with runs_bar("regimes") as bar:
             task = bar.add_task("runs", total=total)
 
             def on_done(rec: Any, done: int, n: int) -> None:

@@ -43,7 +43,7 @@ def trace_options(cluster: str = DEFAULT_CLUSTER) -> Callable[[F], F]:
     return decorate
 
 
-def _trace_options(f: F) -> F:
+def default_trace_options(f: F) -> F:
     return _add_trace_options(f, DEFAULT_CLUSTER)
 
 
@@ -140,7 +140,7 @@ def _add_trace_options(f: F, cluster: str) -> F:
     return f
 
 
-def _config(kw: dict[str, Any]) -> RunConfig:
+def run_config(kw: dict[str, Any]) -> RunConfig:
     if kw.get("grants") == "fixed" and kw.get("reclaim", "shrink") != "requeue":
         # RunConfig refuses it too; said here in the options' own words.
         raise click.UsageError(
@@ -176,7 +176,7 @@ def _config(kw: dict[str, Any]) -> RunConfig:
     )
 
 
-def _model_options(f: F) -> F:
+def model_options(f: F) -> F:
     """Measurement noise, profile perturbation and backfill's runtime estimates
     (simulate, compare)."""
     f = click.option(

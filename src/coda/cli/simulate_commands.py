@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from coda.cli.run_options import _config, _model_options, _trace_options, trace_options
-from coda.cli.terminal import _prepare, _run, _user_errors, console
+from coda.cli.run_options import default_trace_options, model_options, run_config, trace_options
+from coda.cli.terminal import console, prepare_run, run_one_policy, user_errors
 from coda.params import OutDir
 from coda.policy import POLICIES
 from coda.sim.run import PAPER_SETTING_CLUSTER
@@ -27,8 +27,8 @@ def _check_policies(names: list[str]) -> None:
 
 
 @click.command()
-@_trace_options
-@_model_options
+@default_trace_options
+@model_options
 @click.option("--policy", default="coda", show_default=True, help="Scheduling policy.")
 @click.option(
     "--out",
@@ -42,9 +42,9 @@ def simulate(policy: str, out: str, **kw: Any) -> None:
     from coda.report import summary_table, write_run
 
     _check_policies([policy])
-    with _user_errors():
-        prepared = _prepare(_config(kw))
-        result = _run(prepared, policy)
+    with user_errors():
+        prepared = prepare_run(run_config(kw))
+        result = run_one_policy(prepared, policy)
         paths = write_run(result, Path(out))
     console.print(summary_table(result.summary))
     console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
@@ -52,7 +52,7 @@ def simulate(policy: str, out: str, **kw: Any) -> None:
 
 @click.command()
 @trace_options(cluster=PAPER_SETTING_CLUSTER)
-@_model_options
+@model_options
 @click.option(
     "--policies",
     default="fifo,drf,coda",
@@ -70,9 +70,9 @@ def compare(policies: str, out: str, **kw: Any) -> None:
     _check_policies(names)
     if len(set(names)) != len(names):
         raise click.BadParameter("a policy is named twice", param_hint="--policies")
-    with _user_errors():
-        prepared = _prepare(_config(kw))
-        results = [_run(prepared, name) for name in names]
+    with user_errors():
+        prepared = prepare_run(run_config(kw))
+        results = [run_one_policy(prepared, name) for name in names]
         paths = write_comparison(results, Path(out))
     console.print(comparison_table([r.summary for r in results]))
     console.print(f"[dim]wrote {len(paths)} files under {out}[/dim]")

@@ -30,7 +30,7 @@ def one_line(e: BaseException) -> str:
 
 
 @contextmanager
-def _user_errors() -> Iterator[None]:
+def user_errors() -> Iterator[None]:
     """Bad input ends with one clear line and exit 1, not a traceback: loaders raise
     TraceFormatError/ValueError (UnicodeDecodeError and json errors are ValueErrors),
     unreadable or unwritable paths OSError, and numbers beyond what numpy or a
@@ -41,7 +41,7 @@ def _user_errors() -> Iterator[None]:
         raise click.ClickException(one_line(e)) from None
 
 
-def _prepare(config: RunConfig) -> Prepared:
+def prepare_run(config: RunConfig) -> Prepared:
     with err_console.status("loading trace and building workload"):
         prepared = prepare(config)
     rep = prepared.trace_report
@@ -58,7 +58,7 @@ def _prepare(config: RunConfig) -> Prepared:
     return prepared
 
 
-def _run(prepared: Prepared, policy: str) -> SimResult:
+def run_one_policy(prepared: Prepared, policy: str) -> SimResult:
     with Progress(
         TextColumn(f"[bold]{policy}[/bold]"),
         BarColumn(),
@@ -75,7 +75,7 @@ def _run(prepared: Prepared, policy: str) -> SimResult:
         )
 
 
-def _runs_bar(label: str) -> Progress:
+def runs_bar(label: str) -> Progress:
     """An experiment's progress bar over its runs (stderr, shown on a terminal only)."""
     return Progress(
         TextColumn(f"[bold]{label}[/bold]"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from coda.cli.terminal import _user_errors, console
+from coda.cli.terminal import console, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutFile
 from coda.sim.run import CENSORED, FRACTIONAL, MAX_SEED
 from coda.workload.generate import PRESETS
@@ -62,7 +62,7 @@ def trace_info(
 
     if path is not None and trace is not None and path != trace:
         raise click.UsageError("give the trace once: as PATH or as --trace")
-    with _user_errors():
+    with user_errors():
         loaded = load_trace(
             path or trace or bundled_trace_path(),
             fmt,
@@ -153,7 +153,7 @@ def trace_generate(
 
     from coda.workload.generate import generate_preset, marginals, write_csv
 
-    with _user_errors():
+    with user_errors():
         jobs = generate_preset(preset, seed, n_jobs=n_jobs, days=days, arrival_scale=arrival_scale)
         path = write_csv(jobs, out)
     table = Table(title=f"{preset} workload, seed {seed}: marginals")

@@ -22,7 +22,7 @@ from coda.report.experiment_plots import (
     plot_robustness,
 )
 from coda.report.experiment_terminal import experiment_table, verdict_lines
-from coda.report.files import _write_json
+from coda.report.files import write_json
 from coda.writing import write_text
 
 __all__ = [
@@ -69,7 +69,7 @@ def write_experiment(
     ]
     return [
         md,
-        _write_json(results_dict(result, command), out_dir / "results.json"),
+        write_json(results_dict(result, command), out_dir / "results.json"),
         write_runs_csv(result.records, out_dir / "runs.csv"),
         *[fn(result, out_dir / name) for fn, name in plots],
     ]

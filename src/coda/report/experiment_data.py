@@ -20,7 +20,7 @@ from coda.experiment import (
     reproduce_command,
     robustness_policies,
 )
-from coda.report.files import _cell
+from coda.report.files import format_cell
 from coda.writing import text_output
 
 
@@ -84,5 +84,5 @@ def write_runs_csv(records: Sequence[RunRecord], path: Path) -> Path:
         for r in records:
             row = [r.kind, r.policy, r.load, r.seed, r.perturb, r.noise, r.error or ""]
             row += [r.metrics.get(k) for k in keys]
-            w.writerow(["" if v is None else _cell(v) for v in row])
+            w.writerow(["" if v is None else format_cell(v) for v in row])
     return Path(path)

@@ -17,7 +17,7 @@ from coda.experiment import (
     ExperimentResult,
 )
 from coda.report.experiment_format import figure_title, fmt_relative
-from coda.report.plots import _colours, _linestyles, _no_data, _save, plt
+from coda.report.plots import line_styles, mark_no_data, palette, plt, save_figure
 
 
 def _series(
@@ -32,7 +32,7 @@ def _series(
 
 
 def _lines_vs_load(ax: Axes, a: Analysis, key: str, scale: float, ylabel: str, title: str) -> bool:
-    colours, styles = _colours(len(a.policies)), _linestyles(len(a.policies))
+    colours, styles = palette(len(a.policies)), line_styles(len(a.policies))
     loads = np.array(a.loads, dtype=float)
     # A small sideways offset per policy keeps overlapping error bars readable.
     span = (loads.max() - loads.min()) or 1.0
@@ -64,7 +64,7 @@ def _lines_vs_load(ax: Axes, a: Analysis, key: str, scale: float, ylabel: str, t
     if drawn:
         ax.legend(fontsize=8, framealpha=0.8)
     else:
-        _no_data(ax)
+        mark_no_data(ax)
     return drawn
 
 
@@ -76,7 +76,7 @@ def plot_gpu_util_vs_load(result: ExperimentResult, path: Path) -> Path:
     _lines_vs_load(axes[1], a, "gpu_util_allocated", 100.0, "GPU util (%)", "allocated")
     fig.suptitle("GPU utilisation vs load (mean, 95% CI over seeds) — " + figure_title(result))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _time_scale(a: Analysis, keys: Sequence[str]) -> tuple[float, str]:
@@ -106,7 +106,7 @@ def plot_queuing_vs_load(result: ExperimentResult, path: Path) -> Path:
         ax.set_ylim(bottom=0)
     fig.suptitle("Mean queuing delay vs load (95% CI over seeds) — " + figure_title(result))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _stacked(
@@ -150,7 +150,7 @@ def plot_gain_decomposition(result: ExperimentResult, path: Path) -> Path:
         labels = [label for _, label, _ in decs[0].terms()]
         values = [[d.relative(v) for _, _, v in d.terms()] for d in decs]
         parts = [(labels[i], [row[i] for row in values]) for i in range(len(labels))]
-        _stacked(ax, x, parts, _colours(len(parts)))
+        _stacked(ax, x, parts, palette(len(parts)))
         ax.plot(x, [d.gain_pct or 0.0 for d in decs], "kD", ms=6, label="total gain")
         for xi, d in zip(x, decs, strict=True):
             ax.annotate(
@@ -169,7 +169,7 @@ def plot_gain_decomposition(result: ExperimentResult, path: Path) -> Path:
         ax.set_xticklabels([f"load {d.load:g}" for d in decs])
         ax.legend(fontsize=7, loc="upper left", framealpha=0.85)
     else:
-        _no_data(ax, f"{a.subject} not run")
+        mark_no_data(ax, f"{a.subject} not run")
     ax.set_ylabel(f"gain in effective GPU util, % of {a.base}'s")
     ax.set_title(f"{a.subject} vs {a.base}: where the gain comes from")
     ax.grid(True, axis="y", alpha=0.3)
@@ -185,7 +185,7 @@ def plot_gain_decomposition(result: ExperimentResult, path: Path) -> Path:
                 vals.append(match[0].step.gain_pct if match else None)
             parts.append((label, vals))
         hatch = ["//" if "upper bound" in label else None for label in step_labels]
-        _stacked(ax, np.arange(len(loads)), parts, _colours(len(parts)), hatch=hatch)
+        _stacked(ax, np.arange(len(loads)), parts, palette(len(parts)), hatch=hatch)
         ax.axhline(
             PAPER_GAIN_PCT, color="grey", ls="--", lw=1, label=f"paper: +{PAPER_GAIN_PCT:g}%"
         )
@@ -200,7 +200,7 @@ def plot_gain_decomposition(result: ExperimentResult, path: Path) -> Path:
         "Decomposition of the GPU-utilisation gain (mean over seeds) — " + figure_title(result)
     )
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_robustness(result: ExperimentResult, path: Path) -> Path:
@@ -212,10 +212,10 @@ def plot_robustness(result: ExperimentResult, path: Path) -> Path:
     rob = [x for x in result.records if x.kind == "robustness" and x.ok]
     if r is None or not rob:
         for ax in axes:
-            _no_data(ax, "robustness sweep not run")
+            mark_no_data(ax, "robustness sweep not run")
         fig.suptitle("Robustness — " + figure_title(result))
         fig.tight_layout()
-        return _save(fig, path)
+        return save_figure(fig, path)
     seeds = sorted({x.seed for x in rob})
     x = np.arange(len(seeds))
     ax = axes[0]
@@ -229,11 +229,11 @@ def plot_robustness(result: ExperimentResult, path: Path) -> Path:
         ax.axhline(0, color="black", lw=0.6)
         ax.legend(fontsize=8, loc="upper left")
     else:
-        _no_data(ax, f"{r.subject} not run")
+        mark_no_data(ax, f"{r.subject} not run")
     ax.set_title(f"{r.subject} vs {r.base}: effective GPU util gain\n(green: holds on that seed)")
     ax.set_ylabel("relative gain (%)")
     policies = list(dict.fromkeys(x.policy for x in rob))
-    colours = _colours(len(policies))
+    colours = palette(len(policies))
     for ax, key, name in (
         (axes[1], "cpu_queue_mean", "CPU-job mean queuing"),
         (axes[2], "dnn_jct_mean", "DNN-job mean JCT"),
@@ -264,4 +264,4 @@ def plot_robustness(result: ExperimentResult, path: Path) -> Path:
         f"{r.noise:g}\n" + figure_title(result)
     )
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

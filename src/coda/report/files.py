@@ -71,7 +71,7 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def _write_json(obj: Any, path: Path) -> Path:
+def write_json(obj: Any, path: Path) -> Path:
     with text_output(path) as f:
         # allow_nan=False: fail loudly rather than ever write a NaN token.
         json.dump(to_jsonable(obj), f, indent=2, allow_nan=False)
@@ -79,7 +79,7 @@ def _write_json(obj: Any, path: Path) -> Path:
     return path
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any) -> str:
     if isinstance(value, bool | np.bool_):
         return "1" if value else "0"
     if isinstance(value, np.generic):
@@ -105,7 +105,7 @@ def _write_columns(columns: dict[str, np.ndarray], order: Iterable[str], path: P
         writer = csv.writer(f)
         writer.writerow(names)
         for row in zip(*(a.tolist() for a in arrays), strict=True):
-            writer.writerow([_cell(v) for v in row])
+            writer.writerow([format_cell(v) for v in row])
     return path
 
 
@@ -118,7 +118,7 @@ def write_run(result: SimResult, out_dir: Path) -> list[Path]:
         # An empty table still gets its header, so readers need no special case.
         timeseries = {c: np.empty(0) for c in TIMESERIES_COLUMNS}
     return [
-        _write_json(result.summary, out_dir / "summary.json"),
+        write_json(result.summary, out_dir / "summary.json"),
         _write_columns(timeseries, TIMESERIES_COLUMNS, out_dir / "timeseries.csv"),
         _write_columns(dict(result.jobs), JOB_COLUMNS, out_dir / "jobs.csv"),
         plot_utilisation([result], out_dir / "utilisation.png"),
@@ -151,7 +151,7 @@ def write_comparison(
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = [r.summary for r in results]
     markdown = markdown_comparison(summaries, baseline)  # validates the baseline first
-    paths = [_write_json(summaries, out_dir / "comparison.json")]
+    paths = [write_json(summaries, out_dir / "comparison.json")]
     md_path = out_dir / "comparison.md"
     write_text(md_path, markdown)
     paths.append(md_path)

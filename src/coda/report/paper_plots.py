@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from coda.experiment.paper import RunRecord
-from coda.report.plots import _colours, _linestyles, _no_data, _save, plt
+from coda.report.plots import line_styles, mark_no_data, palette, plt, save_figure
 
 HOUR_S = 3600.0
 PLOT_FILES = ("gpu_over_time.png", "queue_cdf.png", "user_p99.png", "core_delta.png")
@@ -26,7 +26,7 @@ def _first(records: Sequence[RunRecord], policy: str) -> RunRecord | None:
 def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
     keys = ("gpu_util_allocated", "gpu_util_busy", "gpu_util_effective")
     fig, axes = plt.subplots(len(keys), 1, figsize=(10, 8), sharex=True)
-    colours, styles = _colours(len(policies)), _linestyles(len(policies))
+    colours, styles = palette(len(policies)), line_styles(len(policies))
     drawn = False
     for i, p in enumerate(policies):
         r = _first(records, p)
@@ -44,13 +44,13 @@ def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: 
     if drawn:
         axes[0].legend(fontsize=8, ncol=min(4, len(policies)))
     else:
-        _no_data(axes[0])
-    return _save(fig, path)
+        mark_no_data(axes[0])
+    return save_figure(fig, path)
 
 
 def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    colours, styles = _colours(len(policies)), _linestyles(len(policies))
+    colours, styles = palette(len(policies)), line_styles(len(policies))
     for ax, kind in zip(axes, ("dnn", "cpu"), strict=True):
         drawn = False
         for i, p in enumerate(policies):
@@ -68,9 +68,9 @@ def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: 
         if drawn:
             ax.legend(fontsize=8)
         else:
-            _no_data(ax)
+            mark_no_data(ax)
     axes[0].set_ylabel("jobs queued at most this long (%)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
@@ -80,9 +80,9 @@ def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: P
     }
     users = sorted({u for d in got.values() for u in d})
     if not users:
-        _no_data(ax)
-        return _save(fig, path)
-    colours = _colours(len(policies))
+        mark_no_data(ax)
+        return save_figure(fig, path)
+    colours = palette(len(policies))
     width = 0.8 / max(len(got), 1)
     x = np.arange(len(users))
     for i, (p, d) in enumerate(got.items()):
@@ -93,7 +93,7 @@ def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: P
     ax.set_ylabel("p99 queuing (min)")
     ax.set_title("Per-user 99th-percentile queuing time (first seed)")
     ax.legend(fontsize=8, ncol=min(4, len(got)))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_core_delta(records: Sequence[RunRecord], path: Path, policy: str = "coda") -> Path:
@@ -104,7 +104,7 @@ def plot_core_delta(records: Sequence[RunRecord], path: Path, policy: str = "cod
             for k, v in (r.metrics.get("core_delta_hist") or {}).items():
                 hist[int(k)] = hist.get(int(k), 0) + int(v)
     if not hist:
-        _no_data(ax, f"no {policy} run")
+        mark_no_data(ax, f"no {policy} run")
     else:
         keys = sorted(hist)
         total = sum(hist.values())
@@ -113,7 +113,7 @@ def plot_core_delta(records: Sequence[RunRecord], path: Path, policy: str = "cod
         ax.set_xlabel("cores granted (settled) minus requested, per DNN job")
         ax.set_ylabel("DNN jobs (%)")
     ax.set_title(f"{policy}: granted minus requested cores (all seeds)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(records: Sequence[RunRecord], policies: Sequence[str], out: Path) -> list[str]:

@@ -87,13 +87,13 @@ def _policy(summary: dict[str, Any]) -> str:
     return str(summary.get("policy", "?"))
 
 
-def _colours(n: int) -> list[Colour]:
+def palette(n: int) -> list[Colour]:
     # tab10 stays distinguishable up to 10 policies; tab20 beyond that.
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _linestyles(n: int) -> list[str]:
+def line_styles(n: int) -> list[str]:
     # Policies often coincide on a metric (e.g. the same CPU load); dashes keep both visible.
     styles = ("-", "--", "-.", ":")
     return [styles[i % len(styles)] for i in range(n)]
@@ -104,7 +104,7 @@ def _require(items: Sequence[object], what: str) -> None:
         raise ValueError(f"{what} needs at least one run")
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -115,7 +115,7 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _no_data(ax: Axes, text: str = "no data") -> None:
+def mark_no_data(ax: Axes, text: str = "no data") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
@@ -131,8 +131,8 @@ def plot_utilisation(results: list[SimResult], path: Path) -> Path:
     )
     _require(results, "plot_utilisation")
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 8.5), sharex=True)
-    colours = _colours(len(results))
-    styles = _linestyles(len(results))
+    colours = palette(len(results))
+    styles = line_styles(len(results))
     top = 100.0
     for ax, (key, ylabel) in zip(axes, panels, strict=True):
         drawn = False
@@ -157,11 +157,11 @@ def plot_utilisation(results: list[SimResult], path: Path) -> Path:
             # Outside the axes: with several policies an inside legend hides the lines.
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
         else:
-            _no_data(ax)
+            mark_no_data(ax)
     axes[-1].set_xlabel("time since window start (h)")
     fig.suptitle("Utilisation over time — " + _title([r.summary for r in results]))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- queuing delay CDF
@@ -199,8 +199,8 @@ def plot_queue_delay_cdf(results: list[SimResult], path: Path) -> Path:
     """
     _require(results, "plot_queue_delay_cdf")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    colours = _colours(len(results))
-    styles = _linestyles(len(results))
+    colours = palette(len(results))
+    styles = line_styles(len(results))
     for ax, dnn, name in ((axes[0], True, "DNN jobs"), (axes[1], False, "CPU jobs")):
         hi = DELAY_FLOOR_S
         drawn = False
@@ -229,11 +229,11 @@ def plot_queue_delay_cdf(results: list[SimResult], path: Path) -> Path:
         if drawn:
             ax.legend(loc="lower right", fontsize=8, framealpha=0.8)
         else:
-            _no_data(ax, "no started jobs")
+            mark_no_data(ax, "no started jobs")
     axes[0].set_ylabel("fraction of started jobs")
     fig.suptitle("Queuing delay CDF — " + _title([r.summary for r in results]))
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- summary bars
@@ -292,7 +292,7 @@ def plot_comparison_bars(summaries: list[dict[str, Any]], path: Path) -> Path:
     delay_keys = [("dnn_queue_delay_s", "DNN jobs"), ("cpu_queue_delay_s", "CPU jobs")]
 
     names = [_policy(s) for s in summaries]
-    colours = _colours(len(summaries))
+    colours = palette(len(summaries))
     fig, (ax_u, ax_d) = plt.subplots(
         1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [len(util_keys), 2]}
     )
@@ -334,4 +334,4 @@ def plot_comparison_bars(summaries: list[dict[str, Any]], path: Path) -> Path:
     )
     fig.suptitle("Policy comparison — " + _title(summaries))
     fig.tight_layout(rect=(0, 0.06 + 0.04 * ((len(names) - 1) // 5), 1, 1))
-    return _save(fig, path)
+    return save_figure(fig, path)

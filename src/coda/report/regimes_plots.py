@@ -14,7 +14,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
 
 from coda.experiment.regimes import BASELINES, PAPER_CORES, PAPER_CPU_SHARE, TARGET
-from coda.report.plots import _save, plt
+from coda.report.plots import plt, save_figure
 
 CMAP = "RdBu"  # red below 0 (coda loses), blue above
 
@@ -79,7 +79,7 @@ def plot_heatmap(
         fontsize=10,
     )
     fig.colorbar(im, ax=ax, label=f"{TARGET} / {baseline} - 1 (%)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_heatmaps(res: dict[str, Any], out: Path) -> dict[float, list[str]]:

@@ -357,7 +357,7 @@ def _count(v: Any, what: str) -> int:
 
 
 # A job's final states (coda.slurm.index.ENDED, which imports this module).
-_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
           "PREEMPTED", "BOOT_FAIL", "DEADLINE")  # fmt: skip
 
 # Every job, ended ones too: 22.05's squeue --json ignores filters and lists them all;
@@ -387,7 +387,7 @@ def _read_job(d: dict[str, Any]) -> SlurmJob:
     exit_code = d.get("exit_code")
     if isinstance(exit_code, dict):  # 24.11: {"status", "return_code", "signal"}
         # 0 for a job that has not ended (22.05: none, as squeue -O prints it).
-        exit_code = _unwrap(exit_code.get("return_code")) if state in _ENDED else None
+        exit_code = _unwrap(exit_code.get("return_code")) if state in ENDED_STATES else None
     requeue = d.get("requeue", False)
     if not isinstance(requeue, bool):
         raise ValueError(f"requeue {requeue!r} is not true or false")

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from coda.slurm.client import (
-    _ENDED,
+    ENDED_STATES,
     Runner,
     SlurmError,
     SlurmJob,
@@ -79,7 +79,7 @@ def _exit_code(text: str, state: str) -> int | None:
     if _ID.fullmatch(text):
         return int(text)
     code, sep, sig = text.partition(":")
-    if sep and _ID.fullmatch(code) and _ID.fullmatch(sig) and state in _ENDED:
+    if sep and _ID.fullmatch(code) and _ID.fullmatch(sig) and state in ENDED_STATES:
         return int(code)
     return None
 
