@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coda.policy import make_policy
-from coda.policy.coda import ShrinkThenPreempt
 from coda.policy.framework import Preempt, SetCores, SetQuota
+from coda.policy.plugins.reclaim import ShrinkThenPreempt
 from coda.policy.state import Job, Node
 from coda.sim.engine import _FINISH, Simulator
 from coda.workload.cluster import parse_cluster_spec

@@ -300,7 +300,7 @@ def test_paper_start_point_is_checked() -> None:
 def test_a_cpu_job_preempted_twice_keeps_its_cores() -> None:
     """On a cluster without CPU nodes a CPU job taken back max_preemptions times is no
     longer reclaimable: a DNN job waits for cores instead of taking its cores again."""
-    from coda.policy.coda import ShrinkThenPreempt
+    from coda.policy.plugins.reclaim import ShrinkThenPreempt
 
     reclaim = ShrinkThenPreempt()
     node = gpu_node(0, gpus=1, cores=8)
@@ -338,7 +338,7 @@ def test_a_preempted_job_heads_its_array_whatever_its_tenants_share() -> None:
     # The paper: a CPU job aborted for a DNN job re-enters the head of its array. Under
     # DRF that is before every tenant's jobs, not only before its own tenant's.
     from coda.cycle.tenants import TenantQueues
-    from coda.policy.coda import PreemptedFirst
+    from coda.policy.plugins.queue_sort import PreemptedFirst
 
     sort = PreemptedFirst()
     heavy, light = job(1, "heavy", gpus=0, submit=5.0), job(2, "light", gpus=0, submit=9.0)

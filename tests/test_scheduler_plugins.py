@@ -1,4 +1,4 @@
-"""CODA's multi-array scheduler plugins (coda/policy/coda.py) on hand-built state.
+"""CODA's multi-array scheduler plugins (policy/coda.py, policy/plugins/) on hand-built state.
 
 No simulator: each test builds nodes and running jobs by hand, calls one plugin,
 and (for reclaim) applies the returned actions the way a driver does, then checks
@@ -17,17 +17,14 @@ from hypothesis import strategies as st
 
 from coda.policy import POLICIES, make_policy
 from coda.policy.allocator import AdaptiveAllocator
-from coda.policy.coda import (
-    ArrayPools,
-    IdleGpuReserve,
-    OracleCores,
-    PreemptedFirst,
-    RequeueOnly,
-    ShrinkThenPreempt,
-    SpreadPcieHeavy,
-)
 from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import Action, Policy, Preempt, Reclaim, SetCores, SetQuota
+from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
+from coda.policy.plugins.oracle_cores import OracleCores
+from coda.policy.plugins.pools import ArrayPools
+from coda.policy.plugins.queue_sort import PreemptedFirst
+from coda.policy.plugins.reclaim import RequeueOnly, ShrinkThenPreempt
+from coda.policy.plugins.spread_pcie import SpreadPcieHeavy
 from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
 from coda.workload.perf import load_profile_set
 

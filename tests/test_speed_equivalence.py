@@ -37,7 +37,7 @@ from coda.cycle.queue import Bucket, Parking
 from coda.cycle.reasons import Reason
 from coda.cycle.scheduler import _SORT_DIRTY_UP_TO, Scheduler
 from coda.policy import PolicyOptions, make_policy
-from coda.policy.coda import IdleGpuReserve
+from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.state import DNN, GPU_POOL, Job, Node
 from coda.sim.engine import Simulator
 from coda.sim.run import run_policy

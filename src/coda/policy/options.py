@@ -105,7 +105,7 @@ class PolicyOptions:
         return NoEstimates()
 
     def reclaimer(self) -> Reclaim | None:
-        from coda.policy.coda import RequeueOnly, ShrinkThenPreempt
+        from coda.policy.plugins.reclaim import RequeueOnly, ShrinkThenPreempt
 
         if self.reclaim == "none":
             return None

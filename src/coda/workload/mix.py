@@ -4,16 +4,22 @@ to 1 and checked against the set's models."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from coda.text import clip
 from coda.workload import limits
 
-if TYPE_CHECKING:  # a ProfileSet checks its own default_mix with normalise_mix
-    from coda.workload.profile_set import ProfileSet
+
+class HasModels(Protocol):
+    """What a mix is checked against: a profile set's model names (a ProfileSet checks
+    its own default_mix with normalise_mix, so this module cannot import it)."""
+
+    @property
+    def models(self) -> Sequence[str]: ...
 
 
-def normalise_mix(mix: Any, profiles: ProfileSet) -> dict[str, float]:
+def normalise_mix(mix: Any, profiles: HasModels) -> dict[str, float]:
     if not isinstance(mix, dict) or not mix:
         raise ValueError("mix must be a nonempty mapping of model -> weight")
     out: dict[str, float] = {}
@@ -34,7 +40,7 @@ def normalise_mix(mix: Any, profiles: ProfileSet) -> dict[str, float]:
     return {k: v / total for k, v in out.items() if v > 0}
 
 
-def parse_mix(text: str, profiles: ProfileSet) -> dict[str, float]:
+def parse_mix(text: str, profiles: HasModels) -> dict[str, float]:
     """ "AlexNet=2,ResNet50=1" -> normalised weights; "uniform" -> equal weights.
 
     Names match case-insensitively; a bare name means weight 1.
