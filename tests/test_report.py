@@ -14,9 +14,6 @@ from rich.console import Console
 from coda.report import (
     comparison_table,
     markdown_comparison,
-    plot_comparison_bars,
-    plot_queue_delay_cdf,
-    plot_utilisation,
     safe_name,
     summary_table,
     to_jsonable,
@@ -24,6 +21,7 @@ from coda.report import (
     write_run,
 )
 from coda.report.files import _unique_folder_names
+from coda.report.plots import plot_comparison_bars, plot_queue_delay_cdf, plot_utilisation
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult, describe
 
 

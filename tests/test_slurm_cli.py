@@ -48,13 +48,13 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_status_shows_what_coda_decided(fake_slurm: Path) -> None:
     r = CliRunner().invoke(main, ["slurm", "status", "--json"])
     assert r.exit_code == 0, r.output
-    rows = [json.loads(line) for line in r.output.splitlines()]
+    rows = json.loads(r.output)["jobs"]
     assert [row["job"] for row in rows] == [7, 8]  # 9 was never CODA's
     assert rows[0]["requested"] == 8 and rows[0]["kind"] == "dnn"
     assert (rows[0]["granted"], rows[0]["settled"], rows[0]["nodes"]) == (3, 3, "n1")
     assert (rows[1]["coda"], rows[1]["granted"], rows[1]["kind"]) == ("held", None, "cpu")
     everything = CliRunner().invoke(main, ["slurm", "status", "--all", "--json"])
-    assert len(everything.output.splitlines()) == 3
+    assert len(json.loads(everything.output)["jobs"]) == 3
     table = CliRunner().invoke(main, ["slurm", "status"])
     assert table.exit_code == 0 and "resnet" in table.output and "theirs" not in table.output
 

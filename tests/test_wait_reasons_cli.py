@@ -176,7 +176,7 @@ def fake_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_slurm_status_shows_why_each_held_job_waits(fake_squeue: Path) -> None:
     r = CliRunner().invoke(main, ["slurm", "status", "--all", "--json"])
     assert r.exit_code == 0, r.output
-    wait = {row["job"]: row["wait"] for row in map(json.loads, r.output.splitlines())}
+    wait = {row["job"]: row["wait"] for row in json.loads(r.output)["jobs"]}
     assert wait == {
         1: "reservation:12",
         2: "filter:IdleGpuReserve",

@@ -128,6 +128,7 @@ def _parse_experiment_policies(text: str) -> tuple[str, ...]:
     type=OutDir(),
     default="out/experiment/headline",
     show_default=True,
+    help="Folder for report.md, results.json, runs.csv and the plots.",
 )
 @default_trace_options
 def headline(

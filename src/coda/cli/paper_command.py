@@ -40,7 +40,8 @@ from coda.workload.traces import FORMATS
     default=None,
     help="With --trace: rescale arrivals to this offered GPU load (default 1.0).",
 )
-@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=3, show_default=True)
+@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=3, show_default=True,
+              help="Seeds 0..N-1 per policy.")  # fmt: skip
 @click.option(
     "--jobs",
     "n_jobs",
@@ -79,7 +80,8 @@ from coda.workload.traces import FORMATS
     default=None,
     help="With --fit: candidates to run (default 48; each is a month under fifo and drf).",
 )
-@click.option("--out", type=OutDir(), default="out/paper", show_default=True)
+@click.option("--out", type=OutDir(), default="out/paper", show_default=True,
+              help="Folder for the report, its data and the plots.")  # fmt: skip
 @click.option(
     "--workers",
     type=AsciiIntRange(1, MAX_WORKERS),

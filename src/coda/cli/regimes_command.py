@@ -46,14 +46,16 @@ from coda.workload.limits import MAX_TRACE_JOBS
     help="DNN jobs in each workload; a CPU share s adds s / (1 - s) CPU jobs per DNN job "
     "(default 1,500).",
 )
-@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=1, show_default=True)
+@click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=1, show_default=True,
+              help="Seeds 0..N-1 per cell.")  # fmt: skip
 @click.option(
     "--workers",
     type=AsciiIntRange(1, MAX_WORKERS),
     default=None,
     help="Parallel processes (default min(2, CPUs)); 1 runs inline.",
 )
-@click.option("--out", type=OutDir(), default="out/regimes", show_default=True)
+@click.option("--out", type=OutDir(), default="out/regimes", show_default=True,
+              help="Folder for the report, its data and the heatmaps.")  # fmt: skip
 def regimes(
     cores_per_gpu: str,
     cpu_shares: str,

@@ -59,7 +59,8 @@ def simulate(policy: str, out: str, **kw: Any) -> None:
     show_default=True,
     help="Comma-separated policies, run on the same workload (the first is the baseline).",
 )
-@click.option("--out", type=OutDir(), default="out/compare", show_default=True)
+@click.option("--out", type=OutDir(), default="out/compare", show_default=True,
+              help="Folder for the comparison, its plots and a folder per policy.")  # fmt: skip
 def compare(policies: str, out: str, **kw: Any) -> None:
     """Run several policies on the same trace and workload; side-by-side table. By
     default the paper's setting on the bundled trace: fifo, drf and coda on the paper's

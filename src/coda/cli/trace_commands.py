@@ -42,10 +42,17 @@ def trace_group() -> None:
     default=None,
     help="Trace file (or give it as PATH). Default: the bundled Alibaba openb 2023 pod list.",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
-@click.option("--skip-bad-rows", is_flag=True)
-@click.option("--fractional", type=click.Choice(FRACTIONAL), default="whole")
-@click.option("--censored", type=click.Choice(CENSORED), default="keep")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="The trace's format [default: from its name and columns].")  # fmt: skip
+@click.option(
+    "--skip-bad-rows",
+    is_flag=True,
+    help="Skip malformed trace rows (counted in the report) instead of failing.",
+)
+@click.option("--fractional", type=click.Choice(FRACTIONAL), default="whole",
+              help="Fractional-GPU jobs: give a whole GPU, or drop.")  # fmt: skip
+@click.option("--censored", type=click.Choice(CENSORED), default="keep",
+              help="Jobs still running at the trace end: keep or drop.")  # fmt: skip
 def trace_info(
     path: str | None,
     trace: str | None,
@@ -113,7 +120,8 @@ def trace_info(
     show_default=True,
     help="Parameter set (docs/trace-formats.md, Generated workloads, lists each with its source).",
 )
-@click.option("--seed", type=AsciiIntRange(0, MAX_SEED), default=0, show_default=True)
+@click.option("--seed", type=AsciiIntRange(0, MAX_SEED), default=0, show_default=True,
+              help="Random seed of the generated trace.")  # fmt: skip
 @click.option(
     "--jobs",
     "n_jobs",

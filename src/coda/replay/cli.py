@@ -22,13 +22,16 @@ from coda.params import AsciiIntRange, FiniteFloat
               help="Time compression: trace seconds per real second.")  # fmt: skip
 @click.option("--load", type=FiniteFloat(min=0.05, max=10), default=0.9, show_default=True,
               help="Offered GPU load on the test cluster (arrival gaps scaled).")  # fmt: skip
-@click.option("--nodes", type=AsciiIntRange(1, 16), default=2, show_default=True)
+@click.option("--nodes", type=AsciiIntRange(1, 16), default=2, show_default=True,
+              help="Nodes of the replay's test cluster.")  # fmt: skip
 @click.option("--gpus", type=AsciiIntRange(1, 8), default=5, show_default=True,
               help="Fake GPUs per node.")  # fmt: skip
 @click.option("--cores", type=AsciiIntRange(1, 256), default=28, show_default=True,
               help="Declared cores per node (the paper's: 28 cores, about 5 GPUs).")  # fmt: skip
-@click.option("--users", type=AsciiIntRange(1, 16), default=3, show_default=True)
-@click.option("--seed", type=AsciiIntRange(0, 2**32 - 1), default=0, show_default=True)
+@click.option("--users", type=AsciiIntRange(1, 16), default=3, show_default=True,
+              help="Ordinary users the jobs are submitted as.")  # fmt: skip
+@click.option("--seed", type=AsciiIntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Random seed of the replayed jobs.")  # fmt: skip
 @click.option("--faults/--no-faults", default=True, show_default=True,
               help="SIGKILL the controller and agents, restart a slurmd (CODA run).")  # fmt: skip
 @click.option("--probes", type=AsciiIntRange(0, 50), default=5, show_default=True,
@@ -40,7 +43,8 @@ from coda.params import AsciiIntRange, FiniteFloat
               "the report gives their mean, and the JCT error's median over them.")  # fmt: skip
 @click.option("--drain", type=FiniteFloat(min=10, max=86400), default=300.0, show_default=True,
               help="Seconds to wait, after the last arrival, for the jobs to end.")  # fmt: skip
-@click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True,
+              help="Folder for the replay's report and records.")  # fmt: skip
 @click.option("--cluster-dir", type=click.Path(file_okay=False), default="/var/tmp/coda-replay",
               show_default=True, help="Where the test cluster lives.")  # fmt: skip
 def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: float, nodes: int,

@@ -15,12 +15,6 @@ from coda.experiment import ExperimentResult, reproduce_command
 from coda.report.experiment_data import RUN_COLUMNS, results_dict, write_runs_csv
 from coda.report.experiment_format import fmt_estimate
 from coda.report.experiment_markdown import markdown_report
-from coda.report.experiment_plots import (
-    plot_gain_decomposition,
-    plot_gpu_util_vs_load,
-    plot_queuing_vs_load,
-    plot_robustness,
-)
 from coda.report.experiment_terminal import experiment_table, verdict_lines
 from coda.report.files import write_json
 from coda.writing import write_text
@@ -31,10 +25,6 @@ __all__ = [
     "experiment_table",
     "fmt_estimate",
     "markdown_report",
-    "plot_gain_decomposition",
-    "plot_gpu_util_vs_load",
-    "plot_queuing_vs_load",
-    "plot_robustness",
     "results_dict",
     "verdict_lines",
     "write_experiment",
@@ -61,6 +51,13 @@ def write_experiment(
     command = command or reproduce_command(result.config, str(out_dir))
     md = out_dir / "report.md"
     write_text(md, markdown_report(result, command))
+    from coda.report.experiment_plots import (  # matplotlib: here only
+        plot_gain_decomposition,
+        plot_gpu_util_vs_load,
+        plot_queuing_vs_load,
+        plot_robustness,
+    )
+
     plots: list[tuple[Callable[[ExperimentResult, Path], Path], str]] = [
         (plot_gpu_util_vs_load, "gpu_util_vs_load.png"),
         (plot_queuing_vs_load, "queuing_vs_load.png"),

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from coda.report.plots import plot_comparison_bars, plot_queue_delay_cdf, plot_utilisation
 from coda.report.tables import markdown_comparison
 from coda.sim.result import TIMESERIES_COLUMNS, SimResult
 from coda.writing import text_output, write_text
@@ -117,6 +116,8 @@ def write_run(result: SimResult, out_dir: Path) -> list[Path]:
     if not timeseries:
         # An empty table still gets its header, so readers need no special case.
         timeseries = {c: np.empty(0) for c in TIMESERIES_COLUMNS}
+    from coda.report.plots import plot_queue_delay_cdf, plot_utilisation  # matplotlib: here only
+
     return [
         write_json(result.summary, out_dir / "summary.json"),
         _write_columns(timeseries, TIMESERIES_COLUMNS, out_dir / "timeseries.csv"),
@@ -155,6 +156,12 @@ def write_comparison(
     md_path = out_dir / "comparison.md"
     write_text(md_path, markdown)
     paths.append(md_path)
+    from coda.report.plots import (  # matplotlib: here only
+        plot_comparison_bars,
+        plot_queue_delay_cdf,
+        plot_utilisation,
+    )
+
     paths.append(plot_utilisation(results, out_dir / "utilisation.png"))
     paths.append(plot_queue_delay_cdf(results, out_dir / "queue_delay_cdf.png"))
     paths.append(plot_comparison_bars(summaries, out_dir / "comparison_bars.png"))

@@ -143,7 +143,8 @@ def submit(state_dir: str, **kw: Any) -> None:
 @click.command(context_settings={"ignore_unknown_options": True})
 @state_dir_option
 @spec_options
-@click.option("--poll", type=FiniteFloat(min=0.05, max=60), default=0.5, show_default=True)
+@click.option("--poll", type=FiniteFloat(min=0.05, max=60), default=0.5, show_default=True,
+              help="Seconds between looks at the job.")  # fmt: skip
 def run(state_dir: str, poll: float, **kw: Any) -> None:
     """Submit a job and wait for it, showing what CODA decides; exits with its status.
     Ctrl-C cancels the job."""

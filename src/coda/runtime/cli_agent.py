@@ -92,6 +92,7 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     type=click.Choice(["auto", "v1", "v2"]),
     default="auto",
     show_default=True,
+    help="Cgroup version to drive (auto: what /sys/fs/cgroup is).",
 )
 @click.option(
     "--cgroup-parent",

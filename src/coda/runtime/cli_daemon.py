@@ -29,11 +29,11 @@ def policy_options(f: F) -> F:
     """--policy, --tune and --quiet: shared by every daemon that drives a policy."""
     opts = [
         click.option("--policy", default="coda", show_default=True,
-                     help="Policy (coda policies list)."),
+                     help="Policy (`coda policies` lists them)."),
         click.option("--tune", "tunes", multiple=True, metavar="PART.FIELD=VALUE",
                      help="Override a policy knob, e.g. eliminator.step_down=0.5 "
                      "(see docs/runtime.md)."),
-        click.option("--quiet", is_flag=True),
+        click.option("--quiet", is_flag=True, help="Log errors only."),
     ]  # fmt: skip
     for o in reversed(opts):
         f = o(f)

@@ -70,7 +70,12 @@ def spec_options(f: F) -> F:
         click.option(
             "--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra environment."
         ),
-        click.option("--cwd", type=click.Path(exists=True, file_okay=False), default=None),
+        click.option(
+            "--cwd",
+            type=click.Path(exists=True, file_okay=False),
+            default=None,
+            help="Working directory of the job [default: this one].",
+        ),
         click.option(
             "--time",
             "time_limit_s",

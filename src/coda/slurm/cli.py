@@ -188,7 +188,7 @@ def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgro
     help="Where Slurm's TaskProlog tells jobs to report progress.",
 )
 @click.option("--cgroup-root", type=click.Path(file_okay=False), default="/sys/fs/cgroup",
-              show_default=True)  # fmt: skip
+              show_default=True, help="Where the cgroup hierarchy is mounted.")  # fmt: skip
 @click.option("--cgroup-version", type=click.Choice(["auto", "1", "2"]), default="auto",
               show_default=True,
               help="Slurm's CgroupPlugin (cgroup/v1 or cgroup/v2); auto: 2 where the root "
@@ -304,7 +304,7 @@ def agent(
 
 @slurm.command()
 @click.option("--all", "show_all", is_flag=True, help="Also jobs CODA never touched.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: its jobs, a row each.")
 def status(show_all: bool, as_json: bool) -> None:
     """Each job as Slurm records it, with what CODA decided: requested vs granted
     cores, where it ran, what its DNN job settled on, and why a job CODA holds still
@@ -341,9 +341,8 @@ def status(show_all: bool, as_json: bool) -> None:
                 "wait": _wait_reason(j),
             }
         )
-    if as_json:
-        for r in rows:
-            click.echo(json.dumps(r))
+    if as_json:  # one document, as `coda status --json` prints
+        click.echo(json.dumps({"jobs": rows}, indent=2))
         return
     t = Table(title=f"{len(rows)} job(s): cores requested / granted by CODA / settled on")
     heads = ("job", "name", "kind", "state", "coda", "nodes", "req", "grant", "settled",
