@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coda.runtime.cli import spawn_agent
+from coda.cli.node_commands import spawn_agent
 from coda.runtime.faketree import build_v1_tree
 from coda.runtime.shim import stat_fields
 from coda.runtime.store import JobRow, JobSpec, Store

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coda.runtime.cli import spawn_agent
+from coda.cli.node_commands import spawn_agent
 from coda.runtime.client import socket_path
 from coda.runtime.control import ControlError, request
 from coda.runtime.faketree import build_v1_tree

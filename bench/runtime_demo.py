@@ -116,7 +116,7 @@ class Agent:
         self._store: Store | None = None
 
     def start(self) -> None:
-        from coda.runtime.cli import spawn_agent
+        from coda.cli.node_commands import spawn_agent
 
         args = ["--cgroup-parent", self.parent, "--gpus", "1", "--policy", self.policy]
         args += [x for t in self.tune for x in ("--tune", t)]

@@ -60,3 +60,15 @@ def test_the_command_starts_without_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_help_groups_every_command_by_the_body_it_drives() -> None:
+    from click.testing import CliRunner
+
+    from coda.cli import SECTIONS
+
+    out = CliRunner().invoke(main, ["--help"]).output
+    assert [t for t, _ in SECTIONS] == ["Simulator", "Node runtime (one machine)", "Slurm"]
+    assert all(f"{t}:" in out for t, _ in SECTIONS) and "Other:" not in out
+    named = {n for _, names in SECTIONS for n in names}
+    assert named == set(main.list_commands(click.Context(main)))

@@ -105,7 +105,7 @@ def test_status_and_cancel(tmp_path: Path) -> None:
 
 
 def test_agent_refuses_a_second_instance(tmp_path: Path) -> None:
-    from coda.runtime.cli import AgentLock
+    from coda.cli.node_commands import AgentLock
 
     lock = AgentLock(tmp_path)
     lock.acquire()
@@ -123,7 +123,7 @@ def test_agent_start_errors_are_clear_and_release_everything(tmp_path: Path, mon
     import shutil
     import signal
 
-    from coda.runtime.cli import AgentLock
+    from coda.cli.node_commands import AgentLock
     from coda.runtime.faketree import build_v1_tree
 
     sd = tmp_path / "state"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from coda.cli.node_commands import spawn_agent
 from coda.runtime.cgroups import CgroupError, detect
-from coda.runtime.cli import spawn_agent
 from coda.runtime.store import Store
 from tests.test_runtime_kernel import as_user, clear_parent
 

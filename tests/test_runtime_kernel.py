@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from coda.cli.node_commands import spawn_agent
 from coda.runtime.cgroups import CgroupError, detect, parse_cpus
-from coda.runtime.cli import spawn_agent
 from coda.runtime.jobrow import FINAL as FINAL_STATES
 from coda.runtime.shim import alive
 from coda.runtime.store import Store

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from fakes import fake_v1_driver
 
 from coda.cli import main
+from coda.cli.node_status import retention
 from coda.runtime.agent import AgentConfig, NodeAgent
-from coda.runtime.cli_status import retention
 from coda.runtime.control import Peer
 from coda.runtime.limits import (
     Limits,

@@ -24,7 +24,7 @@ import pytest
 from bench_module import load_bench
 from test_runtime_kernel import SKIP, clear_parent, wait_for
 
-from coda.runtime.cli import spawn_agent
+from coda.cli.node_commands import spawn_agent
 from coda.runtime.client import socket_path
 from coda.runtime.control import request
 from coda.runtime.store import Store

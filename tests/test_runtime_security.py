@@ -780,7 +780,7 @@ def test_a_progress_record_with_a_non_finite_time_is_ignored() -> None:
 
 
 def test_an_agent_on_damaged_rows_says_so_in_one_line_and_lets_go(tmp_path: Path) -> None:
-    from coda.runtime.cli import AgentLock
+    from coda.cli.node_commands import AgentLock
 
     sd = tmp_path / "s"
     store = Store(sd / "coda.db")

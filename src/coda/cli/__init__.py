@@ -1,10 +1,13 @@
-"""The ``coda`` command: the ``main`` group and the tree of commands under it.
+"""The ``coda`` command: the ``main`` group and the tree of commands under it, every
+command of every body here, listed by body in ``coda --help`` (SECTIONS).
 
-Each command lives in the module named for it (simulate_commands, trace_commands,
-headline_command, paper_command, regimes_command); the options they share are in
-run_options and their output in terminal. The runtime (coda.runtime.cli) and Slurm
-(coda.slurm.cli) commands register themselves here. ``coda.cli:main`` is the console
-script; ``python -m coda.cli`` runs it too (__main__).
+- Simulator: simulate_commands, trace_commands, headline_command, paper_command,
+  regimes_command; their shared options in run_options, their output in terminal.
+- Node runtime: node_commands (agent, submit, run, status, cancel, logs), with
+  node_agent, node_daemon, node_jobspec, node_state_dir and node_status.
+- Slurm: slurm_commands (controller, agent, status, handback), replay_command.
+
+``coda.cli:main`` is the console script; ``python -m coda.cli`` runs it too (__main__).
 """
 
 from __future__ import annotations
@@ -82,7 +85,36 @@ def _shortened(e: click.ClickException) -> click.ClickException:
     return e  # another kind, with an exit status of its own: left as it is
 
 
-@click.group(cls=_ShortErrors)
+# `coda --help` lists the commands by the body they drive.
+SECTIONS = (
+    ("Simulator", ("simulate", "compare", "policies", "trace", "experiment")),
+    ("Node runtime (one machine)", ("agent", "submit", "run", "status", "cancel", "logs")),
+    ("Slurm", ("slurm", "replay")),
+)
+
+
+class _Sections(_ShortErrors):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        listed: set[str] = set()
+        for title, names in SECTIONS:
+            rows = []
+            for name in names:
+                cmd = self.get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width - 20)))
+                    listed.add(name)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [n for n in self.list_commands(ctx) if n not in listed]
+        if rest:  # a command no section names still shows
+            with formatter.section("Other"):
+                formatter.write_dl(
+                    [(n, c.get_short_help_str()) for n in rest if (c := self.get_command(ctx, n))]
+                )
+
+
+@click.group(cls=_Sections)
 @click.version_option(package_name="coda")
 def main() -> None:
     """CODA: slim DNN jobs' CPU allocations and co-locate CPU jobs on the cores freed."""
@@ -108,9 +140,9 @@ experiment.add_command(regimes)
 
 
 def _register_runtime() -> None:
-    from coda.replay.cli import replay
-    from coda.runtime.cli import register
-    from coda.slurm.cli import register as register_slurm
+    from coda.cli.node_commands import register
+    from coda.cli.replay_command import replay
+    from coda.cli.slurm_commands import register as register_slurm
 
     register(main)
     register_slurm(main)

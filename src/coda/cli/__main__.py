@@ -1,4 +1,4 @@
-"""``python -m coda.cli``: the ``coda`` command, as coda.runtime.cli starts its agent."""
+"""``python -m coda.cli``: the ``coda`` command, as coda.cli.node_commands starts its agent."""
 
 import sys
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import click
 
+from coda.cli.node_daemon import checked_loop, control_loop_options, timestamped
+from coda.cli.node_state_dir import locked_state_dir, state_dir_option
 from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
-from coda.runtime.cli_daemon import checked_loop, control_loop_options, timestamped
-from coda.runtime.cli_state_dir import locked_state_dir, state_dir_option
 from coda.runtime.control import SOCKET_NAME, ControlServer
 from coda.runtime.jobspec import MAX_GPUS
 from coda.runtime.limits import (

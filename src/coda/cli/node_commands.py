@@ -16,9 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
-from coda.params import AsciiIntRange, FiniteFloat
-from coda.runtime.cli_agent import agent, spawn_agent
-from coda.runtime.cli_daemon import (
+from coda.cli.node_agent import agent, spawn_agent
+from coda.cli.node_daemon import (
     checked_loop,
     checked_policy,
     control_loop_options,
@@ -26,21 +25,22 @@ from coda.runtime.cli_daemon import (
     policy_options,
     timestamped,
 )
-from coda.runtime.cli_jobspec import (
+from coda.cli.node_jobspec import (
     MAX_SPEC_FILE,
     TimeLimit,
     build_spec,
     spec_options,
     validate_spec,
 )
-from coda.runtime.cli_state_dir import (
+from coda.cli.node_state_dir import (
     SYSTEM_STATE_DIR,
     AgentLock,
     default_state_dir,
     locked_state_dir,
     state_dir_option,
 )
-from coda.runtime.cli_status import fmt_decision, show_status
+from coda.cli.node_status import fmt_decision, show_status
+from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.client import AgentClient, ClientError, connect
 from coda.runtime.joblogs import MAX_LOG_TAIL
 from coda.runtime.jobrow import ACTIVE, FINAL

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from coda.params import AsciiIntRange, FiniteFloat
-from coda.runtime.cli import (
+from coda.cli.node_commands import (
     checked_loop,
     checked_policy,
     control_loop_options,
@@ -29,6 +28,7 @@ from coda.runtime.cli import (
     policy_options,
     timestamped,
 )
+from coda.params import AsciiIntRange, FiniteFloat
 
 if TYPE_CHECKING:
     from coda.slurm.cgroups import SlurmJobCgroups
