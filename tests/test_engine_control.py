@@ -10,10 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from coda.cycle import InvariantError
 from coda.policy import make_policy
 from coda.policy.framework import Preempt, SetCores, SetQuota
 from coda.policy.state import Job, Node
-from coda.sim.engine import InvariantError, Simulator
+from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
 from tests.test_engine import table

@@ -53,7 +53,7 @@ def test_a_resting_node_wakes_when_a_job_arrives():
     # The bandwidth gate lowered so that the eliminator watches this (lightly used) node.
     rows = [(0, 10 * YEAR, 1, 4), (0, 10 * YEAR, 0, 4), (YEAR, 1000, 0, 40)]
     sim, res = run(rows, "coda", mix={"AlexNet": 1.0}, tune={"eliminator.bw_gate": "0.01"})
-    assert sim.rests >= 2  # rested before the arrival and again after it
+    assert sim.controls.rests >= 2  # rested before the arrival and again after it
     assert res.summary["jobs"]["finished"] == 3
     ticks = res.summary["policy_stats"]["eliminator"]["ticks"]
     assert 0 < ticks < 10000

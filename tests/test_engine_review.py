@@ -15,7 +15,8 @@ from coda.policy import make_policy
 from coda.policy.framework import Preempt, SetCores, SetQuota
 from coda.policy.plugins.reclaim import ShrinkThenPreempt
 from coda.policy.state import Job, Node
-from coda.sim.engine import _FINISH, Simulator
+from coda.sim.constants import FINISH as _FINISH
+from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
 from tests.test_engine import table
@@ -207,7 +208,7 @@ def test_a_preempted_and_restarted_job_finishes_once_at_the_right_time():
     assert res.jobs["end"][0] == pytest.approx(140)
     assert res.summary["cpu_queue_delay_s"]["mean"] == pytest.approx(10 + 10)
     assert res.summary["max_work_error"] < 1e-9
-    assert not [e for e in sim.heap if e[2] == _FINISH and e[3].running]
+    assert not [e for e in sim.kernel.heap if e[2] == _FINISH and e[3].running]
 
 
 class _RandomControl:
@@ -246,15 +247,19 @@ class _RandomControl:
 def _check_books(sim: Simulator, jobs: list[Job]) -> None:
     running = [j for j in jobs if j.running]
     for kind in ("dnn", "cpu"):
-        assert sim.count[f"{kind}_running"] == sum(j.kind == kind for j in running)
+        assert sim.gauges.count[f"{kind}_running"] == sum(j.kind == kind for j in running)
         queued = [j for j in jobs if j.kind == kind and not j.running and j.end < 0]
         assert sim.sched.queued[kind] == len(queued)
-    assert sim.gpu_alloc == sum(j.gpus for j in running)
-    assert sim.cores_alloc == sum(j.cores_pn * j.nodes for j in running)
-    assert sim.cores_useful == pytest.approx(sum(sim._useful_cores(j) for j in running), abs=1e-6)
+    assert sim.gauges.gpu_alloc == sum(j.gpus for j in running)
+    assert sim.gauges.cores_alloc == sum(j.cores_pn * j.nodes for j in running)
+    assert sim.gauges.cores_useful == pytest.approx(
+        sum(sim.speed.useful_cores(j) for j in running), abs=1e-6
+    )
     dnn = [j for j in running if j.is_dnn]
-    assert sim.gpu_base == pytest.approx(sum(j.gpus * j.core_speed_now for j in dnn), abs=1e-6)
-    assert sim.gpu_eff == pytest.approx(sum(j.gpus * j.speed for j in dnn), abs=1e-6)
+    assert sim.gauges.gpu_base == pytest.approx(
+        sum(j.gpus * j.core_speed_now for j in dnn), abs=1e-6
+    )
+    assert sim.gauges.gpu_eff == pytest.approx(sum(j.gpus * j.speed for j in dnn), abs=1e-6)
     for n in sim.nodes:
         assert n.cpu_job_cores == sum(j.cores_pn for j in n.jobs if not j.is_dnn)
         assert sim.sched.index[n.pool].key[n.idx] == (n.free_gpus, n.free_cores)
@@ -263,10 +268,12 @@ def _check_books(sim: Simulator, jobs: list[Job]) -> None:
     for j in running:
         assert j.start >= 0 and j.remaining > -1e-6 * max(1.0, j.work)
         if j.speed > 0:
-            live = [e for e in sim.heap if e[2] == _FINISH and e[3] is j and e[4] == j.version]
+            live = [
+                e for e in sim.kernel.heap if e[2] == _FINISH and e[3] is j and e[4] == j.version
+            ]
             assert len(live) == 1
             assert live[0][0] == pytest.approx(j.last_update + j.remaining / j.speed)
-    for j in sim._episodes:
+    for j in sim.speed.episodes:
         assert j.running and j.is_dnn
 
 
@@ -298,16 +305,22 @@ def test_books_stay_balanced_under_preemption_shrinks_and_throttles(rows, seed, 
     seen: dict[int, Job] = {}
 
     class Checked(Simulator):
-        def _arrive(self, i):
-            job = super()._arrive(i)
-            if job is not None:
-                seen[i] = job
-            return job
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            arrive = self.executor.arrive
+
+            def arrive_seen(i):
+                job = arrive(i)
+                if job is not None:
+                    seen[i] = job
+                return job
+
+            self.executor.arrive = arrive_seen
 
         instants = 0
 
         def _advance(self, t):
-            if t > self.last_t:
+            if t > self.kernel.now:
                 # Every instant at first, then every 50th: heavy throttling makes
                 # runs of many thousand idle ticks, each as costly to check.
                 self.instants += 1

@@ -36,8 +36,8 @@ def started(grants: str, cores: int) -> tuple[Simulator, Job, Node]:
     """One DNN job of ``cores`` cores started by hand on the 16-core node: the test
     drives the books, not the event loop."""
     sim = simulator(grants, rows=[(0, 300, 4, cores)])
-    sim._arrive(0)
-    sim.sched.cycle(0.0, sim)
+    sim.executor.arrive(0)
+    sim.sched.cycle(0.0, sim.executor)
     (job,) = [j for n in sim.nodes for j in n.jobs]
     return sim, job, job.placement[0]
 
@@ -55,25 +55,25 @@ def test_narrowed_cores_are_free_at_once_when_elastic_and_held_to_the_end_when_f
 def test_a_fixed_grant_may_grow_back_inside_itself_never_past_it() -> None:
     sim, job, node = started("fixed", cores=8)
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (8, 8, 0)
-    assert sim.apply(SetCores(job, 3)) is False  # narrowed: frees nothing
+    assert sim.executor.apply(SetCores(job, 3)) is False  # narrowed: frees nothing
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (3, 8, 5)
     # The allocator's room is the spare alone (the Slurm agent's count), not free cores.
     assert free_room([node]) == 5
     assert sim.sched.grant_pn(job) == 8
-    assert sim.apply(SetCores(job, 9)) is False and job.cores_pn == 3  # past its grant
-    sim.apply(SetCores(job, 6))  # back inside its grant, without touching free cores
+    assert sim.executor.apply(SetCores(job, 9)) is False and job.cores_pn == 3  # past its grant
+    sim.executor.apply(SetCores(job, 6))  # back inside its grant, without touching free cores
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (6, 8, 2)
-    sim._check_nodes([node])
-    sim._release(job)  # it leaves with what it was granted
+    sim.executor.check_nodes([node])
+    sim.executor.release(job)  # it leaves with what it was granted
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (8, 16, 0)
-    assert sim.cores_alloc == 0
+    assert sim.gauges.cores_alloc == 0
 
 
 def test_elastic_books_count_no_spare_cores() -> None:
     sim, job, node = started("elastic", cores=8)
-    assert sim.apply(SetCores(job, 3)) is True  # freed cores
+    assert sim.executor.apply(SetCores(job, 3)) is True  # freed cores
     assert (node.free_cores, node.spare_cores) == (13, 0)
-    sim.apply(SetCores(job, 12))  # grows from free cores
+    sim.executor.apply(SetCores(job, 12))  # grows from free cores
     assert (job.cores_pn, node.free_cores, node.spare_cores) == (12, 4, 0)
 
 
@@ -152,10 +152,10 @@ def test_a_plan_counts_the_whole_grant_a_narrowed_job_frees_when_it_ends() -> No
     # queued 8-core CPU job can start there then. Counting only the 3 cores it works on,
     # the node would never have room (an unknown start: no protection from backfill).
     sim, job, node = started("fixed", cores=16)
-    sim.apply(SetCores(job, 3))
+    sim.executor.apply(SetCores(job, 3))
     cpu = Job(99, "cpu", 1.0, 0, 8, 0, 1, 10.0)
     end = sim.policy.estimates.end_of(job, 1.0)
     assert 0.0 < end < float("inf")
     sim.sched.now = 1.0
     assert sim.sched._available_at(node, cpu, 8) == end
-    sim._check_nodes([node])
+    sim.executor.check_nodes([node])

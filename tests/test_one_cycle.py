@@ -112,13 +112,13 @@ def run_simulator() -> tuple[list[Decision], list[tuple[float, str]]]:
     seen: list[Decision] = []
     _record(sim.sched, seen)
     ends: list[tuple[float, str]] = []
-    real_finish = sim._finish
+    real_finish = sim.executor.finish
 
     def finish(job: Any) -> None:
         ends.append((sim.now, job.job_id))
         real_finish(job)
 
-    sim._finish = finish
+    sim.executor.finish = finish
     res = sim.run()
     assert res.summary["jobs"]["finished"] == len(TRACE)
     return seen, ends

@@ -1,9 +1,10 @@
-"""The paper's metrics (coda.report.paper_metrics, docs/metrics.md): hand-built runs
+"""The paper's metrics (coda.sim.paper_metrics, docs/metrics.md): hand-built runs
 with known answers, the fragmentation meter against a brute force, and bounds."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,9 +13,8 @@ from hypothesis import strategies as st
 
 from coda.policy import make_policy
 from coda.policy.state import DNN, Job
-from coda.report.paper_metrics import group_percentile, paper_metrics
-from coda.sim import meters
 from coda.sim.engine import Simulator
+from coda.sim.paper_metrics import group_percentile, paper_metrics
 from coda.sim.result import SimResult
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
@@ -116,10 +116,10 @@ def _occupied_by_cpu_job(policy: str) -> Simulator:
 
 
 def test_where_the_policy_reclaims_cpu_jobs_cores_count_as_free():
-    assert meters._frag_gpus(_occupied_by_cpu_job("static-shared")) == 2
+    assert _occupied_by_cpu_job("static-shared").meters.frag_gpus() == 2
     sim = _occupied_by_cpu_job("coda")
     assert sim.sched.dnn_index is not None
-    assert meters._frag_gpus(sim) == 0  # it would take the CPU job's cores
+    assert sim.meters.frag_gpus() == 0  # it would take the CPU job's cores
 
 
 def _brute_frag(sim: Simulator) -> int:
@@ -148,10 +148,16 @@ class _Checked(Simulator):
 
     checked = 0
 
-    def _sample(self, i: int) -> None:
-        super()._sample(i)
-        assert meters._frag_gpus(self) == _brute_frag(self)
-        _Checked.checked += 1
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        sample = self.meters.sample
+
+        def checked_sample(i: int) -> None:
+            sample(i)
+            assert self.meters.frag_gpus() == _brute_frag(self)
+            _Checked.checked += 1
+
+        self.meters.sample = checked_sample  # type: ignore[method-assign]
 
 
 _rows = st.lists(

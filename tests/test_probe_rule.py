@@ -23,14 +23,14 @@ def run_coda(rows: list[tuple], cluster: str = "1x1g8c"):
     policy = make_policy("coda")
     sim = Simulator(wl, parse_cluster_spec(cluster), policy, check_invariants=True, noise=0.02)
     asked: list[tuple[str, int, int]] = []  # (job, cores it held, cores asked)
-    apply = sim.apply
+    apply = sim.executor.apply
 
     def spy(action):
         if isinstance(action, SetCores):
             asked.append((action.job.job_id, action.job.cores_pn, int(action.cores_pn)))
         return apply(action)
 
-    sim.apply = spy  # type: ignore[method-assign]
+    sim.executor.apply = spy  # type: ignore[method-assign]
     return sim, sim.run(), asked, policy
 
 

@@ -39,7 +39,10 @@ from coda.cycle.scheduler import _SORT_DIRTY_UP_TO, Scheduler
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.state import DNN, GPU_POOL, Job, Node
+from coda.sim.controls import Controls
 from coda.sim.engine import Simulator
+from coda.sim.kernel import EventKernel
+from coda.sim.physics import SpeedModel
 from coda.sim.run import run_policy
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.jobs import JobTable
@@ -252,7 +255,7 @@ class ReferenceScheduler(Scheduler):
         return policy.pick(job, found, cores_pn, need)
 
 
-def _refresh(self: Simulator, nodes: list[Node]) -> None:
+def _refresh(self: SpeedModel, nodes: list[Node]) -> None:
     seen: set[Job] = set()
     for node in nodes:
         for job in node.jobs:
@@ -262,17 +265,17 @@ def _refresh(self: Simulator, nodes: list[Node]) -> None:
             base = 1.0
             speed = math.inf
             for n in job.placement:
-                b, slow = self._local_speed(job, n)
+                b, slow = self.local_speed(job, n)
                 base = min(base, b)
                 speed = min(speed, b / slow)
             if job.is_dnn:
-                self._track_episode(job, base, speed)
-                self.gpu_base += job.gpus * (base - job.core_speed_now)
+                self.track_episode(job, base, speed)
+                self.gauges.gpu_base += job.gpus * (base - job.core_speed_now)
             job.core_speed_now = base
-            self._set_speed(job, speed)
+            self.set_speed(job, speed)
 
 
-def _rewatch(self: Simulator, node: Node) -> None:
+def _rewatch(self: Controls, node: Node) -> None:
     if self._quiet:
         for job in node.jobs:
             for other in job.placement:
@@ -281,7 +284,7 @@ def _rewatch(self: Simulator, node: Node) -> None:
     self._rewatch_one(node)
 
 
-def _rewatch_one(self: Simulator, node: Node) -> None:
+def _rewatch_one(self: Controls, node: Node) -> None:
     jc = self.policy.job_control
     want = False
     if jc is not None:
@@ -293,18 +296,18 @@ def _rewatch_one(self: Simulator, node: Node) -> None:
     if want:
         if node not in self.watched:
             if not self.watched:
-                self._arm()
+                self.arm()
             self.watched[node] = None
             for job in node.jobs:
                 if job.is_dnn:
-                    self._settle(job)
-                    job.sample_t = self.now
+                    self.speed.settle(job)
+                    job.sample_t = self.kernel.now
                     job.sample_work = job.work - job.remaining
     elif node in self.watched:
         del self.watched[node]
 
 
-def _signature(self: Simulator, node: Node) -> tuple[int, ...]:
+def _signature(self: Controls, node: Node) -> tuple[int, ...]:
     nodes = {node.idx: node}
     for job in node.jobs:
         for n in job.placement:
@@ -312,11 +315,11 @@ def _signature(self: Simulator, node: Node) -> tuple[int, ...]:
     return tuple(x for i in sorted(nodes) for x in (i, nodes[i].version))
 
 
-def _sample_all(self: Simulator) -> None:
+def _sample_all(self: Controls) -> None:
     control = self.policy.job_control
     assert control is not None
     nc = self.policy.node_control
-    now = self.now
+    now = self.kernel.now
     for node in list(self.watched):
         if node not in self.watched:
             continue
@@ -340,8 +343,8 @@ def _sample_all(self: Simulator) -> None:
             units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0
             factor = max(0.0, 1.0 + self.noise * self._noise()) if self.noise else 1.0
             for action in control.on_sample(job, now, rate * units * factor):
-                self.apply(action)
-        self._rewatch(node)
+                self._apply(action)
+        self.rewatch(node)
 
 
 def _update(self: PoolIndex, node: Node) -> None:
@@ -366,11 +369,11 @@ def reference() -> Iterator[None]:
     """Swap the straightforward forms in (the engine builds a ReferenceScheduler)."""
     swaps = [
         (engine, "Scheduler", ReferenceScheduler),
-        (Simulator, "_refresh", _refresh),
-        (Simulator, "_rewatch", _rewatch),
-        (Simulator, "_rewatch_one", _rewatch_one),
-        (Simulator, "_signature", _signature),
-        (Simulator, "_sample_all", _sample_all),
+        (SpeedModel, "refresh", _refresh),
+        (Controls, "rewatch", _rewatch),
+        (Controls, "_rewatch_one", _rewatch_one),
+        (Controls, "_signature", _signature),
+        (Controls, "sample_all", _sample_all),
         (PoolIndex, "update", _update),
         (Bucket, "front", _front),
     ]
@@ -683,16 +686,16 @@ def test_compacting_the_event_heap_changes_no_decision(
     prepared = bench.prepare_case(spec)
     prepared = replace(prepared, config=replace(prepared.config, **changes))
     moved: list[int] = []
-    compact = Simulator._compact
+    compact = EventKernel.compact
 
-    def counted(self: Simulator, ri: int) -> np.ndarray:
+    def counted(self: EventKernel, ri: int) -> np.ndarray:
         before = len(self.heap)
         out = compact(self, ri)
         moved.append(before - len(self.heap))
         return out
 
     monkeypatch.setattr(engine, "COMPACT_MIN", 8)
-    monkeypatch.setattr(Simulator, "_compact", counted)
+    monkeypatch.setattr(EventKernel, "compact", counted)
     often = _outcome(run_policy(prepared, policy))
     assert sum(moved) > 1000, moved  # retired events did move out, many times
     monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
@@ -715,18 +718,18 @@ def test_a_retired_finish_events_instant_still_wakes_the_cycle(
         built.backfill_depth = 1
         return _outcome(Simulator(wl, parse_cluster_spec(cluster), built).run())
 
-    compact = Simulator._compact
+    compact = EventKernel.compact
 
-    def dropping(self: Simulator, ri: int) -> np.ndarray:
+    def dropping(self: EventKernel, ri: int) -> np.ndarray:
         compact(self, ri)
-        self._retired = np.empty(0)
-        return self._retired
+        self.retired = np.empty(0)
+        return self.retired
 
     for seed in (241, 437, 551):  # found by search: cases where those instants matter
         monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
         never = simulate(seed)
         monkeypatch.setattr(engine, "COMPACT_MIN", 8)
         assert simulate(seed) == never, seed
-        monkeypatch.setattr(Simulator, "_compact", dropping)
+        monkeypatch.setattr(EventKernel, "compact", dropping)
         assert simulate(seed) != never, seed  # the case does test the instants
-        monkeypatch.setattr(Simulator, "_compact", compact)
+        monkeypatch.setattr(EventKernel, "compact", compact)

@@ -4,8 +4,6 @@ speed and bandwidth draw from its cores, its co-runners' draws and PCIe sharing.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +11,9 @@ from hypothesis import strategies as st
 from coda.policy.state import Job, Node
 from coda.runtime.board import Use
 from coda.runtime.workloads.emulated import Inputs, cpu_speed_of, dnn_speed_of
-from coda.sim import physics
+from coda.sim.gauges import Gauges
+from coda.sim.kernel import EventKernel
+from coda.sim.physics import SpeedModel, core_speed
 from coda.workload import speed_model
 from coda.workload.perf import load_profile_set
 
@@ -48,13 +48,12 @@ def _job(i: int, spec: tuple, node: Node) -> Job:
 def test_a_jobs_own_view_gives_the_simulators_speed_and_draw(specs: list, node_bw: float) -> None:
     node = Node(0, "n0", 8, 64, 0, node_bw)
     jobs = [_job(i + 1, s, node) for i, s in enumerate(specs)]
-    sim = SimpleNamespace(  # the parts of a Simulator physics reads (no job launching)
-        policy=SimpleNamespace(ideal_isolation=False),
-        workload=SimpleNamespace(profiles=PROFILES),
-        _launching={},
-    )
+    speed = SpeedModel(  # the simulator's speed model, no job launching
+        EventKernel(0.0), Gauges(), ideal_isolation=False,
+        pcie_pair=PROFILES.pcie_pair_slowdown, checkpoint_s=3600.0, checkpoints=False,
+    )  # fmt: skip
     for j in jobs:
-        j.bw_pn = physics._bw_demand(sim, j)  # type: ignore[arg-type]
+        j.bw_pn = speed.bw_demand(j)
         node.bw_used += j.bw_pn
     for j in jobs:
         cores, quota = float(j.cores_pn), j.quota
@@ -67,7 +66,7 @@ def test_a_jobs_own_view_gives_the_simulators_speed_and_draw(specs: list, node_b
         else:
             assert j.bw_pn == speed_model.cpu_bandwidth(j.bw_per_core, cores, quota)
             mine = cpu_speed_of(j.cores_pn_req, j.bw_per_core, node_bw)
-        theirs = physics._core_speed(j) / physics._slowdown(sim, j, node)  # type: ignore[arg-type]
+        theirs = core_speed(j) / speed.slowdown(j, node)
         assert mine(Inputs(cores, quota, others)) == pytest.approx(theirs, rel=1e-9, abs=1e-12)
 
 

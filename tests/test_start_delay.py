@@ -92,8 +92,8 @@ def test_a_launching_job_draws_no_bandwidth():
     sims = [simulate(rows, "1x1g32c4b", policy="static-shared", mix={"WaveNet": 1.0},
                      start_delay_s=d) for d in (0.0, 100.0)]  # fmt: skip
     (a, ra), (b, rb) = sims
-    assert [e[0] for e in a.episode_log] == [200.0]
-    assert [e[0] for e in b.episode_log] == [300.0]
+    assert [e[0] for e in a.speed.episode_log] == [200.0]
+    assert [e[0] for e in b.speed.episode_log] == [300.0]
     # The DNN job (working from 100) runs as long after its launch as without a delay.
     assert rb.jobs["end"][0] == pytest.approx(ra.jobs["end"][0] + 100.0)
 
@@ -134,9 +134,9 @@ def test_a_job_stopped_while_launching_loses_nothing_and_launches_again():
     rows = [(0, 100, 0, 8), (1, 50, 1, 8)]
     sim, res = simulate(rows, "1x1g8c", policy="coda", start_delay_s=5.0)
     assert res.jobs["preemptions"].tolist() == [1, 0]
-    assert sim.lost_core_s == 0.0
+    assert sim.outcomes.lost_core_s == 0.0
     assert np.allclose(res.jobs["end"], [161, 56])
-    assert not sim._launching
+    assert not sim.speed.launching
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, 1e9])

@@ -3,9 +3,10 @@ reads this file, so it imports nothing of CODA's), and whether they were.
 
 Compiled together: the scheduling cycle, the policies, the simulator and the job speed
 model they call. Left as Python: invariant.py (mypyc cannot compile a subclass of
-AssertionError; compiled modules raise it as it is), and run.py and result.py, which
-build and hold a run's configuration and results (not hot) and so take what their
-validation accepts (numpy integers, paths) where mypyc would enforce the annotations.
+AssertionError; compiled modules raise it as it is), and run.py, result.py and
+paper_metrics.py, which build, hold and measure a run's configuration and results (not
+hot) and so take what their validation accepts (numpy integers, paths) where mypyc
+would enforce the annotations.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 
 # Relative to the ``coda`` package directory: a folder (its .py files) or one file.
 COMPILED = ("cycle", "policy", "policy/plugins", "sim", "workload/job_perf.py")
-NOT_COMPILED = frozenset({"cycle/invariant.py", "sim/run.py", "sim/result.py"})
+NOT_COMPILED = frozenset(
+    {"cycle/invariant.py", "sim/run.py", "sim/result.py", "sim/paper_metrics.py"}
+)
 
 
 def compiled_files(package: Path) -> list[Path]:

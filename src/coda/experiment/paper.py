@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.report.paper_metrics import paper_metrics
+from coda.sim.paper_metrics import paper_metrics
 from coda.sim.run import MAX_LOAD, MAX_SEED, RunConfig, prepare, run_policy
 from coda.workload.generate import PaperParams, generate, marginals, write_csv
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE

@@ -1,187 +1,223 @@
-"""The simulator's control loops: which nodes are ticked and sampled, the node
-control's ticks, the job control's throughput samples, and resting nodes that
-cost nothing while nothing on them changes."""
+"""The control loops' timing in the simulator: which nodes are ticked and sampled,
+the node control's ticks, the job control's throughput samples, and resting nodes
+that cost nothing while nothing on them changes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import numpy as np
+
+from coda.policy.framework import Action, Policy
 from coda.policy.state import DNN, Node
 from coda.sim.constants import REST_AFTER_S, SAMPLE, TICK
-
-if TYPE_CHECKING:
-    from coda.sim.engine import Simulator
-
-
-# ------------------------------------------------------ node control
-def _rewatch(self: Simulator, node: Node) -> None:
-    """Ask the controls whether node still needs ticks; start its meters if new."""
-    quiet = self._quiet
-    if quiet:
-        # A gang job's speed depends on all its nodes: a change here may wake them.
-        watched = self.watched
-        for job in node.jobs:
-            if job.nodes == 1:
-                continue  # a job on this node alone (its placement) wakes nothing else
-            for other in job.placement:
-                if other is not node and other in quiet and other not in watched:
-                    self._rewatch_one(other)
-    self._rewatch_one(node)
+from coda.sim.kernel import EventKernel
+from coda.sim.physics import SpeedModel
 
 
-def _rewatch_one(self: Simulator, node: Node) -> None:
-    policy = self.policy
-    jc = policy.job_control
-    want = False
-    if jc is not None:
-        wants = jc.wants_samples
-        for j in node.jobs:  # any DNN job that wants samples (loop: no generator per call)
-            if j.kind == DNN and wants(j):
-                want = True
-                break
-    if not want and policy.node_control is not None:
-        want = policy.node_control.watching(node)
-    if want and self._resting(node):
-        want = False
-    watched = self.watched
-    if want:
-        if node not in watched:
-            if not watched:
-                self._arm()
-            watched[node] = None
-            now = self.now
-            launching = self._launching
-            for job in node.jobs:  # samples start with the watch, or when the job works
-                if job.kind == DNN:
-                    self._settle(job)
-                    job.sample_t = launching.get(job, now) if launching else now
-                    job.sample_work = job.work - job.remaining
-    elif node in watched:
-        del watched[node]
+class ActionSink(Protocol):
+    """Where a control's actions are carried out (the simulator's executor)."""
+
+    def apply(self, action: Action) -> bool: ...
 
 
-def _signature(self: Simulator, node: Node) -> tuple[int, ...]:
-    """Versions of the node and of every node its jobs span: while they hold,
-    no job on it changed speed (a gang job's speed depends on all its nodes)."""
-    for job in node.jobs:
-        if job.nodes != 1:
-            break
-    else:  # its jobs run on it alone (a placement has the job's node count)
-        return (node.idx, node.version)
-    nodes = {node.idx: node}
-    for job in node.jobs:
-        for n in job.placement:
-            nodes[n.idx] = n
-    return tuple(x for i in sorted(nodes) for x in (i, nodes[i].version))
+class Controls:
+    """``noise``: relative standard deviation of each throughput sample handed to the
+    job control (a real job's samples are noisy), drawn from ``rng``. ``sink`` carries
+    the actions out; it is set once the executor exists (it calls back here)."""
 
-
-def _resting(self: Simulator, node: Node) -> bool:
-    """Idle spans cost nothing: a watched node whose jobs, speeds and quotas have
-    not changed for REST_AFTER_S, whose node control holds nothing there and
-    whose DNN jobs' job control needs no samples (or waits for free cores), stops
-    being ticked until something on it (or on its jobs' nodes) changes. Its
-    samples would repeat the same exact speeds (noise aside) for ever: two
-    co-located jobs running for years would otherwise cost a tick per period."""
-    quiet = self._quiet
-    if not node.jobs:
-        quiet.pop(node, None)
-        return False
-    sig = self._signature(node)
-    seen = quiet.get(node)
-    if seen is None or seen[0] != sig:
-        quiet[node] = (sig, self.now)
-        return False
-    if self.now - seen[1] < REST_AFTER_S:
-        return False
-    nc = self.policy.node_control
-    if nc is not None and not nc.at_rest(node):
-        return False
-    jc = self.policy.job_control
-    if jc is not None:
-        for job in node.jobs:
-            if job.kind == DNN and jc.wants_samples(job) and not jc.waiting_for_room(job):
-                return False
-    self.rests += node in self.watched
-    return True
-
-
-def _arm(self: Simulator) -> None:
-    policy = self.policy
-    nc_period = policy.node_control.period_s if policy.node_control is not None else 0.0
-    for kind, part, period in (
-        (TICK, policy.node_control, nc_period),
-        (SAMPLE, policy.job_control, policy.sample_period_s),
-    ):
-        if part is not None and not self._armed[kind]:
-            self._armed[kind] = True
-            self._push(self.now + period, kind, None, 0)
-
-
-def _tick(self: Simulator) -> None:
-    """Run the policy's node control on every watched node."""
-    control = self.policy.node_control
-    assert control is not None  # ticks are armed only where there is one
-    now = self.now
-    for node in list(self.watched):
-        if node not in self.watched:
-            continue
-        for action in control.control(node, now):
-            self.apply(action)
-        self._rewatch(node)
-
-
-def _noise(self: Simulator) -> float:
-    if self._noise_i >= len(self._noise_buf):
-        self._noise_buf = self.rng.standard_normal(4096)
+    def __init__(
+        self,
+        policy: Policy,
+        kernel: EventKernel,
+        speed: SpeedModel,
+        noise: float,
+        rng: np.random.Generator,
+    ) -> None:
+        self.policy = policy
+        self.kernel = kernel
+        self.speed = speed
+        self.sink: ActionSink | None = None
+        self.noise = noise
+        self.rng = rng
+        self._noise_buf = np.zeros(0)
         self._noise_i = 0
-    x = float(self._noise_buf[self._noise_i])
-    self._noise_i += 1
-    return x
+        # Nodes the job/node controls want ticked (and their DNN jobs sampled).
+        self.watched: dict[Node, None] = {}
+        self._quiet: dict[Node, tuple[tuple[int, ...], float]] = {}  # signature, since when
+        self.rests = 0  # times a watched node went to rest
+        self.armed = {TICK: False, SAMPLE: False}  # a tick of this kind is in the heap
 
+    def _apply(self, action: Action) -> None:
+        sink = self.sink
+        assert sink is not None  # set before the run
+        sink.apply(action)
 
-def _sample_all(self: Simulator) -> None:
-    """One throughput sample per DNN job on a watched node that needs one (its
-    allocator is searching, or a CPU job shares a node with it that the
-    eliminator watches): the work it did since its last sample, in its own units
-    (an arbitrary per-job rate, so the policy cannot read the model's
-    scale), with measurement noise. A converged job away from CPU jobs is
-    not sampled in the simulator (its speed only changes with co-runners)."""
-    control = self.policy.job_control
-    assert control is not None  # samples are armed only where there is one
-    nc = self.policy.node_control
-    now = self.now
-    noise = self.noise
-    wants = control.wants_samples
-    watched = self.watched
-    for node in list(watched):
-        if node not in watched:
-            continue
-        for job in list(node.jobs):
-            # sample_t >= now: sampled already this tick (a gang job on two nodes).
-            if job.kind != DNN or job.sample_t >= now:
+    # ---------------------------------------------------------- node control
+    def rewatch(self, node: Node) -> None:
+        """Ask the controls whether node still needs ticks; start its meters if new."""
+        quiet = self._quiet
+        if quiet:
+            # A gang job's speed depends on all its nodes: a change here may wake them.
+            watched = self.watched
+            for job in node.jobs:
+                if job.nodes == 1:
+                    continue  # a job on this node alone (its placement) wakes nothing else
+                for other in job.placement:
+                    if other is not node and other in quiet and other not in watched:
+                        self._rewatch_one(other)
+        self._rewatch_one(node)
+
+    def _rewatch_one(self, node: Node) -> None:
+        policy = self.policy
+        jc = policy.job_control
+        want = False
+        if jc is not None:
+            wants = jc.wants_samples
+            for j in node.jobs:  # any DNN job that wants samples (loop: no generator per call)
+                if j.kind == DNN and wants(j):
+                    want = True
+                    break
+        if not want and policy.node_control is not None:
+            want = policy.node_control.watching(node)
+        if want and self._resting(node):
+            want = False
+        watched = self.watched
+        if want:
+            if node not in watched:
+                if not watched:
+                    self.arm()
+                watched[node] = None
+                now = self.kernel.now
+                launching = self.speed.launching
+                settle = self.speed.settle
+                for job in node.jobs:  # samples start with the watch, or when the job works
+                    if job.kind == DNN:
+                        settle(job)
+                        job.sample_t = launching.get(job, now) if launching else now
+                        job.sample_work = job.work - job.remaining
+        elif node in watched:
+            del watched[node]
+
+    def _signature(self, node: Node) -> tuple[int, ...]:
+        """Versions of the node and of every node its jobs span: while they hold,
+        no job on it changed speed (a gang job's speed depends on all its nodes)."""
+        for job in node.jobs:
+            if job.nodes != 1:
+                break
+        else:  # its jobs run on it alone (a placement has the job's node count)
+            return (node.idx, node.version)
+        nodes = {node.idx: node}
+        for job in node.jobs:
+            for n in job.placement:
+                nodes[n.idx] = n
+        return tuple(x for i in sorted(nodes) for x in (i, nodes[i].version))
+
+    def _resting(self, node: Node) -> bool:
+        """Idle spans cost nothing: a watched node whose jobs, speeds and quotas have
+        not changed for REST_AFTER_S, whose node control holds nothing there and
+        whose DNN jobs' job control needs no samples (or waits for free cores), stops
+        being ticked until something on it (or on its jobs' nodes) changes. Its
+        samples would repeat the same exact speeds (noise aside) for ever: two
+        co-located jobs running for years would otherwise cost a tick per period."""
+        quiet = self._quiet
+        if not node.jobs:
+            quiet.pop(node, None)
+            return False
+        sig = self._signature(node)
+        seen = quiet.get(node)
+        now = self.kernel.now
+        if seen is None or seen[0] != sig:
+            quiet[node] = (sig, now)
+            return False
+        if now - seen[1] < REST_AFTER_S:
+            return False
+        nc = self.policy.node_control
+        if nc is not None and not nc.at_rest(node):
+            return False
+        jc = self.policy.job_control
+        if jc is not None:
+            for job in node.jobs:
+                if job.kind == DNN and jc.wants_samples(job) and not jc.waiting_for_room(job):
+                    return False
+        self.rests += node in self.watched
+        return True
+
+    def arm(self) -> None:
+        policy = self.policy
+        nc_period = policy.node_control.period_s if policy.node_control is not None else 0.0
+        now = self.kernel.now
+        for kind, part, period in (
+            (TICK, policy.node_control, nc_period),
+            (SAMPLE, policy.job_control, policy.sample_period_s),
+        ):
+            if part is not None and not self.armed[kind]:
+                self.armed[kind] = True
+                self.kernel.push(now + period, kind, None, 0)
+
+    def tick(self) -> None:
+        """Run the policy's node control on every watched node."""
+        control = self.policy.node_control
+        assert control is not None  # ticks are armed only where there is one
+        now = self.kernel.now
+        for node in list(self.watched):
+            if node not in self.watched:
                 continue
-            done = job.work - job.remaining + job.speed * (now - job.last_update)
-            if not wants(job):
-                # Needed by the node control where a CPU job shares one of its nodes
-                # and the control watches that node (the eliminator does not below its
-                # bandwidth gate: nothing may start there).
-                needed = False
-                if nc is not None:
-                    for n in job.placement:
-                        if n.cpu_job_cores and nc.watching(n):
-                            needed = True
-                            break
-                if not needed:
-                    # Neither its allocator nor the eliminator needs this window:
-                    # skip it (a sample costs a policy call) and start the next.
-                    job.sample_t = now
-                    job.sample_work = done
+            for action in control.control(node, now):
+                self._apply(action)
+            self.rewatch(node)
+
+    def _noise(self) -> float:
+        if self._noise_i >= len(self._noise_buf):
+            self._noise_buf = self.rng.standard_normal(4096)
+            self._noise_i = 0
+        x = float(self._noise_buf[self._noise_i])
+        self._noise_i += 1
+        return x
+
+    def sample_all(self) -> None:
+        """One throughput sample per DNN job on a watched node that needs one (its
+        allocator is searching, or a CPU job shares a node with it that the
+        eliminator watches): the work it did since its last sample, in its own units
+        (an arbitrary per-job rate, so the policy cannot read the model's
+        scale), with measurement noise. A converged job away from CPU jobs is
+        not sampled in the simulator (its speed only changes with co-runners)."""
+        control = self.policy.job_control
+        assert control is not None  # samples are armed only where there is one
+        nc = self.policy.node_control
+        now = self.kernel.now
+        noise = self.noise
+        wants = control.wants_samples
+        watched = self.watched
+        for node in list(watched):
+            if node not in watched:
+                continue
+            for job in list(node.jobs):
+                # sample_t >= now: sampled already this tick (a gang job on two nodes).
+                if job.kind != DNN or job.sample_t >= now:
                     continue
-            rate = (done - job.sample_work) / (now - job.sample_t)
-            job.sample_t = now
-            job.sample_work = done
-            units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0  # samples/s at full speed
-            factor = max(0.0, 1.0 + noise * self._noise()) if noise else 1.0
-            for action in control.on_sample(job, now, rate * units * factor):
-                self.apply(action)
-        self._rewatch(node)
+                done = job.work - job.remaining + job.speed * (now - job.last_update)
+                if not wants(job):
+                    # Needed by the node control where a CPU job shares one of its nodes
+                    # and the control watches that node (the eliminator does not below its
+                    # bandwidth gate: nothing may start there).
+                    needed = False
+                    if nc is not None:
+                        for n in job.placement:
+                            if n.cpu_job_cores and nc.watching(n):
+                                needed = True
+                                break
+                    if not needed:
+                        # Neither its allocator nor the eliminator needs this window:
+                        # skip it (a sample costs a policy call) and start the next.
+                        job.sample_t = now
+                        job.sample_work = done
+                        continue
+                rate = (done - job.sample_work) / (now - job.sample_t)
+                job.sample_t = now
+                job.sample_work = done
+                units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0  # samples/s at full speed
+                factor = max(0.0, 1.0 + noise * self._noise()) if noise else 1.0
+                for action in control.on_sample(job, now, rate * units * factor):
+                    self._apply(action)
+            self.rewatch(node)
