@@ -51,19 +51,8 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
     frozenset({"coda.cycle.checks", "coda.cycle.scheduler"}),
     frozenset({"coda.runtime.actions", "coda.runtime.adoption", "coda.runtime.agent",
                "coda.runtime.sampler", "coda.runtime.supervisor"}),
-    frozenset({"coda.runtime.metrics", "coda.slurm.controller"}),
 }  # fmt: skip
-KNOWN_PRIVATE: set[str] = {
-    "coda.runtime.actions <- coda.runtime.supervisor._quiet",
-    "coda.runtime.actions <- coda.runtime.supervisor._signal",
-    "coda.runtime.agent <- coda.runtime.supervisor._quiet",
-    "coda.runtime.agent <- coda.runtime.supervisor._signal",
-    "coda.runtime.agent <- coda.runtime.supervisor._uid_of",
-    "coda.runtime.adoption <- coda.runtime.supervisor._quiet",
-    "coda.runtime.adoption <- coda.runtime.supervisor._uid_of",
-    "coda.slurm.cgroups <- coda.runtime.cgroups._read_ids",
-    "coda.slurm.cgroups <- coda.runtime.cgroups._rmdir",
-}
+KNOWN_PRIVATE: set[str] = set()
 
 
 class ImportGraph:

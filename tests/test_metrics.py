@@ -35,12 +35,12 @@ from coda.runtime import metrics
 from coda.runtime.metrics import (
     MetricsServer,
     agent_registry,
-    controller_registry,
     render,
     write_textfile,
 )
 from coda.slurm.client import SlurmClient
 from coda.slurm.controller import Controller
+from coda.slurm.metrics import controller_registry
 from tests.test_slurm_controller import FakeSlurm
 
 
@@ -588,7 +588,7 @@ def test_every_controller_counter_and_wait_reason_is_there_from_the_start(
 def test_a_slurm_agent_exports_each_jobs_grant() -> None:
     from types import SimpleNamespace
 
-    from coda.runtime.metrics import slurm_agent_registry
+    from coda.slurm.metrics import slurm_agent_registry
 
     agent = fake_agent(fake_job(1, "prep#1"), fake_job(2, "bert#2", "dnn", 3))
     agent.info = {2: SimpleNamespace(grant=[0, 1, 2, 3, 4, 5])}  # job 1: not adopted yet
@@ -613,7 +613,7 @@ def _doc_table(section: str) -> dict[str, str]:
 def test_the_metrics_doc_names_every_family_the_daemons_export(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from coda.runtime.metrics import slurm_agent_registry
+    from coda.slurm.metrics import slurm_agent_registry
 
     agent = fake_agent(fake_job(1, "bert#1", "dnn", 3, throughput=2.0))
     agent.info = {1: SimpleNamespace(grant=[0, 1, 2, 3])}

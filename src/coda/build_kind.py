@@ -27,7 +27,7 @@ def compiled_files(package: Path) -> list[Path]:
     files: list[Path] = []
     for item in COMPILED:
         p = package / item
-        files += sorted(p.glob("*.py")) if p.is_dir() else [p]
+        files += [p] if item.endswith(".py") else sorted(p.glob("*.py"))
     return [f for f in files if f.relative_to(package).as_posix() not in NOT_COMPILED]
 
 

@@ -94,9 +94,10 @@ def controller(
     quiet: bool,
 ) -> None:
     """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release."""
-    from coda.runtime.metrics import MetricsServer, controller_registry, textfile_exporter
+    from coda.runtime.metrics import MetricsServer, textfile_exporter
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.controller import Controller
+    from coda.slurm.metrics import controller_registry
 
     tune = checked_policy(policy, tunes)
     sd, lock = locked_state_dir(state_dir, "controller")
@@ -237,11 +238,12 @@ def agent(
     on the jobs Slurm runs on this node."""
     from coda.runtime.agent import AgentConfig
     from coda.runtime.cgroups import CgroupError
-    from coda.runtime.metrics import MetricsServer, slurm_agent_registry, textfile_exporter
+    from coda.runtime.metrics import MetricsServer, textfile_exporter
     from coda.runtime.store import Store, StoreError
     from coda.slurm.agent import SlurmNodeAgent
     from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
     from coda.slurm.client import SlurmClient, SlurmError
+    from coda.slurm.metrics import slurm_agent_registry
 
     tune = checked_loop(policy, tunes, period, window)
     sd, lock = locked_state_dir(state_dir)

@@ -12,7 +12,7 @@ from coda.policy.state import CPU, DNN, Job
 from coda.runtime.cgroups import CgroupError, format_cpus
 from coda.runtime.managed import Managed
 from coda.runtime.shim import alive
-from coda.runtime.supervisor import _quiet, _signal
+from coda.runtime.supervisor import quietly, send_signal
 
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
@@ -79,7 +79,7 @@ def _set_cores(
         self._free_cpus.difference_update(old)
         # The cpuset may have been written before the failure (a widening whose
         # sched_setaffinity failed): put the kernel back where the books are.
-        _quiet(lambda: self.cg.set_cpus(m.cgroup, old))
+        quietly(lambda: self.cg.set_cpus(m.cgroup, old))
         self._decide(now, m.row_id, source, "error", {"error": str(e)})
         return
     m.cpus = new
@@ -155,7 +155,7 @@ def _preempt(
     crash in between leaves it 'lost', never running twice."""
     self._kill_until_gone(m)
     if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
-        _signal(m.shim_pid, signal.SIGKILL)
+        send_signal(m.shim_pid, signal.SIGKILL)
     try:
         if m.popen is not None:
             m.popen.wait(timeout=5)

@@ -13,7 +13,7 @@ from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
 from coda.runtime.managed import Managed
 from coda.runtime.shim import alive, read_regular
 from coda.runtime.store import FINAL, JobRow
-from coda.runtime.supervisor import _quiet, _uid_of
+from coda.runtime.supervisor import quietly, uid_of
 
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
@@ -48,7 +48,7 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
     if not running and r.state == "starting" and not pid_file.exists() and not exit_file:
         # Crashed between recording the launch and starting the process: it never ran.
         if has_cg:
-            _quiet(lambda: self.cg.remove(name))
+            quietly(lambda: self.cg.remove(name))
         self.store.update(r.id, state="queued", message="requeued: never started")
         self._decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
         return
@@ -64,10 +64,10 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
         if cpus_ok != cpus:
             self.log(f"job {r.id}: CPUs {format_cpus(cpus)} -> {format_cpus(cpus_ok)}")
             if has_cg and cpus_ok:
-                _quiet(lambda: self.cg.set_cpus(name, cpus_ok))
+                quietly(lambda: self.cg.set_cpus(name, cpus_ok))
     # Only GPUs this node has and nobody holds (a restart may declare fewer).
     gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self._free_gpus]
-    m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=_uid_of(r),
+    m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=uid_of(r),
                 started_wall=r.start_t if r.start_t is not None else self.wall())  # fmt: skip
     self._free_cpus.difference_update(cpus_ok)
     self._free_gpus.difference_update(gpu_ids)

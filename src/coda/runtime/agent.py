@@ -45,7 +45,7 @@ from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
 from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
 from coda.runtime.store import JobRow, Store
-from coda.runtime.supervisor import SHIM_PATH, _quiet, _signal, _uid_of  # noqa: F401
+from coda.runtime.supervisor import SHIM_PATH, quietly, send_signal, uid_of  # noqa: F401
 from coda.workload.perf import ProfileSet, load_profile_set
 
 PARENT_MADE_KEY = "cgroup_parent_made"

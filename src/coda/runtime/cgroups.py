@@ -116,7 +116,7 @@ def parse_cpus(text: str) -> list[int]:
     return sorted(out)
 
 
-def _read_ids(path: Path) -> list[int]:
+def read_ids(path: Path) -> list[int]:
     """PIDs/TIDs listed in a cgroup.procs/tasks file.
 
     A missing file inside an existing group only happens on a fake tree (mkdir
@@ -137,7 +137,7 @@ def _child_names(path: Path) -> list[str]:
     )
 
 
-def _rmdir(path: Path) -> None:
+def remove_dir(path: Path) -> None:
     """Remove one group directory; missing is fine, processes/children -> CgroupBusy."""
     if not path.is_dir():
         return
@@ -211,7 +211,7 @@ class _Base:
         raise NotImplementedError
 
     def threads(self, name: str) -> list[int]:
-        return _read_ids(self._threads_file(name))
+        return read_ids(self._threads_file(name))
 
     def exists(self, name: str) -> bool:
         return self._cpuset_dir(name).is_dir()
@@ -328,7 +328,7 @@ class CgroupV1(_Base):
         if left:
             raise CgroupBusy(f"parent {self.parent!r} still has groups: {', '.join(left)}")
         for m in self._mount_dirs():
-            _rmdir(m / self.parent)
+            remove_dir(m / self.parent)
 
     def create(self, name: str) -> None:
         dirs = self._group_dirs(name)
@@ -341,11 +341,11 @@ class CgroupV1(_Base):
 
     def remove(self, name: str) -> None:
         dirs = self._group_dirs(name)
-        busy = sorted({p for d in dirs if d.is_dir() for p in _read_ids(d / "cgroup.procs")})
+        busy = sorted({p for d in dirs if d.is_dir() for p in read_ids(d / "cgroup.procs")})
         if busy:
             raise CgroupBusy(f"group {name!r} still has processes: {busy}")
         for d in dirs:
-            _rmdir(d)
+            remove_dir(d)
 
     def names(self) -> list[str]:
         found: set[str] = set()
@@ -392,7 +392,7 @@ class CgroupV1(_Base):
             write_file(Path(f), str(int(pid)))
 
     def pids(self, name: str) -> list[int]:
-        return _read_ids(self._cpuset_dir(name) / "cgroup.procs")
+        return read_ids(self._cpuset_dir(name) / "cgroup.procs")
 
     # accounting
     def cpu_usage_s(self, name: str) -> float:
@@ -461,7 +461,7 @@ class CgroupV2(_Base):
         left = self.names()
         if left:
             raise CgroupBusy(f"parent {self.parent!r} still has groups: {', '.join(left)}")
-        _rmdir(self.parent_dir)
+        remove_dir(self.parent_dir)
 
     def create(self, name: str) -> None:
         d = self._group(name)
@@ -471,10 +471,10 @@ class CgroupV2(_Base):
 
     def remove(self, name: str) -> None:
         d = self._group(name)
-        busy = _read_ids(d / "cgroup.procs") if d.is_dir() else []
+        busy = read_ids(d / "cgroup.procs") if d.is_dir() else []
         if busy:
             raise CgroupBusy(f"group {name!r} still has processes: {busy}")
-        _rmdir(d)
+        remove_dir(d)
 
     def names(self) -> list[str]:
         return _child_names(self.parent_dir)
@@ -515,7 +515,7 @@ class CgroupV2(_Base):
         write_file(self._group(name) / "cgroup.procs", str(int(pid)))
 
     def pids(self, name: str) -> list[int]:
-        return _read_ids(self._group(name) / "cgroup.procs")
+        return read_ids(self._group(name) / "cgroup.procs")
 
     def cpu_usage_s(self, name: str) -> float:
         f = self._group(name) / "cpu.stat"

@@ -25,8 +25,7 @@ import socketserver
 import sys
 import threading
 import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from http.server import HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -36,21 +35,16 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go
 
-from coda.cycle.reasons import CODES
-
 # prometheus_client leaves it unannotated: a float in, its text as Go prints it out.
-_float_to_go = cast(Callable[[float], str], _untyped_float_to_go)
+float_to_go = cast(Callable[[float], str], _untyped_float_to_go)
 
 if TYPE_CHECKING:
     from coda.runtime.agent import NodeAgent
-    from coda.slurm.agent import SlurmNodeAgent
-    from coda.slurm.controller import Controller
 
 # A scrape may hold the daemon's loop this long to send its request, and as long again
 # to take the answer: a client that stalls (or trickles bytes) cannot stall the daemon.
@@ -59,7 +53,7 @@ MAX_REQUEST_BYTES = 16 * 1024  # a GET's request line and headers; more is not a
 METRICS_PATHS = ("/metrics", "/")
 
 
-def _label(v: object) -> str:
+def label_value(v: object) -> str:
     """A label value the exposition can always encode (a job name from a JSON spec may
     hold a lone surrogate, which UTF-8 cannot carry): such code points as escapes."""
     return str(v).encode("utf-8", "backslashreplace").decode("utf-8")
@@ -122,7 +116,7 @@ class AgentCollector(Collector):
         # list(): one step under the GIL, so a scrape from the server's thread never sees
         # the control loop change the dict half-way.
         for m in list(a.running.values()):
-            lv = [str(m.row_id), _label(m.job.job_id), _label(m.job.kind)]
+            lv = [str(m.row_id), label_value(m.job.job_id), label_value(m.job.kind)]
             cores.add_metric(lv, len(m.cpus))
             requested.add_metric(lv, m.job.cores)
             quota.add_metric(lv, m.job.quota)
@@ -141,187 +135,14 @@ class AgentCollector(Collector):
                 component, action = key.split(":", 1)
                 counts[(component, action)] = value
         for (component, action), value in sorted(counts.items()):
-            decisions.add_metric([_label(component), _label(action)], value)
+            decisions.add_metric([label_value(component), label_value(action)], value)
         yield decisions
-
-
-class SlurmAgentCollector(AgentCollector):
-    """A Slurm node agent's state: the node agent's families, and each job's grant
-    (the CPUs Slurm gave it, which its cpuset is narrowed within)."""
-
-    def __init__(self, agent: SlurmNodeAgent) -> None:
-        super().__init__(agent)
-        self.slurm_agent = agent
-
-    def _collect(self) -> Iterable[Metric]:
-        yield from super()._collect()
-        granted = GaugeMetricFamily(
-            "coda_job_granted_cores", "CPUs Slurm granted a running job.", labels=JOB_LABELS
-        )
-        a = self.slurm_agent
-        for m in list(a.running.values()):
-            info = a.info.get(m.row_id)
-            if info is not None:
-                lv = [str(m.row_id), _label(m.job.job_id), _label(m.job.kind)]
-                granted.add_metric(lv, len(info.grant))
-        yield granted
 
 
 def agent_registry(agent: NodeAgent) -> CollectorRegistry:
     """A registry of its own that reads ``agent``'s live state at every collection."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent))
-    return registry
-
-
-def slurm_agent_registry(agent: SlurmNodeAgent) -> CollectorRegistry:
-    """``agent_registry`` for a Slurm node agent (with each job's grant)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SlurmAgentCollector(agent))
-    return registry
-
-
-# ------------------------------------------------------------ the Slurm controller
-CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-MARK_STATES = ("held", "placing", "placed", "passed")
-
-
-class CycleTimes:
-    """Histogram of cycle durations (seconds): per-bucket counts, their sum, the last."""
-
-    def __init__(self, bounds: Sequence[float] = CYCLE_BUCKETS) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
-        self.sum = 0.0
-        self.last = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(self.bounds, seconds)] += 1  # le: bound >= seconds
-        self.sum += seconds
-        self.last = seconds
-
-    def buckets(self) -> list[tuple[str, float]]:
-        """Cumulative (le, count) pairs, ``+Inf`` last, as Prometheus histograms have."""
-        out, total = [], 0
-        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += n
-            out.append((_float_to_go(bound), float(total)))
-        return out
-
-
-class ControllerCollector(Collector):
-    """The Slurm controller's counts as metric families (see ``ControllerStats``)."""
-
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-
-    def collect(self) -> Iterable[Metric]:
-        with self.controller.lock:  # between two cycles: one consistent picture
-            return list(self._collect())
-
-    def _collect(self) -> Iterable[Metric]:
-        ctl = self.controller
-        s = ctl.stats
-        yield CounterMetricFamily(
-            "coda_controller_cycles_total", "Scheduling cycles run.", value=s.cycles
-        )
-        yield CounterMetricFamily(
-            "coda_controller_cycle_errors_total",
-            "Cycles cut short because Slurm did not answer.",
-            value=s.cycle_errors,
-        )
-        yield GaugeMetricFamily(
-            "coda_controller_last_cycle_seconds",
-            "Duration of the last scheduling cycle.",
-            value=s.times.last,
-        )
-        hist = HistogramMetricFamily(
-            "coda_controller_cycle_seconds", "Durations of scheduling cycles."
-        )
-        hist.add_metric([], s.times.buckets(), s.times.sum)
-        yield hist
-        jobs = GaugeMetricFamily(
-            "coda_controller_jobs",
-            "Jobs Slurm listed, not ended, by CODA's mark, at the start of the last cycle.",
-            labels=("coda",),
-        )
-        for state in MARK_STATES:
-            jobs.add_metric([state], s.jobs_by_mark.get(state, 0))
-        yield jobs
-        yield _by_label(
-            "coda_controller_placements_total", "Jobs placed and released.", "kind", s.placements
-        )
-        yield _by_label(
-            "coda_controller_cores_requested_total",
-            "Cores the placed jobs asked for (all nodes).",
-            "kind",
-            s.cores_requested,
-        )
-        yield _by_label(
-            "coda_controller_cores_granted_total",
-            "Cores the placed jobs were granted (all nodes).",
-            "kind",
-            s.cores_granted,
-        )
-        yield _by_label(
-            "coda_controller_refusals_total",
-            "Slurm commands that failed, or placements Slurm did not take whole, by reason.",
-            "reason",
-            s.refusals,
-        )
-        yield _by_label(
-            "coda_controller_passed_total",
-            "Held jobs passed to Slurm's own scheduler, by why.",
-            "why",
-            s.passed,
-        )
-        waiting = GaugeMetricFamily(
-            "coda_controller_waiting_jobs",
-            "Jobs CODA holds, by why each waits (the reason code of its mark), at the last cycle.",
-            labels=("reason",),
-        )
-        for code in sorted({*CODES, *s.waits}):
-            waiting.add_metric([_label(code)], s.waits.get(code, 0))
-        yield waiting
-        yield CounterMetricFamily(
-            "coda_controller_requeues_total",
-            "CPU jobs requeued so that a DNN job could have their cores.",
-            value=s.requeues,
-        )
-        yield CounterMetricFamily(
-            "coda_controller_requeue_lost_core_seconds_total",
-            "Core-seconds of work the requeued CPU jobs had done and lost.",
-            value=s.lost_core_s,
-        )
-        yield CounterMetricFamily(
-            "coda_controller_reholds_total",
-            "Placed jobs held again because their nodes became unusable.",
-            value=s.reholds,
-        )
-        yield CounterMetricFamily(
-            "coda_controller_learned_jobs_total",
-            "DNN jobs whose settled core count was learned.",
-            value=s.learned_jobs,
-        )
-        alloc = ctl.allocator
-        yield GaugeMetricFamily(
-            "coda_controller_learned_shapes",
-            "Job shapes (user:model, GPUs per node, nodes) with a learned core count.",
-            value=len(alloc.learned.shapes()) if alloc is not None else 0,
-        )
-
-
-def _by_label(name: str, help_: str, label: str, counts: dict[str, int]) -> Metric:
-    fam = CounterMetricFamily(name, help_, labels=(label,))
-    for value, n in sorted(counts.items()):
-        fam.add_metric([_label(value)], n)
-    return fam
-
-
-def controller_registry(controller: Controller) -> CollectorRegistry:
-    """A registry of its own that reads ``controller``'s counts at every collection."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ControllerCollector(controller))
     return registry
 
 

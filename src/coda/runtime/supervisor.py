@@ -118,7 +118,7 @@ def _release(self: NodeAgent, m: Managed, now: float) -> None:
     job.cores_pn = 0
     resctrl = self.resctrl
     if resctrl is not None and m.mb is not None:
-        _quiet(lambda: resctrl.remove(m.cgroup))
+        quietly(lambda: resctrl.remove(m.cgroup))
     try:
         self.cg.remove(m.cgroup)
     except CgroupError as e:
@@ -168,16 +168,16 @@ def _kill_until_gone(self: NodeAgent, m: Managed, seconds: float = 1.0) -> None:
     end = time.monotonic() + seconds
     while (pids := self._cgroup_pids(m)) and time.monotonic() < end:
         for p in pids:
-            _signal(p, signal.SIGKILL)
+            send_signal(p, signal.SIGKILL)
         time.sleep(0.01)
 
 
 def _kill(self: NodeAgent, m: Managed, sig: int) -> None:
     """Signal every process of the job: the cgroup is the list (never names)."""
     for p in self._cgroup_pids(m):
-        _signal(p, sig)
+        send_signal(p, sig)
     if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
-        _signal(m.shim_pid, sig)
+        send_signal(m.shim_pid, sig)
 
 
 def _read_job_progress(self: NodeAgent, m: Managed) -> Progress | None:
@@ -251,7 +251,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
         self._free_gpus.update(gpu_ids)
         self._queued_jobs.pop(r.id, None)
         return False
-    m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=_uid_of(r),
+    m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=uid_of(r),
                 started_wall=started)  # fmt: skip
     self._place(m, now)
     try:
@@ -289,7 +289,7 @@ def job_dir(self: NodeAgent, job_id: int) -> Path:
 
 
 def _spawn(self: NodeAgent, r: JobRow, m: Managed) -> subprocess.Popen[bytes]:
-    uid, gid = _uid_of(r), (r.gid if r.gid is not None else os.getegid())
+    uid, gid = uid_of(r), (r.gid if r.gid is not None else os.getegid())
     groups = list(r.groups) if r.uid is not None else []
     progress = self._make_progress_file(r.id, uid, gid)
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
@@ -346,7 +346,7 @@ def _private_log(path: Path) -> Any:
     return os.fdopen(fd, "ab")
 
 
-def _uid_of(r: JobRow) -> int:
+def uid_of(r: JobRow) -> int:
     return r.uid if r.uid is not None else os.geteuid()
 
 
@@ -359,14 +359,14 @@ def _user_env(uid: int) -> dict[str, str]:
     return {"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name, "SHELL": pw.pw_shell}
 
 
-def _signal(pid: int, sig: int) -> None:
+def send_signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _quiet(fn: Callable[[], Any]) -> None:
+def quietly(fn: Callable[[], Any]) -> None:
     try:
         fn()
     except (OSError, CgroupError):

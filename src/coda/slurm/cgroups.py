@@ -31,11 +31,11 @@ from coda.runtime.cgroups import (
     MIN_QUOTA_US,
     CgroupError,
     SetAffinity,
-    _read_ids,
-    _rmdir,
     format_cpus,
     parse_cpus,
     read_file,
+    read_ids,
+    remove_dir,
     write_file,
 )
 
@@ -205,11 +205,11 @@ class SlurmJobCgroups:
 
     # ------------------------------------------------------------ processes
     def pids(self, name: str) -> list[int]:
-        return sorted({p for d in self._tree(name) for p in _read_ids(d / "cgroup.procs")})
+        return sorted({p for d in self._tree(name) for p in read_ids(d / "cgroup.procs")})
 
     def threads(self, name: str) -> list[int]:
         f = "tasks" if self.version == 1 else "cgroup.threads"
-        return sorted({t for d in self._tree(name) for t in _read_ids(d / f)})
+        return sorted({t for d in self._tree(name) for t in read_ids(d / f)})
 
     # ------------------------------------------------------------ CPU quota
     def _quota_dir(self, name: str) -> Path:
@@ -243,7 +243,7 @@ class SlurmJobCgroups:
         d = self._quota_dir(name)
         if not d.is_dir():
             return
-        have = set(_read_ids(d / "cgroup.procs"))
+        have = set(read_ids(d / "cgroup.procs"))
         for pid in self.pids(name):
             if pid not in have:
                 try:
@@ -268,10 +268,10 @@ class SlurmJobCgroups:
             return
         d = self._quota_dir(name)
         if d.is_dir():
-            left = _read_ids(d / "cgroup.procs")
+            left = read_ids(d / "cgroup.procs")
             if left and any(_alive(p) for p in left):
                 raise CgroupError(f"quota group {d} still has processes: {left}")
-            _rmdir(d)
+            remove_dir(d)
 
     def cleanup(self, keep: Iterable[str] = ()) -> list[str]:
         """Remove quota groups of jobs that are gone (left by an agent that died
@@ -284,16 +284,16 @@ class SlurmJobCgroups:
         for d in _subdirs(self.quota_base):
             if d.name in mine:
                 continue
-            busy = [p for p in _read_ids(d / "cgroup.procs") if _alive(p)]
+            busy = [p for p in read_ids(d / "cgroup.procs") if _alive(p)]
             if busy:
                 left.append(f"{d} still has processes {busy}")
                 continue
             try:
-                _rmdir(d)
+                remove_dir(d)
             except CgroupError as e:
                 left.append(str(e))
         if not _subdirs(self.quota_base):
-            _rmdir(self.quota_base)
+            remove_dir(self.quota_base)
         return left
 
     def teardown(self) -> None:

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HELD = "coda:held"
+# The states a CODA mark can be in (its first word), in a job's life order.
+MARK_STATES = ("held", "placing", "placed", "passed")
 PLACED = "coda:placed"
 
 Runner = Callable[[Sequence[str]], str]

@@ -42,11 +42,11 @@ from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
 from coda.policy.framework import Action, Preempt
 from coda.policy.state import CPU, DNN, Job, Node
-from coda.runtime.metrics import MARK_STATES, CycleTimes
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
 from coda.slurm.client import (
     HELD,
+    MARK_STATES,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -55,6 +55,7 @@ from coda.slurm.client import (
     mark_fields,
     model_key,
 )
+from coda.slurm.cycle_times import CycleTimes
 from coda.slurm.index import ENDED, JobIndex
 from coda.slurm.listing import JobListing
 from coda.slurm.view import SlurmView
