@@ -4,7 +4,7 @@
 
 For each learned job shape (model / GPUs per node / nodes) it prints the learned count
 and the smallest count within 5% of the shape's peak speed in the profile set the
-simulation used, and how many agree. The README's allocator figures come from this.
+simulation used, and how many agree. docs/results/bundled.md's allocator figures come from this.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 operation over a live set of jobs as large as the ladder's rungs hold, in ns per
 operation, and its growth from the first rung.
 
-The simulator's time per job is not flat from 100k/1k to 1M/10k (README, "Benchmarks"),
+The simulator's time per job is not flat from 100k/1k to 1M/10k (docs/results/benchmarks.md),
 although the work per job does not grow (``bench/perf_growth.py``: the same calls per
 job; the backfill merge looks at the same buckets per job). What does grow is the live
 state each job's work reaches into: about 7 jobs per node are queued or running at

@@ -1,5 +1,5 @@
 """The layout shows the architecture: each layer imports without the ones after it
-(README, "Architecture"). Every module of a layer is imported in a fresh interpreter,
+(docs/architecture.md). Every module of a layer is imported in a fresh interpreter,
 and no module of a later layer may come with them (imports inside functions, made when
 they run, are not seen here)."""
 

@@ -1,4 +1,4 @@
-"""The one-machine walkthrough (deploy/walkthrough, the README's "Trying it on one
+"""The one-machine walkthrough (deploy/walkthrough, docs/slurm.md's "Trying it on one
 machine") on a real Slurm: it shows CODA's point (a training job granted fewer cores
 than it asked, CPU jobs on the cores that freed on a GPU node) and leaves nothing
 running."""
