@@ -15,7 +15,7 @@ import importlib.util
 from pathlib import Path
 
 # Relative to the ``coda`` package directory: a folder (its .py files) or one file.
-COMPILED = ("cycle", "policy", "policy/plugins", "sim", "workload/job_perf.py")
+COMPILED = ("control", "cycle", "policy", "policy/plugins", "sim", "workload/job_perf.py")
 NOT_COMPILED = frozenset(
     {"cycle/invariant.py", "sim/run.py", "sim/result.py", "sim/paper_metrics.py"}
 )
