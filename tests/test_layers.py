@@ -15,7 +15,8 @@ import pytest
 
 FORBIDDEN = {
     "workload": ["policy", "cycle", "sim", "runtime", "slurm", "replay"],
-    "policy": ["cycle", "sim", "runtime", "slurm", "replay"],
+    "policy": ["control", "cycle", "sim", "runtime", "slurm", "replay"],
+    "control": ["cycle", "sim", "runtime", "slurm", "replay"],
     "cycle": ["sim", "runtime", "slurm", "replay"],
     "sim": ["runtime", "slurm", "replay"],
     "runtime": ["sim", "slurm", "replay"],

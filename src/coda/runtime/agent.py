@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coda.control import ControlLoop
 from coda.cycle import Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles, free_room
@@ -91,6 +92,9 @@ class NodeAgent:
                 estimates="time-limits", reclaim=self.config.reclaim, tune=self.config.tune
             ),
         )
+        # The control loop every body runs: samples and ticks in, actions (with the
+        # component that decided and why) out, through ``carry_out``.
+        self.loop = ControlLoop(self.policy, self)
         self.sched: Scheduler | None = None  # made in start(), once the node is known
         self._reasons: dict[int, str] = {}  # wait reasons as last written, by job id
         self._next_purge = -math.inf
@@ -106,6 +110,12 @@ class NodeAgent:
         self.counters: dict[str, int] = {}
         self.last_tick_s = 0.0
         self.lock = threading.Lock()
+
+    def carry_out(
+        self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
+    ) -> None:
+        """The control loop's actions on this node's jobs (``ControlSink``)."""
+        self._apply(actions, now, component, reason=reason)
 
     # ------------------------------------------------------------ lifecycle
     @property

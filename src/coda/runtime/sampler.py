@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import SetCores
 from coda.policy.state import CPU, DNN
 from coda.runtime.managed import Managed
@@ -39,7 +38,7 @@ def _sample(self: NodeAgent, now: float) -> None:
         if not m.controlled:
             m.controlled = True
             m.settle_until = now  # the first window opens at the next record
-            self._apply(jc.on_start(m.job, now), now, "allocator")
+            self.loop.start(m.job, now)
             if m.row_id not in self.running:
                 continue
         if now < m.settle_until or rec.t < m.settle_until:
@@ -58,7 +57,7 @@ def _sample(self: NodeAgent, now: float) -> None:
         m.window = rec
         m.dirty = True
         self._new_samples = True
-        self._apply(jc.on_sample(m.job, now, m.throughput), now, "allocator")
+        self.loop.sample(m.job, now, m.throughput)
 
 
 def _cpu_throughput(self: NodeAgent, m: Managed, rec: Progress, now: float) -> None:
@@ -79,7 +78,7 @@ def _stall(self: NodeAgent, m: Managed, now: float) -> None:
     m.dirty = True
     detail: dict[str, Any] = {"silent_s": round(now - m.last_change, 1)}
     if m.controlled and self.policy.job_control is not None:
-        self.policy.job_control.on_finish(m.job, now)
+        self.loop.finish(m.job, now)
         m.controlled = False
         want = m.job.cores_pn_req
         if want > m.job.cores_pn:
@@ -109,12 +108,4 @@ def _control(self: NodeAgent, now: float) -> None:
     if any(j.kind == DNN for j in node.jobs) and not self._new_samples:
         return
     self._new_samples = False
-    history = nc.decisions if isinstance(nc, ContentionEliminator) else None
-    last = history[-1] if history else None
-    acts = nc.control(node, now)
-    reason: dict[str, Any] = {}
-    if history and history[-1] is not last:  # the eliminator's own record of why
-        d = history[-1]
-        reason = {"decision": d.get("action"), **d.get("reason", {})}
-    if acts:
-        self._apply(acts, now, "eliminator", reason=reason)
+    self.loop.tick(node, now)

@@ -110,8 +110,7 @@ def _release(self: NodeAgent, m: Managed, now: float) -> None:
     assert node is not None
     self.running.pop(m.row_id, None)
     job = m.job
-    if self.policy.job_control is not None:
-        self.policy.job_control.on_finish(job, now)
+    self.loop.finish(job, now)
     if self.policy.node_control is not None:
         self.policy.node_control.forget_job(job)
     self._hold(m, -1)

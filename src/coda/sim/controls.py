@@ -4,27 +4,20 @@ that cost nothing while nothing on them changes."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
-from coda.policy.framework import Action, Policy
+from coda.control import ControlLoop
+from coda.policy.framework import Policy
 from coda.policy.state import DNN, Node
 from coda.sim.constants import REST_AFTER_S, SAMPLE, TICK
 from coda.sim.kernel import EventKernel
 from coda.sim.physics import SpeedModel
 
 
-class ActionSink(Protocol):
-    """Where a control's actions are carried out (the simulator's executor)."""
-
-    def apply(self, action: Action) -> bool: ...
-
-
 class Controls:
     """``noise``: relative standard deviation of each throughput sample handed to the
-    job control (a real job's samples are noisy), drawn from ``rng``. ``sink`` carries
-    the actions out; it is set once the executor exists (it calls back here)."""
+    job control (a real job's samples are noisy), drawn from ``rng``. ``loop`` is the
+    control loop every body runs; it is set once the executor, its sink, exists."""
 
     def __init__(
         self,
@@ -37,7 +30,7 @@ class Controls:
         self.policy = policy
         self.kernel = kernel
         self.speed = speed
-        self.sink: ActionSink | None = None
+        self.loop: ControlLoop | None = None
         self.noise = noise
         self.rng = rng
         self._noise_buf = np.zeros(0)
@@ -48,10 +41,10 @@ class Controls:
         self.rests = 0  # times a watched node went to rest
         self.armed = {TICK: False, SAMPLE: False}  # a tick of this kind is in the heap
 
-    def _apply(self, action: Action) -> None:
-        sink = self.sink
-        assert sink is not None  # set before the run
-        sink.apply(action)
+    def _loop(self) -> ControlLoop:
+        loop = self.loop
+        assert loop is not None  # set before the run
+        return loop
 
     # ---------------------------------------------------------- node control
     def rewatch(self, node: Node) -> None:
@@ -69,17 +62,7 @@ class Controls:
         self._rewatch_one(node)
 
     def _rewatch_one(self, node: Node) -> None:
-        policy = self.policy
-        jc = policy.job_control
-        want = False
-        if jc is not None:
-            wants = jc.wants_samples
-            for j in node.jobs:  # any DNN job that wants samples (loop: no generator per call)
-                if j.kind == DNN and wants(j):
-                    want = True
-                    break
-        if not want and policy.node_control is not None:
-            want = policy.node_control.watching(node)
+        want = self._loop().watches(node)
         if want and self._resting(node):
             want = False
         watched = self.watched
@@ -157,14 +140,12 @@ class Controls:
 
     def tick(self) -> None:
         """Run the policy's node control on every watched node."""
-        control = self.policy.node_control
-        assert control is not None  # ticks are armed only where there is one
+        loop = self._loop()
         now = self.kernel.now
         for node in list(self.watched):
             if node not in self.watched:
                 continue
-            for action in control.control(node, now):
-                self._apply(action)
+            loop.tick(node, now)
             self.rewatch(node)
 
     def _noise(self) -> float:
@@ -182,12 +163,9 @@ class Controls:
         (an arbitrary per-job rate, so the policy cannot read the model's
         scale), with measurement noise. A converged job away from CPU jobs is
         not sampled in the simulator (its speed only changes with co-runners)."""
-        control = self.policy.job_control
-        assert control is not None  # samples are armed only where there is one
-        nc = self.policy.node_control
+        loop = self._loop()
         now = self.kernel.now
         noise = self.noise
-        wants = control.wants_samples
         watched = self.watched
         for node in list(watched):
             if node not in watched:
@@ -197,27 +175,16 @@ class Controls:
                 if job.kind != DNN or job.sample_t >= now:
                     continue
                 done = job.work - job.remaining + job.speed * (now - job.last_update)
-                if not wants(job):
-                    # Needed by the node control where a CPU job shares one of its nodes
-                    # and the control watches that node (the eliminator does not below its
-                    # bandwidth gate: nothing may start there).
-                    needed = False
-                    if nc is not None:
-                        for n in job.placement:
-                            if n.cpu_job_cores and nc.watching(n):
-                                needed = True
-                                break
-                    if not needed:
-                        # Neither its allocator nor the eliminator needs this window:
-                        # skip it (a sample costs a policy call) and start the next.
-                        job.sample_t = now
-                        job.sample_work = done
-                        continue
+                if not loop.needs_sample(job):
+                    # Neither its allocator nor the eliminator needs this window: skip
+                    # it (a sample costs a policy call) and start the next.
+                    job.sample_t = now
+                    job.sample_work = done
+                    continue
                 rate = (done - job.sample_work) / (now - job.sample_t)
                 job.sample_t = now
                 job.sample_work = done
                 units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0  # samples/s at full speed
                 factor = max(0.0, 1.0 + noise * self._noise()) if noise else 1.0
-                for action in control.on_sample(job, now, rate * units * factor):
-                    self._apply(action)
+                loop.sample(job, now, rate * units * factor)
             self.rewatch(node)

@@ -188,7 +188,7 @@ class Simulator:
             self.controls, self.outcomes, limits=limits_s, start_delay=start_delay,
             fixed_grants=fixed_grants, check=check_invariants,
         )  # fmt: skip
-        self.controls.sink = self.executor
+        self.controls.loop = self.executor.loop
         self.meters = Meters(
             self.gauges, self.sched, policy,
             total_gpus=sum(n.gpus for n in self.nodes),

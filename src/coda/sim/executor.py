@@ -5,7 +5,9 @@ the events that follow (arrivals, launches, finishes, preemptions)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from coda.control import ControlLoop
 from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
@@ -56,6 +58,14 @@ class ClusterExecutor:
         self.fixed_grants = fixed_grants
         self.check = check
         self.busy: dict[Node, None] = {}  # nodes with at least one job
+        self.loop = ControlLoop(policy, self)  # the control loop every body runs
+
+    def carry_out(
+        self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
+    ) -> None:
+        """The control loop's actions, in order (the reason is not kept here)."""
+        for action in actions:
+            self.apply(action)
 
     def check_nodes(self, nodes: list[Node]) -> None:
         check_nodes(nodes, self.sched.grant_pn, self.fixed_grants)
@@ -136,10 +146,8 @@ class ClusterExecutor:
         g.cores_alloc += cores_pn * job.nodes
         g.cores_useful += speed.useful_cores(job)
         speed.refresh(nodes)
-        control = self.policy.job_control
-        if control is not None and job.is_dnn:
-            for action in control.on_start(job, now):
-                self.apply(action)
+        if job.is_dnn:
+            self.loop.start(job, now)
         for node in nodes:
             self.controls.rewatch(node)
         if self.check:
@@ -188,9 +196,8 @@ class ClusterExecutor:
         job.end = now
         out.end[job.idx] = now
         nodes = self.release(job)
-        control = self.policy.job_control
-        if control is not None and job.is_dnn:
-            control.on_finish(job, now)
+        if job.is_dnn:
+            self.loop.finish(job, now)
         self.speed.refresh(nodes)
         for node in nodes:
             self.controls.rewatch(node)

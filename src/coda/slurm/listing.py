@@ -2,10 +2,10 @@
 
 ``squeue --json`` prints about a hundred fields of every job (and ignores filters in
 22.05); turning it into objects was most of a cycle on a big queue (about 1 s at
-19,000 jobs, see docs/results/benchmarks.md, "Slurm controller"). This listing asks for the fields CODA
-reads, one line per job, ``|`` between fields, and keeps each job's last line: a line
-that did not change gives back the very same ``SlurmJob`` object, so the cycle's later
-passes skip it by identity and the work grows with what changed.
+19,000 jobs: docs/results/benchmarks.md, "Slurm controller"). This listing asks for
+the fields CODA reads, one line per job, ``|`` between fields, and keeps each job's
+last line: a line that did not change gives back the very same ``SlurmJob`` object, so
+the cycle's later passes skip it by identity and the work grows with what changed.
 
 Free text a user writes is never in the listing: a job's name may hold ``|`` and
 newlines. The name and the excluded nodes (which ``-O`` cannot print in 22.05) come
