@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import click
+import pytest
 
 from coda.cli import main
 
@@ -72,3 +73,26 @@ def test_help_groups_every_command_by_the_body_it_drives() -> None:
     assert all(f"{t}:" in out for t, _ in SECTIONS) and "Other:" not in out
     named = {n for _, names in SECTIONS for n in names}
     assert named == set(main.list_commands(click.Context(main)))
+
+
+def test_each_policy_knob_offers_what_the_run_and_the_policy_accept() -> None:
+    # One tuple per knob is the truth: click's choices are it, and the run config and
+    # the policy options accept each of them and nothing else.
+    from coda.policy.options import PolicyOptions
+    from coda.sim.run import RunConfig
+
+    simulate = main.get_command(click.Context(main), "simulate")
+    assert simulate is not None
+    choices = {p.name: p.type.choices for p in simulate.params if isinstance(p.type, click.Choice)}
+    knobs = {"estimates", "order", "allocator_start", "reclaim", "grants"}
+    assert knobs <= set(choices)
+    for knob in knobs:
+        for value in choices[knob]:
+            RunConfig(**{knob: value}, **({"reclaim": "requeue"} if knob == "grants" else {}))
+            if knob != "grants":  # the simulator's books, not the policy's
+                PolicyOptions(**{knob: value})
+        with pytest.raises(ValueError):
+            RunConfig(**{knob: "no-such-choice"})
+        if knob != "grants":
+            with pytest.raises(ValueError):
+                PolicyOptions(**{knob: "no-such-choice"})

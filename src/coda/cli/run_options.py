@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from coda.params import AsciiIntRange, FiniteFloat, OffOrFiniteFloat
-from coda.policy.allocator import START_POINTS
+from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES
 from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
 from coda.sim.constants import GRANTS

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES, ExactProjection, NoEstimates, TimeLimits
 from coda.policy.framework import Filter, Reclaim, RuntimeEstimate
 
@@ -69,8 +70,6 @@ class PolicyOptions:
     start_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        from coda.policy.allocator import START_POINTS
-
         if self.allocator_start not in START_POINTS:
             raise ValueError(
                 f"unknown allocator start {self.allocator_start!r}; known: "
