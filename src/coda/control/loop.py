@@ -10,10 +10,9 @@ Pure: no I/O, no clock (the time is passed in).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from coda.policy.framework import Action, Policy
+from coda.policy.framework import Action, Policy, decisions_of
 from coda.policy.state import DNN, Job, Node
 
 ALLOCATOR = "allocator"
@@ -28,14 +27,6 @@ class ControlSink(Protocol):
     def carry_out(
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
     ) -> None: ...
-
-
-class Explains(Protocol):
-    """A capability: a control that records each decision it takes, with its reason
-    (``{"action": ..., "reason": {...}}``), newest last (the contention eliminator)."""
-
-    @property
-    def decisions(self) -> Sequence[dict[str, Any]]: ...
 
 
 class ControlLoop:
@@ -98,9 +89,7 @@ class ControlLoop:
         nc = self.policy.node_control
         if nc is None:
             return
-        # The explanations it keeps, if it keeps any (asked by capability, not by class:
-        # a compiled Protocol cannot be checked with isinstance).
-        history = cast(Explains, nc).decisions if hasattr(nc, "decisions") else None
+        history = decisions_of(nc)  # the explanations it keeps, if it keeps any
         last = history[-1] if history else None
         acts = nc.control(node, now)
         if not acts:

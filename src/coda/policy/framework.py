@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from coda.policy.learned_profiles import LearnedProfiles
 from coda.policy.state import Job, Node
 
 
@@ -245,6 +246,60 @@ class Reclaim(Protocol):
     def reclaimable(self, job: Job) -> bool: ...
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]: ...
+
+
+# Optional capabilities of a control, which drivers read where a plugin has them. They
+# are asked by attribute (``learner_of`` ...), never by class: a driver must not know
+# the concrete plugin, and a compiled Protocol cannot be checked with isinstance.
+class LearnsProfiles(Protocol):
+    """Learns per job shape the cores a job settles on (the adaptive allocator), for a
+    driver to persist: ``generation`` is bumped whenever ``learned`` changes."""
+
+    learned: LearnedProfiles
+    generation: int
+
+
+class ReferenceBook(Protocol):
+    def reference(self, job: Job) -> float | None: ...
+
+
+class ExplainsSearch(Protocol):
+    """Says where a job's core search stands (``state``: e.g. "converged"), why it took
+    its last step (``explain``), and the job's reference throughput (``book``)."""
+
+    @property
+    def book(self) -> ReferenceBook: ...
+
+    def state(self, job: Job) -> str: ...
+
+    def explain(self, job: Job) -> dict[str, Any]: ...
+
+
+class RecordsDecisions(Protocol):
+    """Records each decision it takes with its reason (``{"action": ..., "reason":
+    {...}}``), newest last (the contention eliminator)."""
+
+    @property
+    def decisions(self) -> Sequence[dict[str, Any]]: ...
+
+
+def learner_of(plugin: object) -> LearnsProfiles | None:
+    if hasattr(plugin, "learned") and hasattr(plugin, "generation"):
+        return cast(LearnsProfiles, plugin)
+    return None
+
+
+def search_of(plugin: object) -> ExplainsSearch | None:
+    if hasattr(plugin, "explain") and hasattr(plugin, "state") and hasattr(plugin, "book"):
+        return cast(ExplainsSearch, plugin)
+    return None
+
+
+def decisions_of(plugin: object) -> Sequence[dict[str, Any]] | None:
+    """The decisions the plugin records, or None where it records none."""
+    if hasattr(plugin, "decisions"):
+        return cast(RecordsDecisions, plugin).decisions
+    return None
 
 
 # Whom backfill plans a start for: each array's first blocked job (EASY backfill, the

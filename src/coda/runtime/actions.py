@@ -94,7 +94,7 @@ def _set_cores(
     m.window = None
     m.dirty = True
     detail: dict[str, Any] = {"from": cur, "to": n, "cpus": format_cpus(new), **(reason or {})}
-    alloc = self.allocator
+    alloc = self.search
     if source == "allocator" and alloc is not None:
         detail["why"] = alloc.explain(job)
     self._decide(now, m.row_id, source, "set-cores", detail)

@@ -36,8 +36,17 @@ from typing import Any
 from coda.control import ControlLoop
 from coda.cycle import Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
-from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles, free_room
-from coda.policy.framework import Action, Policy, SetCores, SetQuota
+from coda.policy.allocator import LearnedProfiles, free_room
+from coda.policy.framework import (
+    Action,
+    ExplainsSearch,
+    LearnsProfiles,
+    Policy,
+    SetCores,
+    SetQuota,
+    learner_of,
+    search_of,
+)
 from coda.policy.state import Job, Node
 from coda.runtime import actions, adoption, sampler, supervisor
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
@@ -119,9 +128,14 @@ class NodeAgent:
 
     # ------------------------------------------------------------ lifecycle
     @property
-    def allocator(self) -> AdaptiveAllocator | None:
-        jc = self.policy.job_control
-        return jc if isinstance(jc, AdaptiveAllocator) else None
+    def learner(self) -> LearnsProfiles | None:
+        """The job control's learned profiles, which the node keeps across restarts."""
+        return learner_of(self.policy.job_control)
+
+    @property
+    def search(self) -> ExplainsSearch | None:
+        """The job control's account of each job's core search, where it gives one."""
+        return search_of(self.policy.job_control)
 
     def start(self) -> None:
         """Set up the cgroup parent, the node, learned profiles; re-adopt running jobs."""
@@ -408,7 +422,7 @@ class NodeAgent:
 
     # -------------------------------------------------------- persistence
     def _load_learned(self) -> None:
-        alloc = self.allocator
+        alloc = self.learner
         raw = self.store.meta(LEARNED_KEY)
         if alloc is None or raw is None:
             return
@@ -419,15 +433,16 @@ class NodeAgent:
         self._generation = alloc.generation
 
     def _save_learned(self) -> None:
-        alloc = self.allocator
+        alloc = self.learner
         if alloc is not None:
             self.store.set_meta(LEARNED_KEY, json.dumps(alloc.learned.to_dict()))
             self._generation = alloc.generation
 
     def _flush(self) -> None:
-        alloc = self.allocator
-        if alloc is not None and alloc.generation != self._generation:
+        learner = self.learner
+        if learner is not None and learner.generation != self._generation:
             self._save_learned()
+        alloc = self.search
         dirty = [m for m in self.running.values() if m.dirty]
         if not dirty:
             return
@@ -450,7 +465,7 @@ class NodeAgent:
                 m.dirty = False
 
     def policy_reference(self, job: Job) -> float | None:
-        alloc = self.allocator
+        alloc = self.search
         return alloc.book.reference(job) if alloc is not None else None
 
     def _decide(

@@ -324,7 +324,7 @@ class SlurmNodeAgent(NodeAgent):
     def _report(self) -> None:
         """Tell the controller (through the job's AdminComment) what a converged DNN
         job settled on: later jobs of its model are granted that many cores."""
-        alloc = self.allocator
+        alloc = self.search
         if alloc is None:
             return
         for jid, m in self.running.items():
@@ -353,7 +353,7 @@ class SlurmNodeAgent(NodeAgent):
             self._decide(self.clock(), jid, "agent", "report", {"settled": len(m.cpus)})
 
     def status(self) -> dict[str, Any]:
-        alloc = self.allocator
+        alloc = self.search
         jobs = []
         for jid, m in sorted(self.running.items()):
             info = self.info[jid]

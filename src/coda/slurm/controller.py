@@ -39,8 +39,8 @@ from typing import Any
 from coda.cycle import Decision, Reason, Reclaimed, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy import PolicyOptions, make_policy
-from coda.policy.allocator import AdaptiveAllocator, LearnedProfiles
-from coda.policy.framework import Action, Preempt
+from coda.policy.allocator import LearnedProfiles
+from coda.policy.framework import Action, LearnsProfiles, Preempt, learner_of
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
@@ -268,9 +268,8 @@ class Controller:
         return self.stats.placed
 
     @property
-    def allocator(self) -> AdaptiveAllocator | None:
-        cc = self.policy.core_count
-        return cc if isinstance(cc, AdaptiveAllocator) else None
+    def allocator(self) -> LearnsProfiles | None:
+        return learner_of(self.policy.core_count)
 
     # ------------------------------------------------------------ state
     def _load(self) -> None:
