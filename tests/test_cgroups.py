@@ -656,3 +656,26 @@ def test_real_invalid_cpu_names_file(real_cg: Real) -> None:
     msg = str(err.value)
     assert str(drv.mounts["cpuset"] / drv.parent / "j" / "cpuset.cpus") in msg
     assert repr(str(bad)) in msg
+
+
+def test_every_cgroup_file_is_named_once_for_both_versions() -> None:
+    from coda.runtime import cgroup_files as cf
+
+    names = [f.knob for f in cf.REGISTRY]
+    assert len(names) == len(set(names))
+    assert cf.CPU_QUOTA.v1 == "cpu.cfs_quota_us" and cf.CPU_QUOTA.v2 == "cpu.max"
+    assert cf.THREADS.v1 == "tasks" and cf.THREADS.v2 == "cgroup.threads"
+    assert cf.PROCS.file == "cgroup.procs"
+    with pytest.raises(LookupError):
+        _ = cf.EVENTS.v1  # v1 has no cgroup.events: asking for it is an error, not ""
+    with pytest.raises(LookupError):
+        _ = cf.CPU_QUOTA.file  # named differently in each version
+    # The drivers name no cgroup file themselves: every name comes from the registry.
+    import re
+    from pathlib import Path
+
+    src = Path(cf.__file__).parent
+    files = {f.v1_file for f in cf.REGISTRY} | {f.v2_file for f in cf.REGISTRY}
+    for path in (src / "cgroups.py", src.parent / "slurm" / "cgroups.py"):
+        literals = set(re.findall(r'"([a-z_.]+)"', path.read_text()))
+        assert not literals & files, (path.name, literals & files)

@@ -20,6 +20,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from coda.runtime.cgroup_files import (
+    CONTROLLERS,
+    CPU_PERIOD,
+    CPU_QUOTA,
+    CPU_USAGE,
+    CPUS,
+    EFFECTIVE_CPUS,
+    EVENTS,
+    FREEZE,
+    MEMS,
+    PROCS,
+    SUBTREE_CONTROL,
+    THREADS,
+)
+
 SetAffinity = Callable[[int, set[int]], None]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -217,7 +232,7 @@ class _Base:
         return self._cpuset_dir(name).is_dir()
 
     def cpus(self, name: str) -> list[int]:
-        return parse_cpus(read_file(self._cpuset_dir(name) / "cpuset.cpus"))
+        return parse_cpus(read_file(self._cpuset_dir(name) / CPUS.file))
 
     def _old_cpus(self, name: str) -> set[int]:
         return set(self.cpus(name))
@@ -227,7 +242,7 @@ class _Base:
         if not new:
             raise ValueError("set_cpus needs at least one CPU")
         old = self._old_cpus(name)
-        write_file(self._cpuset_dir(name) / "cpuset.cpus", format_cpus(new))
+        write_file(self._cpuset_dir(name) / CPUS.file, format_cpus(new))
         if new - old:
             # The kernel keeps a self-pinned task on its own (narrower) mask when the
             # cpuset grows, so widen every thread explicitly.
@@ -303,7 +318,7 @@ class CgroupV1(_Base):
         return self._dir("cpuset", name)
 
     def _threads_file(self, name: str) -> Path:
-        return self._cpuset_dir(name) / "tasks"
+        return self._cpuset_dir(name) / THREADS.v1
 
     # lifecycle
     def parent_path(self) -> Path:
@@ -318,7 +333,7 @@ class CgroupV1(_Base):
 
     @staticmethod
     def _inherit_cpuset(src: Path, dst: Path) -> None:
-        for f in ("cpuset.cpus", "cpuset.mems"):  # cpus first, as the kernel wants
+        for f in (CPUS.file, MEMS.file):  # cpus first, as the kernel wants
             cur = dst / f
             if not cur.exists() or not read_file(cur):
                 write_file(cur, read_file(src / f))
@@ -341,7 +356,7 @@ class CgroupV1(_Base):
 
     def remove(self, name: str) -> None:
         dirs = self._group_dirs(name)
-        busy = sorted({p for d in dirs if d.is_dir() for p in read_ids(d / "cgroup.procs")})
+        busy = sorted({p for d in dirs if d.is_dir() for p in read_ids(d / PROCS.file)})
         if busy:
             raise CgroupBusy(f"group {name!r} still has processes: {busy}")
         for d in dirs:
@@ -357,51 +372,51 @@ class CgroupV1(_Base):
     def set_quota(self, name: str, cores: float | None) -> None:
         d = self._dir("cpu", name)
         if cores is None:
-            write_file(d / "cpu.cfs_quota_us", "-1")
+            write_file(d / CPU_QUOTA.v1, "-1")
             return
         quota = self._quota_us(cores)
-        period = d / "cpu.cfs_period_us"
+        period = d / CPU_PERIOD.v1
         if not period.exists() or read_file(period) != str(self.period_us):
             write_file(period, str(self.period_us))
-        write_file(d / "cpu.cfs_quota_us", str(quota))
+        write_file(d / CPU_QUOTA.v1, str(quota))
 
     def quota(self, name: str) -> float | None:
         d = self._dir("cpu", name)
-        quota = int(read_file(d / "cpu.cfs_quota_us"))
+        quota = int(read_file(d / CPU_QUOTA.v1))
         if quota < 0:
             return None
-        return quota / int(read_file(d / "cpu.cfs_period_us"))
+        return quota / int(read_file(d / CPU_PERIOD.v1))
 
     # freezer
     def freeze(self, name: str) -> None:
-        write_file(self._dir("freezer", name) / "freezer.state", "FROZEN")
+        write_file(self._dir("freezer", name) / FREEZE.v1, "FROZEN")
 
     def thaw(self, name: str) -> None:
-        write_file(self._dir("freezer", name) / "freezer.state", "THAWED")
+        write_file(self._dir("freezer", name) / FREEZE.v1, "THAWED")
 
     def frozen(self, name: str) -> bool:
         # FREEZING (still in progress) counts as not frozen yet.
-        return read_file(self._dir("freezer", name) / "freezer.state") == "FROZEN"
+        return read_file(self._dir("freezer", name) / FREEZE.v1) == "FROZEN"
 
     # processes
     def procs_files(self, name: str) -> list[str]:
-        return [str(d / "cgroup.procs") for d in self._group_dirs(name)]
+        return [str(d / PROCS.file) for d in self._group_dirs(name)]
 
     def add_pid(self, name: str, pid: int) -> None:
         for f in self.procs_files(name):  # cpuset first: its cpus/mems are set
             write_file(Path(f), str(int(pid)))
 
     def pids(self, name: str) -> list[int]:
-        return read_ids(self._cpuset_dir(name) / "cgroup.procs")
+        return read_ids(self._cpuset_dir(name) / PROCS.file)
 
     # accounting
     def cpu_usage_s(self, name: str) -> float:
-        return int(read_file(self._dir("cpuacct", name) / "cpuacct.usage")) / 1e9
+        return int(read_file(self._dir("cpuacct", name) / CPU_USAGE.v1)) / 1e9
 
     def available_cpus(self) -> list[int]:
-        own = self._parent_dir("cpuset") / "cpuset.cpus"
+        own = self._parent_dir("cpuset") / CPUS.file
         cpus = parse_cpus(read_file(own)) if own.exists() else []
-        return cpus or parse_cpus(read_file(self._mount("cpuset") / "cpuset.cpus"))
+        return cpus or parse_cpus(read_file(self._mount("cpuset") / CPUS.file))
 
 
 # ---------------------------------------------------------------- cgroup v2
@@ -434,11 +449,11 @@ class CgroupV2(_Base):
         return self._group(name)
 
     def _threads_file(self, name: str) -> Path:
-        return self._group(name) / "cgroup.threads"
+        return self._group(name) / THREADS.v2
 
     def _enable(self, d: Path) -> None:
         """Enable our controllers for the children of ``d`` where not yet enabled."""
-        ctl = d / "cgroup.subtree_control"
+        ctl = d / SUBTREE_CONTROL.v2
         # The kernel lists bare names; a fake tree keeps the "+name" we wrote.
         enabled = [c.lstrip("+") for c in read_file(ctl).split()] if ctl.exists() else []
         want = [c for c in self._controllers if c not in enabled]
@@ -449,7 +464,7 @@ class CgroupV2(_Base):
         return self.parent_dir
 
     def setup(self) -> None:
-        available = read_file(self.root / "cgroup.controllers").split()
+        available = read_file(self.root / CONTROLLERS.v2).split()
         missing = [c for c in self._controllers if c not in available]
         if missing:
             raise CgroupError(f"{self.root / 'cgroup.controllers'} lacks {', '.join(missing)}")
@@ -471,7 +486,7 @@ class CgroupV2(_Base):
 
     def remove(self, name: str) -> None:
         d = self._group(name)
-        busy = read_ids(d / "cgroup.procs") if d.is_dir() else []
+        busy = read_ids(d / PROCS.file) if d.is_dir() else []
         if busy:
             raise CgroupBusy(f"group {name!r} still has processes: {busy}")
         remove_dir(d)
@@ -481,44 +496,44 @@ class CgroupV2(_Base):
 
     def _old_cpus(self, name: str) -> set[int]:
         # An empty v2 cpuset.cpus means "all of the parent's".
-        f = self._group(name) / "cpuset.cpus"
+        f = self._group(name) / CPUS.file
         old = parse_cpus(read_file(f)) if f.exists() else []
         return set(old) if old else set(self.available_cpus())
 
     def set_quota(self, name: str, cores: float | None) -> None:
         value = "max" if cores is None else str(self._quota_us(cores))
-        write_file(self._group(name) / "cpu.max", f"{value} {self.period_us}")
+        write_file(self._group(name) / CPU_QUOTA.v2, f"{value} {self.period_us}")
 
     def quota(self, name: str) -> float | None:
-        quota, _, period = read_file(self._group(name) / "cpu.max").partition(" ")
+        quota, _, period = read_file(self._group(name) / CPU_QUOTA.v2).partition(" ")
         if quota == "max":
             return None
         return int(quota) / int(period or self.period_us)
 
     def freeze(self, name: str) -> None:
-        write_file(self._group(name) / "cgroup.freeze", "1")
+        write_file(self._group(name) / FREEZE.v2, "1")
 
     def thaw(self, name: str) -> None:
-        write_file(self._group(name) / "cgroup.freeze", "0")
+        write_file(self._group(name) / FREEZE.v2, "0")
 
     def frozen(self, name: str) -> bool:
         d = self._group(name)
-        events = d / "cgroup.events"
+        events = d / EVENTS.v2
         if events.exists():  # the state reached, not just the one asked for
             return "frozen 1" in read_file(events).splitlines()
-        return read_file(d / "cgroup.freeze") == "1"
+        return read_file(d / FREEZE.v2) == "1"
 
     def procs_files(self, name: str) -> list[str]:
-        return [str(self._group(name) / "cgroup.procs")]
+        return [str(self._group(name) / PROCS.file)]
 
     def add_pid(self, name: str, pid: int) -> None:
-        write_file(self._group(name) / "cgroup.procs", str(int(pid)))
+        write_file(self._group(name) / PROCS.file, str(int(pid)))
 
     def pids(self, name: str) -> list[int]:
-        return read_ids(self._group(name) / "cgroup.procs")
+        return read_ids(self._group(name) / PROCS.file)
 
     def cpu_usage_s(self, name: str) -> float:
-        f = self._group(name) / "cpu.stat"
+        f = self._group(name) / CPU_USAGE.v2
         for line in read_file(f).splitlines():
             key, _, value = line.partition(" ")
             if key == "usage_usec":
@@ -527,7 +542,7 @@ class CgroupV2(_Base):
 
     def available_cpus(self) -> list[int]:
         for d in (self.parent_dir, self.root):
-            f = d / "cpuset.cpus.effective"
+            f = d / EFFECTIVE_CPUS.v2
             if f.exists():
                 cpus = parse_cpus(read_file(f))
                 if cpus:
@@ -588,7 +603,7 @@ def detect(
         if not v2:
             problems.append("no cgroup2 mount")
         for path in v2:
-            ctl = path / "cgroup.controllers"
+            ctl = path / CONTROLLERS.v2
             have = ctl.read_text().split() if ctl.exists() else []
             missing = [c for c in ("cpuset", "cpu") if c not in have]
             if not missing:

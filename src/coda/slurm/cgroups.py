@@ -27,6 +27,15 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from coda.runtime.cgroup_files import (
+    CONTROLLERS,
+    CPU_PERIOD,
+    CPU_QUOTA,
+    CPUS,
+    EFFECTIVE_CPUS,
+    PROCS,
+    THREADS,
+)
 from coda.runtime.cgroups import (
     MIN_QUOTA_US,
     CgroupError,
@@ -142,11 +151,11 @@ class SlurmJobCgroups:
         return out
 
     def _cpuset_tree(self, name: str) -> list[Path]:
-        tree = [d for d in self._tree(name) if (d / "cpuset.cpus").exists()]
+        tree = [d for d in self._tree(name) if (d / CPUS.file).exists()]
         if self.version == 2:
             # An empty cpuset.cpus inherits its parent's: only the job's own and any a
             # step set itself are written (writing the rest would pin them).
-            tree = [d for i, d in enumerate(tree) if i == 0 or read_file(d / "cpuset.cpus")]
+            tree = [d for i, d in enumerate(tree) if i == 0 or read_file(d / CPUS.file)]
         return tree
 
     def exists(self, name: str) -> bool:
@@ -155,7 +164,7 @@ class SlurmJobCgroups:
     def node_cpus(self) -> list[int]:
         """The CPUs this node's jobs may use (the node group's cpuset)."""
         for d in (self.base, self.root / "cpuset", self.root):
-            f = d / ("cpuset.cpus.effective" if self.version == 2 else "cpuset.cpus")
+            f = d / (EFFECTIVE_CPUS.v2 if self.version == 2 else CPUS.file)
             if f.exists():
                 cpus = parse_cpus(read_file(f))
                 if cpus:
@@ -170,9 +179,9 @@ class SlurmJobCgroups:
 
     def cpus(self, name: str) -> list[int]:
         d = self._dir(name)
-        cpus = parse_cpus(read_file(d / "cpuset.cpus"))
+        cpus = parse_cpus(read_file(d / CPUS.file))
         if not cpus and self.version == 2:  # none of its own: its parent's
-            cpus = parse_cpus(read_file(d / "cpuset.cpus.effective"))
+            cpus = parse_cpus(read_file(d / EFFECTIVE_CPUS.v2))
         return cpus
 
     def set_cpus(self, name: str, cpus: Iterable[int]) -> None:
@@ -188,10 +197,10 @@ class SlurmJobCgroups:
             # Widen: parents first, to the union, so every child write stays inside.
             union = format_cpus(new | old)
             for d in tree:
-                write_file(d / "cpuset.cpus", union)
+                write_file(d / CPUS.file, union)
         # Narrow (or settle on the exact set): children first.
         for d in reversed(tree):
-            write_file(d / "cpuset.cpus", text)
+            write_file(d / CPUS.file, text)
         if new - old:
             for tid in self.threads(name):
                 try:
@@ -205,10 +214,10 @@ class SlurmJobCgroups:
 
     # ------------------------------------------------------------ processes
     def pids(self, name: str) -> list[int]:
-        return sorted({p for d in self._tree(name) for p in read_ids(d / "cgroup.procs")})
+        return sorted({p for d in self._tree(name) for p in read_ids(d / PROCS.file)})
 
     def threads(self, name: str) -> list[int]:
-        f = "tasks" if self.version == 1 else "cgroup.threads"
+        f = THREADS.v1 if self.version == 1 else THREADS.v2
         return sorted({t for d in self._tree(name) for t in read_ids(d / f)})
 
     # ------------------------------------------------------------ CPU quota
@@ -224,14 +233,14 @@ class SlurmJobCgroups:
             raise ValueError(f"quota must be a non-negative number of cores, got {cores}")
         quota = None if cores is None else max(MIN_QUOTA_US, round(cores * self.period_us))
         if self.version == 2:
-            write_file(d / "cpu.max", f"{'max' if quota is None else quota} {self.period_us}")
+            write_file(d / CPU_QUOTA.v2, f"{'max' if quota is None else quota} {self.period_us}")
             return
         if quota is None and not d.is_dir():
             return  # never throttled: nothing to undo
         self.quota_base.mkdir(exist_ok=True)
         d.mkdir(exist_ok=True)
-        write_file(d / "cpu.cfs_period_us", str(self.period_us))
-        write_file(d / "cpu.cfs_quota_us", "-1" if quota is None else str(quota))
+        write_file(d / CPU_PERIOD.v1, str(self.period_us))
+        write_file(d / CPU_QUOTA.v1, "-1" if quota is None else str(quota))
         if quota is not None:
             self.sync_quota_members(name)
 
@@ -243,11 +252,11 @@ class SlurmJobCgroups:
         d = self._quota_dir(name)
         if not d.is_dir():
             return
-        have = set(read_ids(d / "cgroup.procs"))
+        have = set(read_ids(d / PROCS.file))
         for pid in self.pids(name):
             if pid not in have:
                 try:
-                    write_file(d / "cgroup.procs", str(pid))
+                    write_file(d / PROCS.file, str(pid))
                 except CgroupError:
                     if _alive(pid):
                         raise
@@ -255,12 +264,12 @@ class SlurmJobCgroups:
     def quota(self, name: str) -> float | None:
         d = self._quota_dir(name)
         if self.version == 2:
-            q = read_file(d / "cpu.max").split()
+            q = read_file(d / CPU_QUOTA.v2).split()
             return None if q[0] == "max" else int(q[0]) / int(q[1])
         if not d.is_dir():
             return None
-        quota_us = int(read_file(d / "cpu.cfs_quota_us"))
-        return None if quota_us < 0 else quota_us / int(read_file(d / "cpu.cfs_period_us"))
+        quota_us = int(read_file(d / CPU_QUOTA.v1))
+        return None if quota_us < 0 else quota_us / int(read_file(d / CPU_PERIOD.v1))
 
     def remove(self, name: str) -> None:
         """Remove CODA's quota group of an ended job (Slurm removes its own groups)."""
@@ -268,7 +277,7 @@ class SlurmJobCgroups:
             return
         d = self._quota_dir(name)
         if d.is_dir():
-            left = read_ids(d / "cgroup.procs")
+            left = read_ids(d / PROCS.file)
             if left and any(_alive(p) for p in left):
                 raise CgroupError(f"quota group {d} still has processes: {left}")
             remove_dir(d)
@@ -284,7 +293,7 @@ class SlurmJobCgroups:
         for d in _subdirs(self.quota_base):
             if d.name in mine:
                 continue
-            busy = [p for p in read_ids(d / "cgroup.procs") if _alive(p)]
+            busy = [p for p in read_ids(d / PROCS.file) if _alive(p)]
             if busy:
                 left.append(f"{d} still has processes {busy}")
                 continue
@@ -306,7 +315,7 @@ class SlurmJobCgroups:
 def cgroup_version_of(root: str | Path = "/sys/fs/cgroup") -> int:
     """2 where ``root`` is a cgroup2 mount (a unified hierarchy's root has
     ``cgroup.controllers``), else 1 (v1 or hybrid: one directory per controller)."""
-    return 2 if (Path(root) / "cgroup.controllers").is_file() else 1
+    return 2 if (Path(root) / CONTROLLERS.v2).is_file() else 1
 
 
 def _subdirs(d: Path) -> list[Path]:
