@@ -56,7 +56,7 @@ def _set_cores(
     # cores CPU jobs hold are reclaimed for a DNN job's start, never to measure one.
     add = self._cpus_to_add(m, n - cur) if n > cur else []
     if add is None:
-        self._decide(
+        self.decide(
             now,
             m.row_id,
             source,
@@ -80,7 +80,7 @@ def _set_cores(
         # The cpuset may have been written before the failure (a widening whose
         # sched_setaffinity failed): put the kernel back where the books are.
         quietly(lambda: self.cg.set_cpus(m.cgroup, old))
-        self._decide(now, m.row_id, source, "error", {"error": str(e)})
+        self.decide(now, m.row_id, source, "error", {"error": str(e)})
         return
     m.cpus = new
     job.cores_pn = n
@@ -97,7 +97,7 @@ def _set_cores(
     alloc = self.search
     if source == "allocator" and alloc is not None:
         detail["why"] = alloc.explain(job)
-    self._decide(now, m.row_id, source, "set-cores", detail)
+    self.decide(now, m.row_id, source, "set-cores", detail)
     self.log(f"job {m.row_id}: cores {cur} -> {n} ({source})")
 
 
@@ -113,7 +113,7 @@ def _set_quota(
         self._write_quota(m)
     except CgroupError as e:
         m.job.quota = old
-        self._decide(now, m.row_id, source, "error", {"error": str(e)})
+        self.decide(now, m.row_id, source, "error", {"error": str(e)})
         return
     # Co-runners' samples straddling the change describe neither quota.
     for other in self.running.values():
@@ -124,7 +124,7 @@ def _set_quota(
     self.counters[f"quota_{'down' if q < old else 'up'}"] = (
         self.counters.get(f"quota_{'down' if q < old else 'up'}", 0) + 1
     )
-    self._decide(
+    self.decide(
         now,
         m.row_id,
         source,
@@ -164,7 +164,7 @@ def _preempt(
     if self._cgroup_pids(m) or alive(m.shim_pid, m.shim_start):
         # Not gone (a process stuck in the kernel): requeuing now could run it twice.
         # It keeps its cores; the DNN job waits; the next tick reaps it as usual.
-        self._decide(now, m.row_id, source, "preempt-failed", {"why": "still running"})
+        self.decide(now, m.row_id, source, "preempt-failed", {"why": "still running"})
         return
     self._release(m, now)
     row = self.store.job(m.row_id)
@@ -183,5 +183,5 @@ def _preempt(
         # Queued again at once, as the simulator does: the same job, behind no one.
         self._queued_jobs[m.row_id] = m.job
         self.sched.requeue(m.job)
-    self._decide(now, m.row_id, source, "preempt", dict(reason or {}))
+    self.decide(now, m.row_id, source, "preempt", dict(reason or {}))
     self.log(f"job {m.row_id}: preempted ({source})")

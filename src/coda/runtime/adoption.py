@@ -50,7 +50,7 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
         if has_cg:
             quietly(lambda: self.cg.remove(name))
         self.store.update(r.id, state="queued", message="requeued: never started")
-        self._decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
+        self.decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
         return
     job = self._job_from_row(r)
     cpus = (self.cg.cpus(name) if has_cg else []) or parse_cpus(r.cpus)
@@ -93,7 +93,7 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
         except (CgroupError, OSError) as e:
             self.log(f"job {r.id}: quota not rewritten: {e}")
     self.store.update(r.id, state="running", shim_pid=pid, shim_start=start)
-    self._decide(
+    self.decide(
         now,
         r.id,
         "agent",

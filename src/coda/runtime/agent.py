@@ -48,11 +48,12 @@ from coda.policy.framework import (
     search_of,
 )
 from coda.policy.state import Job, Node
-from coda.runtime import actions, adoption, sampler, supervisor
+from coda.runtime import actions, adoption, supervisor
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.limits import PURGE_BATCH, PURGE_EVERY_S
 from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
+from coda.runtime.sampler import Sampler
 from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
 from coda.runtime.store import JobRow, Store
 from coda.runtime.supervisor import SHIM_PATH, quietly, send_signal, uid_of  # noqa: F401
@@ -104,6 +105,7 @@ class NodeAgent:
         # The control loop every body runs: samples and ticks in, actions (with the
         # component that decided and why) out, through ``carry_out``.
         self.loop = ControlLoop(self.policy, self)
+        self.sampler = Sampler(self, self.config, self.policy, self.loop)
         self.sched: Scheduler | None = None  # made in start(), once the node is known
         self._reasons: dict[int, str] = {}  # wait reasons as last written, by job id
         self._next_purge = -math.inf
@@ -114,7 +116,6 @@ class NodeAgent:
         self._free_cpus: set[int] = set()
         self._free_gpus: set[int] = set()
         self._generation = -1
-        self._new_samples = False  # a DNN job produced a sample since the last control tick
         self.ticks = 0
         self.counters: dict[str, int] = {}
         self.last_tick_s = 0.0
@@ -268,8 +269,8 @@ class NodeAgent:
             self._cancels(now)
             self._time_limits(now)
             self._admit(now)
-            self._sample(now)
-            self._control(now)
+            self.sampler.sample(now)
+            self.sampler.control(now)
             self._flush()
             self.last_tick_s = time.perf_counter() - t0
 
@@ -388,14 +389,14 @@ class NodeAgent:
         job.preemptions = r.preemptions
         return job
 
-    def _room(self, m: Managed) -> int:
+    def room(self, m: Managed) -> int:
         """How many more cores ``m`` could get now."""
         # Free cores only, as in the simulator: never cores CPU jobs hold (free_room).
         return free_room([self.node]) if self.node is not None else 0
 
     def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
         """``k`` more CPUs for a growing job, or None if it has not got the room."""
-        return self._take_for(m, k) if self._room(m) >= k else None
+        return self._take_for(m, k) if self.room(m) >= k else None
 
     def _take_for(self, m: Managed, k: int) -> list[int]:
         return self._take_cpus(k, m.job.kind)
@@ -468,7 +469,7 @@ class NodeAgent:
         alloc = self.search
         return alloc.book.reference(job) if alloc is not None else None
 
-    def _decide(
+    def decide(
         self, now: float, job_id: int | None, component: str, action: str, detail: dict[str, Any]
     ) -> None:
         self.counters[f"{component}:{action}"] = self.counters.get(f"{component}:{action}", 0) + 1
@@ -486,7 +487,7 @@ class NodeAgent:
     _time_limits = supervisor._time_limits
     _kill_until_gone = supervisor._kill_until_gone
     _kill = supervisor._kill
-    _read_job_progress = supervisor._read_job_progress
+    read_job_progress = supervisor.read_job_progress
     progress_file = supervisor.progress_file
     _make_progress_file = supervisor._make_progress_file
     _take_cpus = supervisor._take_cpus
@@ -502,12 +503,6 @@ class NodeAgent:
     _preempt = actions._preempt
     _by_job = actions._by_job
     _write_quota = actions._write_quota
-
-    # sampler.py
-    _sample = sampler._sample
-    _cpu_throughput = sampler._cpu_throughput
-    _stall = sampler._stall
-    _control = sampler._control
 
     # adoption.py
     _adopt_all = adoption._adopt_all

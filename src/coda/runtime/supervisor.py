@@ -100,7 +100,7 @@ def _finish(
         throughput=m.throughput,
         phase="",
     )
-    self._decide(now, m.row_id, "agent", "finish", {"state": state, "exit_code": code})
+    self.decide(now, m.row_id, "agent", "finish", {"state": state, "exit_code": code})
     self.log(f"job {m.row_id} ({m.job.job_id}) {state}: {msg}")
 
 
@@ -139,7 +139,7 @@ def _cancels(self: NodeAgent, now: float) -> None:
             continue
         self._kill(m, signal.SIGTERM)
         m.kill_at = now + self.config.kill_grace_s
-        self._decide(now, job_id, "agent", "cancel", {"signal": "SIGTERM"})
+        self.decide(now, job_id, "agent", "cancel", {"signal": "SIGTERM"})
 
 
 def _time_limits(self: NodeAgent, now: float) -> None:
@@ -157,7 +157,7 @@ def _time_limits(self: NodeAgent, now: float) -> None:
         m.timed_out = True
         self._kill(m, signal.SIGTERM)
         m.kill_at = now + self.config.kill_grace_s
-        self._decide(now, m.row_id, "agent", "time-limit", {"limit_s": limit})
+        self.decide(now, m.row_id, "agent", "time-limit", {"limit_s": limit})
         self.log(f"job {m.row_id} ({m.job.job_id}): time limit of {limit:g} s reached")
 
 
@@ -179,7 +179,7 @@ def _kill(self: NodeAgent, m: Managed, sig: int) -> None:
         send_signal(m.shim_pid, sig)
 
 
-def _read_job_progress(self: NodeAgent, m: Managed) -> Progress | None:
+def read_job_progress(self: NodeAgent, m: Managed) -> Progress | None:
     # The job's user owns its file; a file anyone else made there is not trusted.
     return read_progress(self.progress_file(m.row_id), owner=m.uid)
 
@@ -261,7 +261,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
     except (CgroupError, OSError, subprocess.SubprocessError) as e:
         self._release(m, now)
         self.store.update(r.id, state="failed", end_t=self.wall(), message=f"launch failed: {e}")
-        self._decide(now, r.id, "agent", "launch-failed", {"error": str(e)})
+        self.decide(now, r.id, "agent", "launch-failed", {"error": str(e)})
         self.log(f"job {r.id}: launch failed: {e}")
         self._queued_jobs.pop(r.id, None)
         return False
@@ -269,7 +269,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
     self.store.update(r.id, state="running", shim_pid=m.shim_pid, shim_start=m.shim_start)
     self._queued_jobs.pop(r.id, None)
     job.start = now
-    self._decide(
+    self.decide(
         now,
         r.id,
         "scheduler",

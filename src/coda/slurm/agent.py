@@ -159,14 +159,14 @@ class SlurmNodeAgent(NodeAgent):
             self.ticks += 1
             self._discover(now)
             self._resync_cpusets(now)
-            self._sample(now)
+            self.sampler.sample(now)
             for m in self.running.values():
                 if m.job.quota < 1.0:
                     try:
                         self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
                     except CgroupError as e:
                         self.log(f"job {m.row_id}: {e}")
-            self._control(now)
+            self.sampler.control(now)
             self._remove_orphan_cgroups()
             self._flush()
             self._report()
@@ -180,7 +180,7 @@ class SlurmNodeAgent(NodeAgent):
         for jid, m in list(self.running.items()):
             if jid not in groups or not self.sg.exists(m.cgroup):
                 self._release(m, now)
-                self._decide(now, jid, "agent", "finish", {"throughput": m.throughput})
+                self.decide(now, jid, "agent", "finish", {"throughput": m.throughput})
                 self.log(f"job {jid} ({m.job.job_id}) ended")
                 self.info.pop(jid, None)
                 self.reported.pop(jid, None)
@@ -249,7 +249,7 @@ class SlurmNodeAgent(NodeAgent):
         self._place(m, now)
         if job.kind == CPU and self.sg.quota(name) is not None:
             self.sg.set_quota(name, None)  # a throttle left by an agent that died
-        self._decide(now, jid, "agent", "adopt",
+        self.decide(now, jid, "agent", "adopt",
                      {"kind": job.kind, "requested": req, "grant": format_cpus(grant),
                       "cpus": format_cpus(cpus), "gpus": gpus_pn, "model": model})  # fmt: skip
         self.log(
@@ -274,13 +274,13 @@ class SlurmNodeAgent(NodeAgent):
                 self.log(f"job {jid}: cpuset changed to {format_cpus(cur)}; not restored: {e}")
                 continue
             detail = {"found": format_cpus(cur), "cpus": format_cpus(m.cpus)}
-            self._decide(now, jid, "agent", "restore-cpuset", detail)
+            self.decide(now, jid, "agent", "restore-cpuset", detail)
 
     # ------------------------------------------------------------ CPUs
     def _spare(self, m: Managed) -> list[int]:
         return sorted(set(self.info[m.row_id].grant) - set(m.cpus))
 
-    def _room(self, m: Managed) -> int:
+    def room(self, m: Managed) -> int:
         return len(self._spare(m))
 
     def _take_for(self, m: Managed, k: int) -> list[int]:
@@ -309,7 +309,7 @@ class SlurmNodeAgent(NodeAgent):
                 r.unreserve(job, self.clock())
 
     # ------------------------------------------------------------ progress
-    def _read_job_progress(self, m: Managed) -> Progress | None:
+    def read_job_progress(self, m: Managed) -> Progress | None:
         """The job's record, if the file is a regular file its own user owns."""
         path = self.progress_dir / f"job_{m.row_id}"
         return read_progress(path, owner=self.info[m.row_id].uid)
@@ -350,7 +350,7 @@ class SlurmNodeAgent(NodeAgent):
                 continue
             info.mark["settled"] = fields["settled"]
             self.reported[jid] = len(m.cpus)
-            self._decide(self.clock(), jid, "agent", "report", {"settled": len(m.cpus)})
+            self.decide(self.clock(), jid, "agent", "report", {"settled": len(m.cpus)})
 
     def status(self) -> dict[str, Any]:
         alloc = self.search
