@@ -36,7 +36,7 @@ from typing import Any
 from coda.control import ControlLoop
 from coda.cycle import Scheduler, Start
 from coda.policy import PolicyOptions, make_policy
-from coda.policy.allocator import LearnedProfiles, free_room
+from coda.policy.allocator import free_room
 from coda.policy.framework import (
     Action,
     ExplainsSearch,
@@ -50,6 +50,8 @@ from coda.policy.framework import (
 from coda.policy.state import Job, Node
 from coda.runtime import actions, adoption, supervisor
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
+from coda.runtime.learned_store import LEARNED_KEY as LEARNED_KEY  # where bench/ reads it
+from coda.runtime.learned_store import LearnedStore
 from coda.runtime.limits import PURGE_BATCH, PURGE_EVERY_S
 from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
@@ -60,8 +62,6 @@ from coda.runtime.supervisor import SHIM_PATH, quietly, send_signal, uid_of  # n
 from coda.workload.perf import ProfileSet, load_profile_set
 
 PARENT_MADE_KEY = "cgroup_parent_made"
-
-LEARNED_KEY = "learned_profiles"
 
 
 class NodeAgent:
@@ -106,6 +106,7 @@ class NodeAgent:
         # component that decided and why) out, through ``carry_out``.
         self.loop = ControlLoop(self.policy, self)
         self.sampler = Sampler(self, self.config, self.policy, self.loop)
+        self.learned = LearnedStore(store, self.learner, self.log)
         self.sched: Scheduler | None = None  # made in start(), once the node is known
         self._reasons: dict[int, str] = {}  # wait reasons as last written, by job id
         self._next_purge = -math.inf
@@ -115,7 +116,6 @@ class NodeAgent:
         self._queued_jobs: dict[int, Job] = {}
         self._free_cpus: set[int] = set()
         self._free_gpus: set[int] = set()
-        self._generation = -1
         self.ticks = 0
         self.counters: dict[str, int] = {}
         self.last_tick_s = 0.0
@@ -158,7 +158,7 @@ class NodeAgent:
         self._free_gpus = set(range(self.config.gpus))
         self.policy.observe_cluster([self.node])
         self.sched = Scheduler(self.policy, [self.node])
-        self._load_learned()
+        self.learned.load()
         secure_dir(self.state_dir / "jobs")
         secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
         secure_dir(self.progress_dir, PUBLIC_DIR_MODE, "progress directory")
@@ -198,7 +198,7 @@ class NodeAgent:
                 if self.running:
                     time.sleep(0.05)
         self._flush()
-        self._save_learned()
+        self.learned.save()
         self._remove_orphan_cgroups()
         # The parent goes only if an agent of this state directory made it: another
         # agent's (or an operator's) parent stays, whatever is in it.
@@ -422,27 +422,8 @@ class NodeAgent:
             self.sched.node_capacity_changed(self.node, grew)
 
     # -------------------------------------------------------- persistence
-    def _load_learned(self) -> None:
-        alloc = self.learner
-        raw = self.store.meta(LEARNED_KEY)
-        if alloc is None or raw is None:
-            return
-        try:
-            alloc.learned = LearnedProfiles.from_dict(json.loads(raw))
-        except ValueError as e:
-            self.log(f"learned profiles ignored: {e}")
-        self._generation = alloc.generation
-
-    def _save_learned(self) -> None:
-        alloc = self.learner
-        if alloc is not None:
-            self.store.set_meta(LEARNED_KEY, json.dumps(alloc.learned.to_dict()))
-            self._generation = alloc.generation
-
     def _flush(self) -> None:
-        learner = self.learner
-        if learner is not None and learner.generation != self._generation:
-            self._save_learned()
+        self.learned.save_if_changed()
         alloc = self.search
         dirty = [m for m in self.running.values() if m.dirty]
         if not dirty:

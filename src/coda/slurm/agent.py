@@ -105,7 +105,7 @@ class SlurmNodeAgent(NodeAgent):
         self.node.free_cores = 0  # here: CPUs granted to jobs but not in their cpusets
         # Slurm places jobs here (the controller runs the cycle): no scheduler of its own.
         self.policy.observe_cluster([self.node])
-        self._load_learned()
+        self.learned.load()
         self.store.set_meta(
             "agent",
             json.dumps(
