@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coda.runtime.resctrl import Resctrl, ResctrlError
+from coda.runtime.resctrl import NoResctrl, Resctrl, ResctrlControl, ResctrlError
 
 
 def resctrl_tree(tmp_path: Path, mba: bool = True, mon: bool = True) -> Path:
@@ -96,3 +96,23 @@ def test_remove(rc: Resctrl) -> None:
     rc.remove("job")
     rc.remove("job")
     assert not (rc.root / "job").exists()
+
+
+@pytest.mark.parametrize("absent", [True, False])
+def test_both_implement_the_protocol(tmp_path: Path, absent: bool) -> None:
+    # The agent holds a ResctrlControl and asks its flags: no getattr probing.
+    r: ResctrlControl = NoResctrl() if absent else Resctrl(resctrl_tree(tmp_path))
+    assert isinstance(r, ResctrlControl)
+    assert r.available is (not absent) and r.mba_available is (not absent)
+
+
+def test_no_resctrl() -> None:
+    r = NoResctrl()
+    assert not r.available and not r.mba_available and not r.mon_available
+    assert r.mbm_bytes("job") == 0
+    r.remove("job")  # nothing to remove: no error, as when the group is gone
+    for change in (lambda: r.create("job"), lambda: r.assign("job", [1])):
+        with pytest.raises(ResctrlError, match="no resctrl"):
+            change()
+    with pytest.raises(ResctrlError, match="no resctrl"):
+        r.set_mb("job", 50)

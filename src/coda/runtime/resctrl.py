@@ -14,6 +14,7 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from coda.runtime.cgroups import read_file, safe_child, write_file
 
@@ -22,7 +23,59 @@ class ResctrlError(RuntimeError):
     """A resctrl operation failed; the message names the file and the value."""
 
 
+@runtime_checkable
+class ResctrlControl(Protocol):
+    """What the node agent uses of resctrl; the real one (``Resctrl``) and the absent
+    one (``NoResctrl``) both implement it, so callers ask the flags, never ``getattr``."""
+
+    @property
+    def available(self) -> bool: ...
+    @property
+    def mba_available(self) -> bool: ...
+    @property
+    def mon_available(self) -> bool: ...
+    def create(self, name: str) -> None: ...
+    def remove(self, name: str) -> None: ...
+    def assign(self, name: str, pids: Iterable[int]) -> None: ...
+    def set_mb(self, name: str, percent: int) -> None: ...
+    def mbm_bytes(self, name: str) -> int: ...
+
+
+class NoResctrl:
+    """resctrl on a machine without it: every flag is False, nothing is counted, and
+    a change asked for anyway fails (a caller that checked the flags asks none)."""
+
+    @property
+    def available(self) -> bool:
+        return False
+
+    @property
+    def mba_available(self) -> bool:
+        return False
+
+    @property
+    def mon_available(self) -> bool:
+        return False
+
+    def create(self, name: str) -> None:
+        raise ResctrlError(f"no resctrl: cannot create group {name!r}")
+
+    def remove(self, name: str) -> None:
+        return  # no group can exist
+
+    def assign(self, name: str, pids: Iterable[int]) -> None:
+        raise ResctrlError(f"no resctrl: cannot move tasks into {name!r}")
+
+    def set_mb(self, name: str, percent: int) -> None:
+        raise ResctrlError(f"no resctrl: cannot cap {name!r} at {percent}%")
+
+    def mbm_bytes(self, name: str) -> int:
+        return 0
+
+
 class Resctrl:
+    """The kernel's resctrl filesystem (or a fake tree of it) under ``root``."""
+
     def __init__(self, root: str | Path = "/sys/fs/resctrl") -> None:
         self.root = Path(root)
 
