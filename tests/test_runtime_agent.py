@@ -379,7 +379,7 @@ def test_shutdown_keeps_jobs_and_releases_throttles(env) -> None:
     jid = submit(store, ["sleep", "30"], name="s", cores=1)
     agent.tick()
     m = agent.running[jid]
-    agent._set_quota(m, 0.3, time.monotonic(), "test", None)
+    agent.actuator.set_quota(m, 0.3, time.monotonic(), "test", None)
     assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == 30_000
     agent.shutdown()
     assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == -1
@@ -693,12 +693,16 @@ def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
                 store.request_cancel(rng.choice(jobs).row_id)
             elif op < 0.55 and jobs:
                 m = rng.choice(jobs)
-                agent._apply([SetCores(m.job, rng.randint(1, 4))], time.monotonic(), "test")
+                agent.actuator.carry_out(
+                    [SetCores(m.job, rng.randint(1, 4))], time.monotonic(), "test"
+                )
             elif op < 0.65 and jobs:
                 cpu = [j for j in jobs if j.job.kind == "cpu"]
                 if cpu:  # the eliminator throttles CPU jobs only
                     q = rng.choice([0.1, 0.5, 1.0])
-                    agent._apply([SetQuota(rng.choice(cpu).job, q)], time.monotonic(), "test")
+                    agent.actuator.carry_out(
+                        [SetQuota(rng.choice(cpu).job, q)], time.monotonic(), "test"
+                    )
             elif op < 0.7 and jobs:
                 for p in drv.pids(rng.choice(jobs).cgroup):
                     try:
@@ -747,7 +751,7 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
             raise CgroupError("sched_setaffinity failed")
 
     drv._inner.set_cpus = half_works
-    agent._apply([SetCores(m.job, 3)], time.monotonic(), "test")
+    agent.actuator.carry_out([SetCores(m.job, 3)], time.monotonic(), "test")
     assert m.cpus == [0] and agent.node.free_cores == 3 and len(agent._free_cpus) == 3
     assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() == "0"
     assert calls == [[0, 1, 2], [0]]
@@ -782,14 +786,14 @@ def test_a_preemption_that_cannot_happen_leaves_the_dnn_job_waiting(env, monkeyp
     hog = submit(store, ["sleep", "60"], name="hog", cores=4)
     agent.tick()
     assert store.job(hog).state == "running"
-    real = agent._cgroup_pids
+    real = agent.cgroup_pids
     # The CPU job will not die (a process stuck in the kernel): its cgroup keeps a pid.
-    monkeypatch.setattr(agent, "_cgroup_pids", lambda m: [2**22 + 12345])
-    monkeypatch.setattr(agent, "_kill_until_gone", lambda m, seconds=1.0: None)
+    monkeypatch.setattr(agent, "cgroup_pids", lambda m: [2**22 + 12345])
+    monkeypatch.setattr(agent, "kill_until_gone", lambda m, seconds=1.0: None)
     dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
     agent.tick()  # no InvariantError out of the tick
     assert store.job(dnn).state == "queued" and "cores" in store.job(dnn).wait_reason
     assert store.job(hog).state == "running"
     node = agent.node
     assert node is not None and node.free_cores >= 0
-    monkeypatch.setattr(agent, "_cgroup_pids", real)
+    monkeypatch.setattr(agent, "cgroup_pids", real)

@@ -494,7 +494,7 @@ def test_probes_take_free_cores_only_never_a_cpu_jobs(tmp_path: Path) -> None:
     assert store.job(dnn).state == "running" and store.job(cpu).state == "running"
     assert agent.node.free_cores == 0
     m = agent.running[dnn]
-    agent._apply([SetCores(m.job, 3)], agent.clock(), "allocator")
+    agent.actuator.carry_out([SetCores(m.job, 3)], agent.clock(), "allocator")
     assert len(agent.running[dnn].cpus) == 2  # refused: no free core
     assert store.job(cpu).state == "running" and store.job(cpu).preemptions == 0
     acts = [d["action"] for d in store.decisions(limit=20)]

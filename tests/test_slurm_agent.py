@@ -629,17 +629,17 @@ def test_growth_beyond_the_grant_is_refused(env: Env) -> None:
     env.job(5)
     agent = env.agent()
     m = agent.running[5]
-    agent._apply([SetCores(m.job, 3)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(m.job, 3)], env.clock(), "test")
     assert env.cpuset(5) == "0-1" and m.cpus == [0, 1] and m.job.cores_pn == 2
     (refused,) = [d for d in env.store.decisions(job_id=5) if d["action"] == "refused"]
     assert refused["component"] == "test" and refused["detail"]["asked"] == 3
     assert agent.node.free_cores == 0
     # Within the grant it may shrink and grow back, threads re-pinned when it grows.
-    agent._apply([SetCores(m.job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(m.job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0" and agent.node.free_cores == 1
     env.affinity.calls.clear()
     (env.root / J / "step_batch" / "tasks").write_text("777\n")
-    agent._apply([SetCores(m.job, 2)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(m.job, 2)], env.clock(), "test")
     assert env.cpuset(5) == "0-1" and agent.node.free_cores == 0
     assert env.affinity.calls == [(777, {0, 1})]
 
@@ -649,7 +649,7 @@ def test_a_cpu_job_is_throttled_and_released_on_shutdown(env: Env) -> None:
     agent = env.agent()
     m = agent.running[6]
     assert m.job.kind == "cpu" and agent.node.cpu_job_cores == 2
-    agent._apply([SetQuota(m.job, 0.5)], env.clock(), "test")
+    agent.actuator.carry_out([SetQuota(m.job, 0.5)], env.clock(), "test")
     qfile = env.root / "cpu" / "coda_slurm_n1" / "job_6" / "cpu.cfs_quota_us"
     assert qfile.read_text() == "100000"  # half of its 2 CPUs
     agent.shutdown()
@@ -684,7 +684,7 @@ def test_start_removes_quota_groups_of_jobs_that_are_gone(env: Env) -> None:
 def test_shutdown_can_restore_every_grant(env: Env) -> None:
     env.job(5)
     agent = env.agent()
-    agent._apply([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
     agent.shutdown(restore_cores=True)
     assert env.cpuset(5) == "0-1"
@@ -733,7 +733,7 @@ def test_a_vanished_cgroup_releases_the_job(env: Env) -> None:
     env.slurm.node_line = env.slurm.node_line.replace("Gres=gpu:1", "Gres=gpu:2")
     agent = env.agent()
     env.step(agent, {5: 100.0, 6: 100.0})
-    agent._apply([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
     assert agent.node.free_cores == 1 and agent.node.free_gpus == 0
     shutil.rmtree(jd)  # Slurm removed the group: the job ended
     env.step(agent, {6: 100.0})
@@ -786,14 +786,14 @@ def test_a_failed_lookup_is_retried_later_not_every_tick(env: Env) -> None:
 def test_a_restarted_agent_readopts_with_the_original_grant(env: Env) -> None:
     env.job(5)
     first = env.agent()
-    first._apply([SetCores(first.running[5].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
     # The first agent dies without a word; a new one starts on the same store.
     second = env.agent()
     m = second.running[5]
     assert m.cpus == [0] and second.info[5].grant == [0, 1]
     assert second.node.free_cores == 1
-    second._apply([SetCores(m.job, 2)], env.clock(), "test")
+    second.actuator.carry_out([SetCores(m.job, 2)], env.clock(), "test")
     assert env.cpuset(5) == "0-1" and m.cpus == [0, 1]
     assert "refused" not in env.actions(5)
 
@@ -802,7 +802,7 @@ def test_without_the_stored_grant_the_narrowed_cpuset_would_be_all(env: Env) -> 
     # The other side of the restart test: the grant really comes from the store.
     env.job(5)
     first = env.agent()
-    first._apply([SetCores(first.running[5].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.running[5].job, 1)], env.clock(), "test")
     env.store.set_meta(GRANTS_KEY, "{}")
     second = env.agent()
     assert second.info[5].grant == [0]
@@ -824,8 +824,8 @@ def test_a_stalled_job_gets_its_grant_back(env: Env) -> None:
     env.job(5, comment="coda:placed,req=4,grant=2,nodes=n1")  # granted fewer than asked
     env.job(6, cpus="2-3", name="other")
     agent = env.agent(stall_s=5.0)
-    agent._apply([SetCores(agent.running[5].job, 1)], env.clock(), "test")
-    agent._apply([SetCores(agent.running[6].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.running[6].job, 1)], env.clock(), "test")
     env.step(agent, {5: 100.0})  # one record: the allocator takes the job on
     for _ in range(8):
         env.step(agent, {})  # then silence
@@ -837,7 +837,7 @@ def test_a_grant_survives_a_restart_with_a_failed_lookup(env: Env) -> None:
     env.job(5)
     env.job(6, cpus="2-3", name="other")
     first = env.agent()
-    first._apply([SetCores(first.running[6].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.running[6].job, 1)], env.clock(), "test")
     assert env.cpuset(6) == "2"
     env.slurm.hidden = {6}  # a lookup that misses it (Slurm busy, a stale answer)
     second = env.agent()
@@ -870,7 +870,7 @@ def test_an_admin_comment_that_is_not_codas_is_kept(env: Env) -> None:
 def test_a_cpuset_slurm_rewrote_is_put_back(env: Env) -> None:
     jd = env.job(5)
     agent = env.agent()
-    agent._apply([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
     # A new step: slurmd writes the job's whole grant again.
     (jd / "cpuset.cpus").write_text("0-1\n")
@@ -910,7 +910,7 @@ def test_a_progress_file_that_cannot_be_made_does_not_stop_the_job(
 def test_a_quota_group_still_busy_at_job_end_is_removed_later(env: Env) -> None:
     jd = env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2")
     agent = env.agent()
-    agent._apply([SetQuota(agent.running[6].job, 0.5)], env.clock(), "test")
+    agent.actuator.carry_out([SetQuota(agent.running[6].job, 0.5)], env.clock(), "test")
     qd = env.root / "cpu" / "coda_slurm_n1" / "job_6"
     # The job ends: slurmd removes its cpuset groups while its last process is still
     # exiting in CODA's quota group (seen on the real kernel).

@@ -62,7 +62,7 @@ def test_a_throttle_is_a_quota_on_the_board(benv: BoardEnv) -> None:
     benv.job(6, cpus="0-1", name="prep", gres=None)
     agent = benv.agent()
     m = agent.running[6]
-    agent._apply([SetQuota(m.job, 0.5)], benv.clock(), "test")
+    agent.actuator.carry_out([SetQuota(m.job, 0.5)], benv.clock(), "test")
     assert benv.board.grant(6) == Grant((0, 1), 0.5)
     assert not (benv.root / "cpu" / "coda_slurm_n1" / "job_6").exists()
     agent.shutdown()  # throttles are always lifted on the way out
@@ -72,12 +72,12 @@ def test_a_throttle_is_a_quota_on_the_board(benv: BoardEnv) -> None:
 def test_a_restarted_agent_reads_the_narrowed_cpus_from_the_board(benv: BoardEnv) -> None:
     benv.job(5, cpus="0-1")
     first = benv.agent()
-    first._apply([SetCores(first.running[5].job, 1)], benv.clock(), "test")
+    first.actuator.carry_out([SetCores(first.running[5].job, 1)], benv.clock(), "test")
     assert benv.board.grant(5) == Grant((0,), 1.0)
     second = benv.agent()  # the first died without a word
     m = second.running[5]
     assert m.cpus == [0] and second.info[5].grant == [0, 1]
-    second._apply([SetCores(m.job, 2)], benv.clock(), "test")
+    second.actuator.carry_out([SetCores(m.job, 2)], benv.clock(), "test")
     assert benv.board.grant(5) == Grant((0, 1), 1.0)
     assert "refused" not in benv.actions(5)
 

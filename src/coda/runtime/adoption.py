@@ -87,7 +87,7 @@ def _adopt(self: NodeAgent, r: JobRow, now: float) -> None:
         # write and the flush): put the adopted one back, or nobody would restore it.
         try:
             if job.quota < 1.0:
-                self._write_quota(m)
+                self.actuator.write_quota(m)
             else:
                 self.cg.set_quota(name, None)
         except (CgroupError, OSError) as e:

@@ -48,7 +48,8 @@ from coda.policy.framework import (
     search_of,
 )
 from coda.policy.state import Job, Node
-from coda.runtime import actions, adoption, supervisor
+from coda.runtime import adoption, supervisor
+from coda.runtime.actions import Actuator
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.learned_store import LEARNED_KEY as LEARNED_KEY  # where bench/ reads it
 from coda.runtime.learned_store import LearnedStore
@@ -105,6 +106,7 @@ class NodeAgent:
         # The control loop every body runs: samples and ticks in, actions (with the
         # component that decided and why) out, through ``carry_out``.
         self.loop = ControlLoop(self.policy, self)
+        self.actuator = Actuator(self, cgroups, self.resctrl, self.config, self.log)
         self.sampler = Sampler(self, self.config, self.policy, self.loop)
         self.learned = LearnedStore(store, self.learner, self.log)
         self.sched: Scheduler | None = None  # made in start(), once the node is known
@@ -125,7 +127,7 @@ class NodeAgent:
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
     ) -> None:
         """The control loop's actions on this node's jobs (``ControlSink``)."""
-        self._apply(actions, now, component, reason=reason)
+        self.actuator.carry_out(actions, now, component, reason=reason)
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -190,7 +192,9 @@ class NodeAgent:
             if stop_jobs:
                 self._kill(m, signal.SIGKILL)
             elif m.job.quota < 1.0:
-                self._apply([SetQuota(m.job, 1.0)], now, "agent", reason={"why": "agent leaving"})
+                self.actuator.carry_out(
+                    [SetQuota(m.job, 1.0)], now, "agent", reason={"why": "agent leaving"}
+                )
         if stop_jobs:
             deadline = time.monotonic() + 10
             while self.running and time.monotonic() < deadline:
@@ -363,7 +367,9 @@ class NodeAgent:
         """A reclaim action of the cycle (shrink or preempt a CPU job); False if it could
         not be carried out (a process that would not die, a cpuset write refused)."""
         job = action.job
-        self._apply([action], self.clock(), "reclaim", reason={"for": "a DNN job's start"})
+        self.actuator.carry_out(
+            [action], self.clock(), "reclaim", reason={"for": "a DNN job's start"}
+        )
         if isinstance(action, SetCores):
             return bool(job.cores_pn == action.cores_pn)
         return not job.placement
@@ -394,7 +400,7 @@ class NodeAgent:
         # Free cores only, as in the simulator: never cores CPU jobs hold (free_room).
         return free_room([self.node]) if self.node is not None else 0
 
-    def _cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
+    def cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
         """``k`` more CPUs for a growing job, or None if it has not got the room."""
         return self._take_for(m, k) if self.room(m) >= k else None
 
@@ -416,7 +422,18 @@ class NodeAgent:
             self._free_cpus.update(m.cpus)
             self._free_gpus.update(m.gpu_ids)
 
-    def _books_changed(self, grew: bool) -> None:
+    @property
+    def free_cpus(self) -> set[int]:
+        """The node's CPUs no job holds (the actuator gives back and takes from them)."""
+        return self._free_cpus
+
+    def requeue(self, job_id: int, job: Job) -> None:
+        """A preempted job queued again at once, as the simulator does: behind no one."""
+        if self.sched is not None:
+            self._queued_jobs[job_id] = job
+            self.sched.requeue(job)
+
+    def books_changed(self, grew: bool) -> None:
         """The node's free cores changed outside the ledger (a cpuset resize)."""
         if self.sched is not None and self.node is not None:
             self.sched.node_capacity_changed(self.node, grew)
@@ -462,11 +479,11 @@ class NodeAgent:
     _finish = supervisor._finish
     _reap = supervisor._reap
     _exit_code = supervisor._exit_code
-    _release = supervisor._release
-    _cgroup_pids = supervisor._cgroup_pids
+    release = supervisor.release
+    cgroup_pids = supervisor.cgroup_pids
     _cancels = supervisor._cancels
     _time_limits = supervisor._time_limits
-    _kill_until_gone = supervisor._kill_until_gone
+    kill_until_gone = supervisor.kill_until_gone
     _kill = supervisor._kill
     read_job_progress = supervisor.read_job_progress
     progress_file = supervisor.progress_file
@@ -476,14 +493,6 @@ class NodeAgent:
     job_dir = supervisor.job_dir
     _spawn = supervisor._spawn
     _place = supervisor._place
-
-    # actions.py
-    _apply = actions._apply
-    _set_cores = actions._set_cores
-    _set_quota = actions._set_quota
-    _preempt = actions._preempt
-    _by_job = actions._by_job
-    _write_quota = actions._write_quota
 
     # adoption.py
     _adopt_all = adoption._adopt_all

@@ -47,7 +47,7 @@ def _reap(self: NodeAgent, now: float, final_state: str | None = None) -> None:
                 if m.kill_at is not None and now >= m.kill_at:
                     self._kill(m, signal.SIGKILL)
                 continue
-            if m.shim_pid is None and self._cgroup_pids(m):
+            if m.shim_pid is None and self.cgroup_pids(m):
                 # Adopted without a supervisor: ends when its cgroup empties (a cancel
                 # still escalates to SIGKILL after the grace period).
                 if m.kill_at is not None and now >= m.kill_at:
@@ -67,7 +67,7 @@ def _finish(
     self: NodeAgent, m: Managed, now: float, code: int | None, final_state: str | None
 ) -> None:
     # Anything the job left behind (a daemonised grandchild) belongs to it: stop it too.
-    self._kill_until_gone(m)
+    self.kill_until_gone(m)
     row = self.store.job(m.row_id)
     cancelled = row is not None and row.cancel
     if final_state is not None and code != 0:  # SIGKILLed on exit; exit 0 came before
@@ -89,7 +89,7 @@ def _finish(
         "lost": "its supervisor vanished without an exit status",
         "timeout": f"stopped at its time limit ({m.job.time_limit:g} s)",
     }[state]
-    self._release(m, now)
+    self.release(m, now)
     self.progress_file(m.row_id).unlink(missing_ok=True)
     self.store.update(
         m.row_id,
@@ -104,7 +104,7 @@ def _finish(
     self.log(f"job {m.row_id} ({m.job.job_id}) {state}: {msg}")
 
 
-def _release(self: NodeAgent, m: Managed, now: float) -> None:
+def release(self: NodeAgent, m: Managed, now: float) -> None:
     """Give a job's resources back and forget it everywhere."""
     node = self.node
     assert node is not None
@@ -124,7 +124,7 @@ def _release(self: NodeAgent, m: Managed, now: float) -> None:
         self.log(f"cgroup {m.cgroup} not removed: {e}")
 
 
-def _cgroup_pids(self: NodeAgent, m: Managed) -> list[int]:
+def cgroup_pids(self: NodeAgent, m: Managed) -> list[int]:
     try:
         return self.cg.pids(m.cgroup) if self.cg.exists(m.cgroup) else []
     except CgroupError:
@@ -161,11 +161,11 @@ def _time_limits(self: NodeAgent, now: float) -> None:
         self.log(f"job {m.row_id} ({m.job.job_id}): time limit of {limit:g} s reached")
 
 
-def _kill_until_gone(self: NodeAgent, m: Managed, seconds: float = 1.0) -> None:
+def kill_until_gone(self: NodeAgent, m: Managed, seconds: float = 1.0) -> None:
     """SIGKILL the job's cgroup members until none is left (forks included), for at
     most ``seconds``."""
     end = time.monotonic() + seconds
-    while (pids := self._cgroup_pids(m)) and time.monotonic() < end:
+    while (pids := self.cgroup_pids(m)) and time.monotonic() < end:
         for p in pids:
             send_signal(p, signal.SIGKILL)
         time.sleep(0.01)
@@ -173,7 +173,7 @@ def _kill_until_gone(self: NodeAgent, m: Managed, seconds: float = 1.0) -> None:
 
 def _kill(self: NodeAgent, m: Managed, sig: int) -> None:
     """Signal every process of the job: the cgroup is the list (never names)."""
-    for p in self._cgroup_pids(m):
+    for p in self.cgroup_pids(m):
         send_signal(p, sig)
     if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
         send_signal(m.shim_pid, sig)
@@ -259,7 +259,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
         self.cg.set_quota(name, None)
         m.popen = self._spawn(r, m)
     except (CgroupError, OSError, subprocess.SubprocessError) as e:
-        self._release(m, now)
+        self.release(m, now)
         self.store.update(r.id, state="failed", end_t=self.wall(), message=f"launch failed: {e}")
         self.decide(now, r.id, "agent", "launch-failed", {"error": str(e)})
         self.log(f"job {r.id}: launch failed: {e}")

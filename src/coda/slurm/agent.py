@@ -134,7 +134,7 @@ class SlurmNodeAgent(NodeAgent):
             for m in list(self.running.values()):
                 want = len(self.info[m.row_id].grant)
                 if len(m.cpus) < want:
-                    self._apply(
+                    self.actuator.carry_out(
                         [SetCores(m.job, want)], now, "agent", reason={"why": "agent leaving"}
                     )
         super().shutdown(stop_jobs=False)
@@ -179,7 +179,7 @@ class SlurmNodeAgent(NodeAgent):
         changed = False
         for jid, m in list(self.running.items()):
             if jid not in groups or not self.sg.exists(m.cgroup):
-                self._release(m, now)
+                self.release(m, now)
                 self.decide(now, jid, "agent", "finish", {"throughput": m.throughput})
                 self.log(f"job {jid} ({m.job.job_id}) ended")
                 self.info.pop(jid, None)
