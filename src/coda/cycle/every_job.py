@@ -49,9 +49,6 @@ class EveryJobReservations(Reservations):
     cycles: int
     _slurm_windows: bool  # plans begin where Slurm's will-run test puts them
 
-    def cores(self, job: Job) -> int:
-        raise NotImplementedError
-
     def _try(
         self,
         job: Job,
@@ -73,14 +70,6 @@ class EveryJobReservations(Reservations):
         (Slurm's next pass, a second later, looks at the jobs behind those that started)."""
         while self._every_job_round():
             pass
-
-    def _plans_moved(self, owner: Job | None) -> None:
-        """A planned job left (``owner``), or a node with plans did (None): the plans
-        after it may come earlier, so its nodes (every planned node) are due a cycle."""
-        for idx, held in self.every_job_holds.items():
-            node = self.nodes.get(idx)
-            if node is not None and (owner is None or any(h[2] is owner for h in held)):
-                self.mark_dirty(node)
 
     def _every_job_round(self) -> bool:
         """Each queued job in queue order starts if it fits without delaying an earlier

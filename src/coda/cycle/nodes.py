@@ -239,6 +239,10 @@ class NodeBook:
             self._grants[job] = grant_pn
         return True
 
+    def cores(self, job: Job) -> int:
+        """The cores per node job asks for now (the policy's core count decides)."""
+        return self.policy.core_count.cores_per_node(job)
+
     def grant_pn(self, job: Job) -> int:
         """The cores per node a running job frees when it ends: its grant, which under
         fixed grants may be more than it works on."""

@@ -38,7 +38,12 @@ class Reservations(NodeBook):
     every_job_holds: dict[int, list[Hold]]
 
     def _plans_moved(self, owner: Job | None) -> None:
-        raise NotImplementedError
+        """A planned job left (``owner``), or a node with plans did (None): the plans
+        after it may come earlier, so its nodes (every planned node) are due a cycle."""
+        for idx, held in self.every_job_holds.items():
+            node = self.nodes.get(idx)
+            if node is not None and (owner is None or any(h[2] is owner for h in held)):
+                self.mark_dirty(node)
 
     def _rank(self, job: Job) -> tuple[Any, ...]:
         return job.queue_key

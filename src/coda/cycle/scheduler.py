@@ -100,9 +100,6 @@ class Scheduler(Backfill):
         self.add_nodes(nodes)
 
     # ------------------------------------------------------------ queue
-    def cores(self, job: Job) -> int:
-        return self.policy.core_count.cores_per_node(job)
-
     def submit(self, job: Job) -> Reason | None:
         """Queue a job. A job that could not run even on the empty cluster is not
         queued: its reason (``NEVER``) is returned."""
