@@ -226,7 +226,7 @@ def test_setaffinity_other_errors_are_reported(v1: tuple[CgroupV1, Affinity]) ->
     def refuse(tid: int, cpus: set[int]) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    drv.setaffinity = refuse
+    drv.cpuset_writer.setaffinity = refuse  # the writer owns the affinity call
     drv.create("j")
     drv.set_cpus("j", [0])
     fake(drv.mounts["cpuset"] / "coda" / "j" / "tasks", "7\n")

@@ -16,7 +16,7 @@ import errno
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -36,6 +36,7 @@ from coda.runtime.cgroup_files import (
 )
 
 SetAffinity = Callable[[int, set[int]], None]
+WriteFile = Callable[[Path, str], None]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1 ms
@@ -175,6 +176,55 @@ def remove_dir(path: Path) -> None:
         os.rmdir(path)
 
 
+# ---------------------------------------------------------------- ordered cpuset writes
+
+
+class CpusetWriter:
+    """Writes a CPU set down a tree of groups in the order the kernel accepts.
+
+    A child cpuset must stay inside its parent's: growing writes the parents first
+    (to the union of old and new, so every child write stays inside), then every
+    group settles on the new set children first. The kernel keeps a self-pinned
+    task on its own (narrower) mask when its cpuset grows, so a grown set is then
+    applied to every thread with ``sched_setaffinity``.
+    """
+
+    def __init__(self, setaffinity: SetAffinity, write: WriteFile = write_file) -> None:
+        self.setaffinity = setaffinity
+        self.write_file = write  # injectable: tests record the order of the writes
+
+    def write(
+        self,
+        tree: Sequence[Path],
+        new: set[int],
+        old: set[int],
+        threads: Callable[[], list[int]],
+    ) -> None:
+        """Set ``new`` on every group of ``tree`` (parents first), grown from ``old``;
+        ``threads`` lists the tasks to widen, read once the sets are written."""
+        text = format_cpus(new)
+        grows = bool(new - old)
+        if grows and len(tree) > 1:
+            union = format_cpus(new | old)
+            for d in tree:
+                self.write_file(d / CPUS.file, union)
+        for d in reversed(tree):
+            self.write_file(d / CPUS.file, text)
+        if grows:
+            self.widen(threads(), new)
+
+    def widen(self, tids: Iterable[int], cpus: set[int]) -> None:
+        for tid in tids:
+            try:
+                self.setaffinity(tid, set(cpus))
+            except ProcessLookupError:
+                continue  # exited meanwhile
+            except OSError as e:
+                raise CgroupError(
+                    f"sched_setaffinity({tid}, {format_cpus(cpus)}): {os.strerror(e.errno or 0)}"
+                ) from e
+
+
 # ---------------------------------------------------------------- the interface
 
 
@@ -213,7 +263,7 @@ class _Base:
 
     def __init__(self, parent: str, setaffinity: SetAffinity, period_us: int) -> None:
         self.parent = validate_name(parent)
-        self.setaffinity = setaffinity
+        self.cpuset_writer = CpusetWriter(setaffinity)
         if not 1000 <= period_us <= 1_000_000:
             raise ValueError(f"period_us must be in [1000, 1000000], got {period_us}")
         self.period_us = period_us
@@ -242,19 +292,7 @@ class _Base:
         if not new:
             raise ValueError("set_cpus needs at least one CPU")
         old = self._old_cpus(name)
-        write_file(self._cpuset_dir(name) / CPUS.file, format_cpus(new))
-        if new - old:
-            # The kernel keeps a self-pinned task on its own (narrower) mask when the
-            # cpuset grows, so widen every thread explicitly.
-            for tid in self.threads(name):
-                try:
-                    self.setaffinity(tid, set(new))
-                except ProcessLookupError:
-                    continue  # exited meanwhile
-                except OSError as e:
-                    raise CgroupError(
-                        f"sched_setaffinity({tid}, {format_cpus(new)}): {os.strerror(e.errno or 0)}"
-                    ) from e
+        self.cpuset_writer.write([self._cpuset_dir(name)], new, old, lambda: self.threads(name))
 
     def _quota_us(self, cores: float) -> int:
         if not math.isfinite(cores) or cores < 0:

@@ -29,7 +29,9 @@ class BoardCgroups(SlurmJobCgroups):
     the node's declared cores (Slurm's count)."""
 
     def __init__(self, real: SlurmJobCgroups, board: Board, node_cores: int) -> None:
-        super().__init__(real.node, real.root, real.version, real.setaffinity, real.period_us)
+        super().__init__(
+            real.node, real.root, real.version, real.cpuset_writer.setaffinity, real.period_us
+        )
         if not 1 <= node_cores <= MAX_CPU_ID + 1:
             raise ValueError(f"a node's cores must be 1..{MAX_CPU_ID + 1}, got {node_cores}")
         self.board = board

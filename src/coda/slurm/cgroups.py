@@ -39,6 +39,7 @@ from coda.runtime.cgroup_files import (
 from coda.runtime.cgroups import (
     MIN_QUOTA_US,
     CgroupError,
+    CpusetWriter,
     SetAffinity,
     format_cpus,
     parse_cpus,
@@ -71,7 +72,7 @@ class SlurmJobCgroups:
         self.node = node
         self.root = Path(root)
         self.version = version
-        self.setaffinity = setaffinity
+        self.cpuset_writer = CpusetWriter(setaffinity, write_file)
         self.period_us = period_us
         self._v2_scope = v2_scope
         self._base: Path | None = None
@@ -192,25 +193,7 @@ class SlurmJobCgroups:
         if not tree:
             raise CgroupError(f"job group {name!r} has no cpuset")
         old = set(self.cpus(name))
-        text = format_cpus(new)
-        if new - old:
-            # Widen: parents first, to the union, so every child write stays inside.
-            union = format_cpus(new | old)
-            for d in tree:
-                write_file(d / CPUS.file, union)
-        # Narrow (or settle on the exact set): children first.
-        for d in reversed(tree):
-            write_file(d / CPUS.file, text)
-        if new - old:
-            for tid in self.threads(name):
-                try:
-                    self.setaffinity(tid, set(new))
-                except ProcessLookupError:
-                    continue
-                except OSError as e:
-                    raise CgroupError(
-                        f"sched_setaffinity({tid}, {text}): {os.strerror(e.errno or 0)}"
-                    ) from e
+        self.cpuset_writer.write(tree, new, old, lambda: self.threads(name))
 
     # ------------------------------------------------------------ processes
     def pids(self, name: str) -> list[int]:
