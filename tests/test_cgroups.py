@@ -679,3 +679,68 @@ def test_every_cgroup_file_is_named_once_for_both_versions() -> None:
     for path in (src / "cgroups.py", src.parent / "slurm" / "cgroups.py"):
         literals = set(re.findall(r'"([a-z_.]+)"', path.read_text()))
         assert not literals & files, (path.name, literals & files)
+
+
+def turn_every_knob(drv: CgroupDriver) -> None:
+    drv.create("j")
+    drv.set_cpus("j", [0])
+    drv.set_quota("j", 0.5)
+    drv.freeze("j")
+    drv.add_pid("j", 42)
+    assert drv.quota("j") == 0.5 and drv.cpus("j") == [0]
+
+
+# On the fake tree, every knob a driver turns lands in the file the registry names
+# for its version, and in no file named for the other one.
+
+
+def test_v1_driver_writes_the_registrys_v1_files(v1: tuple[CgroupV1, Affinity]) -> None:
+    from coda.runtime import cgroup_files as cf
+
+    drv = v1[0]
+    turn_every_knob(drv)
+    cpuset, cpu = drv.mounts["cpuset"] / "coda" / "j", drv.mounts["cpu"] / "coda" / "j"
+    freezer = drv.mounts["freezer"] / "coda" / "j"
+    assert (cpuset / cf.CPUS.v1).read_text() == "0"
+    assert (cpu / cf.CPU_QUOTA.v1).read_text() == "50000"
+    assert (cpu / cf.CPU_PERIOD.v1).read_text() == "100000"
+    assert (freezer / cf.FREEZE.v1).read_text() == "FROZEN"
+    assert (cpuset / cf.PROCS.v1).read_text() == "42"
+    assert not (cpu / cf.CPU_QUOTA.v2).exists() and not (freezer / cf.FREEZE.v2).exists()
+
+
+def test_v2_driver_writes_the_registrys_v2_files(v2: tuple[CgroupV2, Affinity]) -> None:
+    from coda.runtime import cgroup_files as cf
+
+    drv = v2[0]
+    turn_every_knob(drv)
+    d = drv.parent_path() / "j"
+    assert (d / cf.CPUS.v2).read_text() == "0"
+    assert (d / cf.CPU_QUOTA.v2).read_text() == "50000 100000"  # quota and period, one file
+    assert (d / cf.FREEZE.v2).read_text() == "1"
+    assert (d / cf.PROCS.v2).read_text() == "42"
+    assert not (d / cf.CPU_QUOTA.v1).exists() and not (d / cf.FREEZE.v1).exists()
+
+
+def test_cpuset_writer_orders_a_tree(tmp_path: Path) -> None:
+    from coda.runtime.cgroups import CpusetWriter
+
+    tree = [tmp_path / "job", tmp_path / "job" / "step"]
+    for d in tree:
+        d.mkdir(exist_ok=True)
+    writes: list[tuple[str, str]] = []
+    aff = Affinity()
+
+    def record(path: Path, value: str) -> None:
+        writes.append((path.parent.name, value))
+
+    writer = CpusetWriter(aff, record)
+    writer.write(tree, {0}, {0, 1}, lambda: [7])  # narrow: children first, no affinity
+    assert writes == [("step", "0"), ("job", "0")] and aff.calls == []
+    writes.clear()
+    writer.write(tree, {2, 3}, {0}, lambda: [7])  # grow: parents to the union first
+    assert writes == [("job", "0,2-3"), ("step", "0,2-3"), ("step", "2-3"), ("job", "2-3")]
+    assert aff.calls == [(7, {2, 3})]
+    writes.clear()
+    writer.write(tree[:1], {0, 1}, {0}, lambda: [])  # one group: no union step needed
+    assert writes == [("job", "0-1")]
