@@ -48,8 +48,9 @@ from coda.policy.framework import (
     search_of,
 )
 from coda.policy.state import Job, Node
-from coda.runtime import adoption, supervisor
+from coda.runtime import supervisor
 from coda.runtime.actions import Actuator
+from coda.runtime.adoption import Adoption
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.learned_store import LEARNED_KEY as LEARNED_KEY  # where bench/ reads it
 from coda.runtime.learned_store import LearnedStore
@@ -107,6 +108,7 @@ class NodeAgent:
         # component that decided and why) out, through ``carry_out``.
         self.loop = ControlLoop(self.policy, self)
         self.actuator = Actuator(self, cgroups, self.resctrl, self.config, self.log)
+        self.adoption = Adoption(self, cgroups, self.actuator, clock, wall, self.log)
         self.sampler = Sampler(self, self.config, self.policy, self.loop)
         self.learned = LearnedStore(store, self.learner, self.log)
         self.sched: Scheduler | None = None  # made in start(), once the node is known
@@ -164,8 +166,8 @@ class NodeAgent:
         secure_dir(self.state_dir / "jobs")
         secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
         secure_dir(self.progress_dir, PUBLIC_DIR_MODE, "progress directory")
-        self._adopt_all()
-        self._remove_orphan_cgroups()
+        self.adoption.adopt_all()
+        self.remove_orphan_cgroups()
         self.store.set_meta(
             "agent",
             json.dumps(
@@ -203,7 +205,7 @@ class NodeAgent:
                     time.sleep(0.05)
         self._flush()
         self.learned.save()
-        self._remove_orphan_cgroups()
+        self.remove_orphan_cgroups()
         # The parent goes only if an agent of this state directory made it: another
         # agent's (or an operator's) parent stays, whatever is in it.
         made = self.store.meta(PARENT_MADE_KEY)
@@ -308,7 +310,7 @@ class NodeAgent:
             r = self.store.queue_entry(rid)
             if r is None or r.state != "queued":
                 continue
-            job = self._job_from_row(r)
+            job = self.job_from_row(r)
             never = sched.submit(job)
             if never is not None:
                 self.store.update(
@@ -374,7 +376,7 @@ class NodeAgent:
             return bool(job.cores_pn == action.cores_pn)
         return not job.placement
 
-    def _job_from_row(self, r: JobRow) -> Job:
+    def job_from_row(self, r: JobRow) -> Job:
         model = r.model or r.name
         job = Job(
             r.id,
@@ -405,7 +407,7 @@ class NodeAgent:
         return self._take_for(m, k) if self.room(m) >= k else None
 
     def _take_for(self, m: Managed, k: int) -> list[int]:
-        return self._take_cpus(k, m.job.kind)
+        return self.take_cpus(k, m.job.kind)
 
     def _hold(self, m: Managed, sign: int) -> None:
         """Book a job's CPUs and GPUs as taken (+1) or given back (-1) on the node, in
@@ -426,6 +428,15 @@ class NodeAgent:
     def free_cpus(self) -> set[int]:
         """The node's CPUs no job holds (the actuator gives back and takes from them)."""
         return self._free_cpus
+
+    @property
+    def free_gpus(self) -> set[int]:
+        """The node's GPUs no job holds."""
+        return self._free_gpus
+
+    def remove_orphan_cgroups(self) -> None:
+        """Ended jobs' groups removed (the Slurm agent removes its own quota groups)."""
+        self.adoption.remove_orphan_cgroups()
 
     def requeue(self, job_id: int, job: Job) -> None:
         """A preempted job queued again at once, as the simulator does: behind no one."""
@@ -476,9 +487,9 @@ class NodeAgent:
 
     # The parts of the driver that live in modules of their own (one idea each).
     # supervisor.py
-    _finish = supervisor._finish
+    finish = supervisor.finish
     _reap = supervisor._reap
-    _exit_code = supervisor._exit_code
+    exit_code = supervisor.exit_code
     release = supervisor.release
     cgroup_pids = supervisor.cgroup_pids
     _cancels = supervisor._cancels
@@ -488,16 +499,11 @@ class NodeAgent:
     read_job_progress = supervisor.read_job_progress
     progress_file = supervisor.progress_file
     _make_progress_file = supervisor._make_progress_file
-    _take_cpus = supervisor._take_cpus
+    take_cpus = supervisor.take_cpus
     _launch = supervisor._launch
     job_dir = supervisor.job_dir
     _spawn = supervisor._spawn
-    _place = supervisor._place
-
-    # adoption.py
-    _adopt_all = adoption._adopt_all
-    _adopt = adoption._adopt
-    _remove_orphan_cgroups = adoption._remove_orphan_cgroups
+    place = supervisor.place
 
 
 def pcie_heavy(model: str, gpus: int) -> bool:

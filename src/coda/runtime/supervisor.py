@@ -41,7 +41,7 @@ def _reap(self: NodeAgent, now: float, final_state: str | None = None) -> None:
     for m in list(self.running.values()):
         if m.popen is not None:
             m.popen.poll()  # reap our own child, so it is not a zombie
-        code = self._exit_code(m)
+        code = self.exit_code(m)
         if code is None:
             if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
                 if m.kill_at is not None and now >= m.kill_at:
@@ -53,17 +53,17 @@ def _reap(self: NodeAgent, now: float, final_state: str | None = None) -> None:
                 if m.kill_at is not None and now >= m.kill_at:
                     self._kill(m, signal.SIGKILL)
                 continue
-        self._finish(m, now, code, final_state)
+        self.finish(m, now, code, final_state)
 
 
-def _exit_code(self: NodeAgent, m: Managed) -> int | None:
+def exit_code(self: NodeAgent, m: Managed) -> int | None:
     try:
         return int(read_regular(m.job_dir / "exit").strip())
     except (OSError, ValueError):
         return None
 
 
-def _finish(
+def finish(
     self: NodeAgent, m: Managed, now: float, code: int | None, final_state: str | None
 ) -> None:
     # Anything the job left behind (a daemonised grandchild) belongs to it: stop it too.
@@ -201,7 +201,7 @@ def _make_progress_file(self: NodeAgent, job_id: int, uid: int, gid: int) -> Pat
     return path
 
 
-def _take_cpus(self: NodeAgent, n: int, kind: str) -> list[int]:
+def take_cpus(self: NodeAgent, n: int, kind: str) -> list[int]:
     # DNN jobs from the low end, CPU jobs from the high end: they stay apart.
     ids = sorted(self._free_cpus, reverse=kind == CPU)[:n]
     self._free_cpus.difference_update(ids)
@@ -212,7 +212,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
     """Start the job's supervisor; False if it could not be started."""
     node = self.node
     assert node is not None
-    cpus = self._take_cpus(cores, job.kind)
+    cpus = self.take_cpus(cores, job.kind)
     gpu_ids = sorted(self._free_gpus)[: job.gpus]
     self._free_gpus.difference_update(gpu_ids)
     name = f"job-{r.id}"
@@ -252,7 +252,7 @@ def _launch(self: NodeAgent, r: JobRow, job: Job, cores: int, now: float) -> boo
         return False
     m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=uid_of(r),
                 started_wall=started)  # fmt: skip
-    self._place(m, now)
+    self.place(m, now)
     try:
         self.cg.create(name)
         self.cg.set_cpus(name, cpus)
@@ -329,7 +329,7 @@ def _spawn(self: NodeAgent, r: JobRow, m: Managed) -> subprocess.Popen[bytes]:
         )
 
 
-def _place(self: NodeAgent, m: Managed, now: float) -> None:
+def place(self: NodeAgent, m: Managed, now: float) -> None:
     node = self.node
     assert node is not None
     job = m.job

@@ -123,7 +123,7 @@ class SlurmNodeAgent(NodeAgent):
             ),
         )
         self._discover(self.clock())
-        self._remove_orphan_cgroups()
+        self.remove_orphan_cgroups()
 
     def shutdown(self, stop_jobs: bool = False, restore_cores: bool = False) -> None:
         """Leave the node; jobs keep running. Throttles are always lifted (nobody
@@ -140,7 +140,7 @@ class SlurmNodeAgent(NodeAgent):
         super().shutdown(stop_jobs=False)
         self._save_grants()
 
-    def _remove_orphan_cgroups(self) -> None:
+    def remove_orphan_cgroups(self) -> None:
         """Remove quota groups of jobs no longer running. A job's last processes may
         still be exiting when its cpuset group goes: such a group is retried every
         tick (and reported once)."""
@@ -167,7 +167,7 @@ class SlurmNodeAgent(NodeAgent):
                     except CgroupError as e:
                         self.log(f"job {m.row_id}: {e}")
             self.sampler.control(now)
-            self._remove_orphan_cgroups()
+            self.remove_orphan_cgroups()
             self._flush()
             self._report()
             self._write_status()
@@ -246,7 +246,7 @@ class SlurmNodeAgent(NodeAgent):
         self.info[jid] = SlurmJobInfo(sj.user_id, mark, grant)
         if mark.get("settled", "").isdigit():
             self.reported[jid] = int(mark["settled"])
-        self._place(m, now)
+        self.place(m, now)
         if job.kind == CPU and self.sg.quota(name) is not None:
             self.sg.set_quota(name, None)  # a throttle left by an agent that died
         self.decide(now, jid, "agent", "adopt",
