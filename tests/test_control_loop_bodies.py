@@ -20,10 +20,11 @@ from coda.control import ALLOCATOR, ELIMINATOR, ControlLoop
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.framework import Action, Preempt, SetCores, SetQuota
 from coda.policy.state import Job, Node
-from coda.runtime.agent import AgentConfig, NodeAgent
+from coda.runtime.agent import AgentConfig
+from coda.runtime.local_queue import local_agent
 from coda.runtime.store import Store
 from coda.sim.engine import Simulator
-from coda.slurm.agent import SlurmNodeAgent
+from coda.slurm.agent import slurm_node_agent
 from coda.slurm.cgroups import SlurmJobCgroups
 from coda.slurm.client import SlurmClient
 from coda.workload.cluster import parse_cluster_spec
@@ -101,8 +102,8 @@ def test_the_three_bodies_run_one_control_loop_alike(tmp_path: Path) -> None:
     sim = Simulator(wl, parse_cluster_spec("1x4g16c"), make_policy("coda", _options()))
     store = Store(tmp_path / "state" / "coda.db")
     config = AgentConfig(policy="coda", reclaim="shrink")
-    agent = NodeAgent(store, fake_v1_driver(tmp_path / "v1"), tmp_path / "state", config)
-    slurm_agent = SlurmNodeAgent(
+    agent = local_agent(store, fake_v1_driver(tmp_path / "v1"), tmp_path / "state", config)
+    slurm_agent = slurm_node_agent(
         "n1", SlurmClient(lambda argv: ""), SlurmJobCgroups("n1", tmp_path / "sl", version=1),
         store, tmp_path / "slurm-state", tmp_path / "progress", config,
     )  # fmt: skip

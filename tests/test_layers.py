@@ -46,15 +46,6 @@ def test_a_layer_imports_without_the_ones_after_it(layer: str) -> None:
 # ------------------------------------------------------------ the import graph
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Circles and private names still there, each to be removed (issue 40): the test fails
-# on any other, and on an entry here that is gone (so this list only shrinks).
-KNOWN_CIRCLES: set[frozenset[str]] = {
-    # The node agent's supervisor is still functions of the agent's self (issue 40).
-    frozenset({"coda.runtime.actions", "coda.runtime.adoption", "coda.runtime.agent",
-               "coda.runtime.supervisor"}),
-}  # fmt: skip
-KNOWN_PRIVATE: set[str] = set()
-
 
 class ImportGraph:
     """Every import of every module under src/coda (at module level, inside functions
@@ -146,12 +137,7 @@ def test_the_graph_reader_finds_circles_and_private_names(tmp_path: Path) -> Non
     assert graph.private == {"coda.a.x <- coda.a.y._hidden"}
 
 
-def test_no_new_import_circle_and_no_private_name_crosses_modules() -> None:
+def test_no_import_circle_and_no_private_name_crosses_modules() -> None:
     graph = ImportGraph(SRC)
-    circles = graph.circles()
-    assert not circles - KNOWN_CIRCLES, f"new import circles: {circles - KNOWN_CIRCLES}"
-    assert not KNOWN_CIRCLES - circles, f"gone: drop from KNOWN_CIRCLES: {KNOWN_CIRCLES - circles}"
-    new = graph.private - KNOWN_PRIVATE
-    assert not new, f"private names imported from another module: {sorted(new)}"
-    gone = KNOWN_PRIVATE - graph.private
-    assert not gone, f"gone: drop from KNOWN_PRIVATE: {sorted(gone)}"
+    assert not graph.circles(), f"import circles: {graph.circles()}"
+    assert not graph.private, f"private names imported from another module: {sorted(graph.private)}"

@@ -61,8 +61,11 @@ def fake_agent(*jobs: Any, node: bool = True) -> Any:
         ticks=7,
         last_tick_s=0.25,
         node=SimpleNamespace(cores=16, free_cores=10, gpus=2, free_gpus=1) if node else None,
-        running={m.row_id: m for m in jobs},
-        counters={"scheduler:start": 3, "allocator:set_cores": 2, "quota_up": 9},
+        jobs=SimpleNamespace(running={m.row_id: m for m in jobs}),
+        decisions=SimpleNamespace(
+            counters={"scheduler:start": 3, "allocator:set_cores": 2, "quota_up": 9}
+        ),
+        source=SimpleNamespace(info={}),
         lock=threading.Lock(),
     )
 
@@ -136,7 +139,7 @@ def test_the_collector_reads_the_live_state_at_every_collection() -> None:
     registry = agent_registry(agent)
     assert registry.get_sample_value("coda_agent_ticks_total") == 7
     agent.ticks = 8
-    agent.running[5] = fake_job(5, "late#5", cpus=4)
+    agent.jobs.running[5] = fake_job(5, "late#5", cpus=4)
     assert registry.get_sample_value("coda_agent_ticks_total") == 8
     labels = {"job": "5", "name": "late#5", "kind": "cpu"}
     assert registry.get_sample_value("coda_job_cores", labels) == 4
@@ -591,7 +594,7 @@ def test_a_slurm_agent_exports_each_jobs_grant() -> None:
     from coda.slurm.metrics import slurm_agent_registry
 
     agent = fake_agent(fake_job(1, "prep#1"), fake_job(2, "bert#2", "dnn", 3))
-    agent.info = {2: SimpleNamespace(grant=[0, 1, 2, 3, 4, 5])}  # job 1: not adopted yet
+    agent.source.info = {2: SimpleNamespace(grant=[0, 1, 2, 3, 4, 5])}  # job 1: not adopted yet
     got = samples(generate_latest(slurm_agent_registry(agent)).decode())
     job2 = (("job", "2"), ("kind", "dnn"), ("name", "bert#2"))
     assert got[("coda_job_granted_cores", job2)] == 6 and got[("coda_job_cores", job2)] == 3
@@ -616,7 +619,7 @@ def test_the_metrics_doc_names_every_family_the_daemons_export(tmp_path: Path) -
     from coda.slurm.metrics import slurm_agent_registry
 
     agent = fake_agent(fake_job(1, "bert#1", "dnn", 3, throughput=2.0))
-    agent.info = {1: SimpleNamespace(grant=[0, 1, 2, 3])}
+    agent.source.info = {1: SimpleNamespace(grant=[0, 1, 2, 3])}
     exported = families(generate_latest(slurm_agent_registry(agent)).decode())
     assert {n: f.type for n, f in exported.items()} == {
         n.removesuffix("_total"): t for n, t in _doc_table("agent").items()

@@ -27,8 +27,9 @@ from test_slurm_controller import FakeSlurm
 
 from coda.cycle import Decision, Start, describe
 from coda.policy import PolicyOptions, make_policy
-from coda.runtime.agent import AgentConfig, Managed, NodeAgent
+from coda.runtime.agent import AgentConfig, Managed
 from coda.runtime.jobrow import Owner
+from coda.runtime.local_queue import local_agent
 from coda.runtime.store import JobSpec, Store
 from coda.sim.engine import Simulator
 from coda.slurm.client import SlurmClient
@@ -125,12 +126,10 @@ def run_simulator() -> tuple[list[Decision], list[tuple[float, str]]]:
 
 
 # ------------------------------------------------------------------ node agent
-class FakeSupervisorAgent(NodeAgent):
-    """The agent with a ``sleep`` standing in for each job's supervisor."""
-
-    def _spawn(self, r: Any, m: Managed) -> subprocess.Popen[bytes]:
-        (m.job_dir / "stdout").touch()
-        return subprocess.Popen(["sleep", "600"], start_new_session=True)
+def fake_spawn(r: Any, m: Managed) -> subprocess.Popen[bytes]:
+    """A ``sleep`` standing in for each job's supervisor."""
+    (m.job_dir / "stdout").touch()
+    return subprocess.Popen(["sleep", "600"], start_new_session=True)
 
 
 def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
@@ -140,12 +139,13 @@ def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
     cfg = AgentConfig(
         policy=POLICY, reclaim="requeue", gpus=2, cpus=[0, 1, 2], period_s=1.0, window_s=2.0
     )
-    agent = FakeSupervisorAgent(store, drv, tmp_path / "state", cfg, clock=lambda: now[0],
-                                wall=lambda: now[0])  # fmt: skip
+    agent = local_agent(store, drv, tmp_path / "state", cfg, clock=lambda: now[0],
+                        wall=lambda: now[0])  # fmt: skip
+    agent.source.supervisor._spawn = fake_spawn  # type: ignore[method-assign]
     agent.start()
     seen: list[Decision] = []
-    assert agent.sched is not None
-    _record(agent.sched, seen)
+    assert agent.source.sched is not None
+    _record(agent.source.sched, seen)
     ids: dict[str, int] = {}
     try:
         for t in sorted({s for *_, s in TRACE} | {e for e, _ in ends}):
@@ -157,7 +157,7 @@ def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
                     ids[name] = store.submit(spec, Owner(uid, uid))
             for e, name in ends:
                 if e == t:
-                    m = agent.running[ids[name]]
+                    m = agent.jobs.running[ids[name]]
                     (m.job_dir / "exit").write_text("0")
                     assert m.popen is not None
                     os.killpg(m.popen.pid, signal.SIGKILL)
@@ -165,7 +165,7 @@ def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
             agent.tick()
         assert {store.job(i).state for i in ids.values()} == {"done"}
     finally:
-        for m in list(agent.running.values()):
+        for m in list(agent.jobs.running.values()):
             if m.popen is not None and m.popen.poll() is None:
                 os.killpg(m.popen.pid, signal.SIGKILL)
                 m.popen.wait()

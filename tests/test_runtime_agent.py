@@ -20,6 +20,7 @@ from fakes import CG, fake_v1_driver, tick_until
 from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
 from coda.runtime.cgroups import parse_cpus
+from coda.runtime.local_queue import local_agent
 from coda.runtime.metrics import render
 from coda.runtime.progress import read_progress
 from coda.runtime.shim import alive, proc_start_time
@@ -42,17 +43,17 @@ def env(tmp_path: Path):
     agents: list[NodeAgent] = []
 
     def new_agent(**cfg) -> NodeAgent:
-        a = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**{**FAST, **cfg}))
+        a = local_agent(store, drv, tmp_path / "state", AgentConfig(**{**FAST, **cfg}))
         for old in agents:  # the old one "crashed": the kernel dropped its parent lock
-            old.release_parent()
+            old.source.parent.release()
         a.start()
         agents.append(a)
         return a
 
     yield tmp_path, drv, store, new_agent
     for a in agents:  # kill whatever a test left running, by the pids the cgroups hold
-        for m in list(a.running.values()):
-            a._kill(m, 9)
+        for m in list(a.jobs.running.values()):
+            a.processes.signal(m, 9)
     time.sleep(0.05)
     store.close()
 
@@ -98,7 +99,7 @@ def test_job_runs_in_its_cgroup_and_is_reaped(env) -> None:
     row = store.job(jid)
     assert row.exit_code == 0 and row.message == "exited 0"
     out = (tmp / "state" / "jobs" / str(jid) / "stdout").read_text().split()
-    assert out[0] == str(jid) and out[1] == str(agent.progress_file(jid))
+    assert out[0] == str(jid) and out[1] == str(agent.source.supervisor.progress_file(jid))
     assert not cg_file(tmp, jid, "cpuset", "").exists()  # cgroup removed
     assert agent.node.free_cores == 4
 
@@ -237,7 +238,7 @@ def test_a_silent_job_is_not_trusted(env) -> None:
     tick_until(agent, lambda: store.job(jid).phase == "stalled", timeout=10)
     kinds = [d["action"] for d in store.decisions(limit=20, job_id=jid)]
     assert "stalled" in kinds
-    assert agent.running[jid].job.cores_pn == 2  # back to / kept at its request
+    assert agent.jobs.running[jid].job.cores_pn == 2  # back to / kept at its request
     assert render(agent).count('coda_job_stalled{job="1"') == 1
 
 
@@ -309,10 +310,10 @@ def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     row = store.job(jid)
     # The first agent dies without a word: no shutdown, its in-memory state is gone
     # (and the kernel drops its lock on the cgroup parent).
-    first.release_parent()
-    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    first.source.parent.release()
+    second = local_agent(store, drv, tmp / "state", AgentConfig(**FAST))
     second.start()
-    assert jid in second.running and second.running[jid].shim_pid == row.shim_pid
+    assert jid in second.jobs.running and second.jobs.running[jid].shim_pid == row.shim_pid
     assert second.node.free_cores == 2
     tick_until(second, lambda: store.job(jid).state == "done", timeout=10)
     assert store.job(jid).launches == 1  # never started twice
@@ -329,10 +330,10 @@ def test_a_job_that_ended_while_no_agent_ran_is_judged_by_its_limit(env, runs_s,
     jid = submit(store, py("-c", f"import time; time.sleep({runs_s})"), name="q",
                  time_limit_s=1.0)  # fmt: skip
     first.tick()
-    m: Managed = first.running[jid]
-    first.release_parent()  # it died before the limit came
+    m: Managed = first.jobs.running[jid]
+    first.source.parent.release()  # it died before the limit came
     m.popen.wait(timeout=10)
-    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    second = local_agent(store, drv, tmp / "state", AgentConfig(**FAST))
     second.start()
     assert store.job(jid).state == state
 
@@ -342,10 +343,10 @@ def test_job_that_ended_while_no_agent_ran_is_recorded(env) -> None:
     first = new_agent()
     jid = submit(store, py("-c", "raise SystemExit(4)"), name="quick")
     first.tick()
-    m: Managed = first.running[jid]
+    m: Managed = first.jobs.running[jid]
     m.popen.wait(timeout=10)
-    first.release_parent()  # it died
-    second = NodeAgent(store, drv, tmp / "state", AgentConfig(**FAST))
+    first.source.parent.release()  # it died
+    second = local_agent(store, drv, tmp / "state", AgentConfig(**FAST))
     second.start()
     row = store.job(jid)
     assert row.state == "failed" and row.exit_code == 4
@@ -378,7 +379,7 @@ def test_shutdown_keeps_jobs_and_releases_throttles(env) -> None:
     agent = new_agent()
     jid = submit(store, ["sleep", "30"], name="s", cores=1)
     agent.tick()
-    m = agent.running[jid]
+    m = agent.jobs.running[jid]
     agent.actuator.set_quota(m, 0.3, time.monotonic(), "test", None)
     assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == 30_000
     agent.shutdown()
@@ -467,7 +468,7 @@ def test_progress_file_is_where_the_job_writes(env) -> None:
         "r.step(42); r.close(); time.sleep(1.5)"
     )
     jid = submit(store, py("-c", code), name="p")
-    path = agent.progress_file(jid)
+    path = agent.source.supervisor.progress_file(jid)
     assert path == tmp / "state.run" / "progress" / str(jid)
 
     def record():
@@ -521,8 +522,8 @@ def test_a_shim_that_cannot_join_fails_the_job_not_the_agent(env) -> None:
     tick_until(agent, lambda: store.job(jid).state == "failed")
     row = store.job(jid)
     assert row.exit_code == 125
-    assert "cannot set the job up" in (agent.job_dir(jid) / "stderr").read_text()
-    assert not agent.running and agent.node.free_cores == 4 and len(agent._free_cpus) == 4
+    assert "cannot set the job up" in (agent.source.supervisor.job_dir(jid) / "stderr").read_text()
+    assert not agent.jobs.running and agent.node.free_cores == 4 and len(agent.jobs.free_cpus) == 4
     assert not cg_file(tmp, jid, "cpuset", "").exists()
 
 
@@ -534,20 +535,20 @@ def test_a_cancelled_job_never_starts_again(env) -> None:
     store.update(jid, cancel=1)
     agent.tick()
     row = store.job(jid)
-    assert row.state == "cancelled" and row.launches == 0 and not agent.running
+    assert row.state == "cancelled" and row.launches == 0 and not agent.jobs.running
     # `coda cancel` lands between _admit reading the queued row and the launch.
     jid2 = submit(store, ["sleep", "30"], name="d")
-    real = agent.bind
+    real = agent.source.bind
 
     def racing(start):
         store.request_cancel(start.job.idx)
         return real(start)
 
-    agent.bind = racing
+    agent.source.bind = racing
     agent.tick()
     row = store.job(jid2)
-    assert row.state == "cancelled" and row.launches == 0 and not agent.running
-    assert agent.node.free_cores == 4 and len(agent._free_cpus) == 4
+    assert row.state == "cancelled" and row.launches == 0 and not agent.jobs.running
+    assert agent.node.free_cores == 4 and len(agent.jobs.free_cpus) == 4
 
 
 def test_readoption_restores_the_quota_the_database_has(env) -> None:
@@ -559,7 +560,7 @@ def test_readoption_restores_the_quota_the_database_has(env) -> None:
     cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").write_text("10000")
     assert store.job(jid).quota == 1.0
     second = new_agent()
-    assert second.running[jid].job.quota == 1.0
+    assert second.jobs.running[jid].job.quota == 1.0
     assert int(cg_file(tmp, jid, "cpu", "cpu.cfs_quota_us").read_text()) == -1
 
 
@@ -573,10 +574,10 @@ def test_restart_with_fewer_cpus_keeps_the_books(env) -> None:
     store.update(dead, state="running", launches=1, shim_pid=1, shim_start=-5, cpus="2")
     second = new_agent(gpus=0, cpus=[0, 1])  # restarted managing CPUs 0-1 only
     assert store.job(dead).state == "lost"
-    m = second.running[run]
+    m = second.jobs.running[run]
     assert m.cpus == [1]  # moved onto a CPU it manages, in the kernel too
     assert cg_file(tmp, run, "cpuset", "cpuset.cpus").read_text().strip() == "1"
-    assert second._free_cpus == {0} and second.node.free_cores == 1  # 2 and 3 are not ours
+    assert second.jobs.free_cpus == {0} and second.node.free_cores == 1  # 2 and 3 are not ours
 
 
 def test_a_forged_shim_pid_file_is_not_signalled(env, tmp_path: Path) -> None:
@@ -598,7 +599,7 @@ def test_a_forged_shim_pid_file_is_not_signalled(env, tmp_path: Path) -> None:
         store.update(jid, state="starting", launches=1, cpus="3")
         time.sleep(0.2)  # let the stubborn job install its handler
         agent = new_agent(kill_grace_s=0.3)
-        m = agent.running[jid]
+        m = agent.jobs.running[jid]
         assert m.shim_pid is None  # adopted by its cgroup, not by the forged file
         store.request_cancel(jid)
         # Adopted without a supervisor and deaf to SIGTERM: SIGKILL after the grace.
@@ -638,19 +639,19 @@ def check_invariants(agent: NodeAgent, tmp: Path, store: Store) -> None:
     node = agent.node
     assert node is not None
     managed = set(range(node.cores))  # the fake tree has CPUs 0-3, all managed
-    held: list[int] = [c for m in agent.running.values() for c in m.cpus]
+    held: list[int] = [c for m in agent.jobs.running.values() for c in m.cpus]
     assert len(held) == len(set(held)), f"a CPU held twice: {sorted(held)}"
-    assert not set(held) & agent._free_cpus, "a held CPU is also free"
-    assert set(held) | agent._free_cpus == managed
+    assert not set(held) & agent.jobs.free_cpus, "a held CPU is also free"
+    assert set(held) | agent.jobs.free_cpus == managed
     assert len(held) == node.cores - node.free_cores
     assert node.cpu_job_cores == sum(
-        len(m.cpus) for m in agent.running.values() if m.job.kind == "cpu"
+        len(m.cpus) for m in agent.jobs.running.values() if m.job.kind == "cpu"
     )
-    gpus = [g for m in agent.running.values() for g in m.gpu_ids]
-    assert len(gpus) == len(set(gpus)) and not set(gpus) & agent._free_gpus
-    assert node.free_gpus == node.gpus - len(gpus) == len(agent._free_gpus)
-    assert set(node.jobs) == {m.job for m in agent.running.values()}
-    for m in agent.running.values():
+    gpus = [g for m in agent.jobs.running.values() for g in m.gpu_ids]
+    assert len(gpus) == len(set(gpus)) and not set(gpus) & agent.jobs.free_gpus
+    assert node.free_gpus == node.gpus - len(gpus) == len(agent.jobs.free_gpus)
+    assert set(node.jobs) == {m.job for m in agent.jobs.running.values()}
+    for m in agent.jobs.running.values():
         assert m.job.cores_pn == len(m.cpus) >= 1
         assert parse_cpus(cg_file(tmp, m.row_id, "cpuset", "cpuset.cpus").read_text()) == sorted(
             m.cpus
@@ -659,7 +660,7 @@ def check_invariants(agent: NodeAgent, tmp: Path, store: Store) -> None:
         want = -1 if m.job.quota >= 1.0 else max(1000, round(m.job.quota * len(m.cpus) * 100_000))
         assert q == want, (m.row_id, q, want)
     active = {r.id for r in store.jobs(("starting", "running"))}
-    assert active == set(agent.running), (active, set(agent.running))
+    assert active == set(agent.jobs.running), (active, set(agent.jobs.running))
 
 
 def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
@@ -669,9 +670,9 @@ def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
     agents: list[NodeAgent] = []
 
     def new_agent() -> NodeAgent:
-        a = NodeAgent(store, drv, tmp_path / "state", cfg)
+        a = local_agent(store, drv, tmp_path / "state", cfg)
         for old in agents:  # the old one "crashed": the kernel dropped its parent lock
-            old.release_parent()
+            old.source.parent.release()
         a.start()
         agents.append(a)
         return a
@@ -684,7 +685,7 @@ def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
         while time.monotonic() < end:
             step += 1
             op = rng.random()
-            jobs = list(agent.running.values())
+            jobs = list(agent.jobs.running.values())
             if op < 0.3:
                 gpus = 1 if rng.random() < 0.4 else 0
                 secs = rng.choice(["0.2", "30"])
@@ -715,8 +716,8 @@ def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
             check_invariants(agent, tmp_path, store)
     finally:
         for a in agents:
-            for m in list(a.running.values()):
-                a._kill(m, 9)
+            for m in list(a.jobs.running.values()):
+                a.processes.signal(m, 9)
         time.sleep(0.1)
         store.close()
 
@@ -739,7 +740,7 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
     agent = new_agent()
     jid = submit(store, ["sleep", "30"], name="w", cores=1, gpus=1)
     agent.tick()
-    m = agent.running[jid]
+    m = agent.jobs.running[jid]
     real = drv._inner.set_cpus
     calls: list[list[int]] = []
 
@@ -752,7 +753,7 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
 
     drv._inner.set_cpus = half_works
     agent.actuator.carry_out([SetCores(m.job, 3)], time.monotonic(), "test")
-    assert m.cpus == [0] and agent.node.free_cores == 3 and len(agent._free_cpus) == 3
+    assert m.cpus == [0] and agent.node.free_cores == 3 and len(agent.jobs.free_cpus) == 3
     assert cg_file(tmp, jid, "cpuset", "cpuset.cpus").read_text().strip() == "0"
     assert calls == [[0, 1, 2], [0]]
 
@@ -773,7 +774,7 @@ def test_reclaim_requeues_only_the_cpu_jobs_it_needs_and_loses_none(env) -> None
     assert store.job(j1).state == "running" and store.job(j1).preemptions == 0
     row = store.job(j2)
     assert row.state == "queued" and row.wait_reason and row.preemptions == 1
-    assert agent.sched is not None and agent.sched.is_queued(agent._queued_jobs[j2])
+    assert agent.source.sched is not None and agent.source.sched.is_queued(agent.source.queued[j2])
     # Once the training job is gone, the requeued job starts again.
     store.request_cancel(dnn)
     tick_until(agent, lambda: store.job(j2).state == "running", timeout=5)
@@ -786,14 +787,14 @@ def test_a_preemption_that_cannot_happen_leaves_the_dnn_job_waiting(env, monkeyp
     hog = submit(store, ["sleep", "60"], name="hog", cores=4)
     agent.tick()
     assert store.job(hog).state == "running"
-    real = agent.cgroup_pids
+    real = agent.processes.pids
     # The CPU job will not die (a process stuck in the kernel): its cgroup keeps a pid.
-    monkeypatch.setattr(agent, "cgroup_pids", lambda m: [2**22 + 12345])
-    monkeypatch.setattr(agent, "kill_until_gone", lambda m, seconds=1.0: None)
+    monkeypatch.setattr(agent.processes, "pids", lambda m: [2**22 + 12345])
+    monkeypatch.setattr(agent.processes, "kill_until_gone", lambda m, seconds=1.0: None)
     dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
     agent.tick()  # no InvariantError out of the tick
     assert store.job(dnn).state == "queued" and "cores" in store.job(dnn).wait_reason
     assert store.job(hog).state == "running"
     node = agent.node
     assert node is not None and node.free_cores >= 0
-    monkeypatch.setattr(agent, "cgroup_pids", real)
+    monkeypatch.setattr(agent.processes, "pids", real)

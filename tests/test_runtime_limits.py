@@ -19,7 +19,7 @@ from fakes import fake_v1_driver
 
 from coda.cli import main
 from coda.cli.node_status import retention
-from coda.runtime.agent import AgentConfig, NodeAgent
+from coda.runtime.agent import AgentConfig
 from coda.runtime.control import Peer
 from coda.runtime.limits import (
     Limits,
@@ -27,6 +27,7 @@ from coda.runtime.limits import (
     check_spec_bytes,
     format_span,
 )
+from coda.runtime.local_queue import local_agent
 from coda.runtime.service import AgentService
 from coda.runtime.store import JobSpec, Owner, SpecError, Store
 
@@ -226,23 +227,23 @@ def test_the_agent_purges_finished_jobs_and_their_directories(tmp_path: Path) ->
     store = Store(tmp_path / "state" / "coda.db")
     wall = [1000.0]
     cfg = AgentConfig(**FAST, limits=Limits(keep_finished_s=60, finished_per_user=1000))
-    agent = NodeAgent(store, drv, tmp_path / "state", cfg, wall=lambda: wall[0])
+    agent = local_agent(store, drv, tmp_path / "state", cfg, wall=lambda: wall[0])
     agent.start()
     info = store.agent_info()
     assert info["keep_finished_s"] == 60 and info["finished_per_user"] == 1000
     jid = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)))
     store.request_cancel(jid)
     store.update(jid, end_t=wall[0])
-    jdir = agent.job_dir(jid)
+    jdir = agent.source.supervisor.job_dir(jid)
     jdir.mkdir(parents=True)
     (jdir / "stdout").write_text("out")
     agent.tick()
     assert store.job(jid) is not None  # kept: it ended just now
     wall[0] += 61
-    agent._next_purge = 0.0  # the next pass now, not in PURGE_EVERY_S
+    agent.source.next_purge = 0.0  # the next pass now, not in PURGE_EVERY_S
     agent.tick()
     assert store.job(jid) is None and not jdir.exists()
-    assert agent.counters["agent:purged"] == 1
+    assert agent.decisions.counters["agent:purged"] == 1
     agent.shutdown()
     store.close()
 
@@ -252,7 +253,7 @@ def test_a_tick_reads_no_queued_spec_and_rewrites_no_unchanged_reason(
 ) -> None:
     drv = fake_v1_driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")
-    agent = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**FAST))
+    agent = local_agent(store, drv, tmp_path / "state", AgentConfig(**FAST))
     agent.start()
     # More cores than the node has free once the first holds them: the rest wait.
     hold = store.submit(JobSpec(argv=["sleep", "30"], cwd=str(tmp_path), cores=4))

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from coda.cli import main
 from coda.policy.framework import SetCores
-from coda.runtime.agent import AgentConfig, NodeAgent
+from coda.runtime.agent import AgentConfig
 from coda.runtime.cgroups import CgroupError
 from coda.runtime.control import ControlError, ControlServer, Peer, request
+from coda.runtime.local_queue import local_agent
 from coda.runtime.service import AgentService, visible
 from coda.runtime.statedir import StateDirError, secure_dir, secure_file
 from coda.runtime.store import JobSpec, Owner, SpecError, Store, StoreError
@@ -423,9 +424,9 @@ FAST = dict(period_s=0.1, window_s=0.3, settle_s=0.15, stall_s=1.5, gpus=1)
 def test_one_agent_per_cgroup_parent_whatever_its_state_dir(tmp_path: Path) -> None:
     drv = _driver(tmp_path)
     s1, s2 = Store(tmp_path / "a" / "coda.db"), Store(tmp_path / "b" / "coda.db")
-    first = NodeAgent(s1, drv, tmp_path / "a", AgentConfig(**FAST))
+    first = local_agent(s1, drv, tmp_path / "a", AgentConfig(**FAST))
     first.start()
-    second = NodeAgent(s2, drv, tmp_path / "b", AgentConfig(**FAST))
+    second = local_agent(s2, drv, tmp_path / "b", AgentConfig(**FAST))
     with pytest.raises(CgroupError, match="another agent manages cgroup parent"):
         second.start()
     parent = drv.parent_path()
@@ -447,7 +448,7 @@ def test_one_agent_per_cgroup_parent_whatever_its_state_dir(tmp_path: Path) -> N
 def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> None:
     drv = _driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")
-    agent = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**FAST))
+    agent = local_agent(store, drv, tmp_path / "state", AgentConfig(**FAST))
     agent.start()
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -464,19 +465,19 @@ def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> Non
         )
     )
     agent.tick()
-    m = agent.running[jid]
+    m = agent.jobs.running[jid]
     shim_env = Path(f"/proc/{m.shim_pid}/environ").read_bytes().split(b"\0")
     assert not [e for e in shim_env if e.startswith((b"PYTHON", b"LD_", b"EXTRA"))], shim_env
     assert b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in shim_env
     shim_cmd = Path(f"/proc/{m.shim_pid}/cmdline").read_bytes().split(b"\0")
     assert b"-I" in shim_cmd
     tick_until(agent, lambda: store.job(jid).state == "done")
-    out = (agent.job_dir(jid) / "stdout").read_text().split()
+    out = (agent.source.supervisor.job_dir(jid) / "stdout").read_text().split()
     assert out == [str(evil), "1"]  # the job itself got its environment
     assert not (evil / "json.py.loaded").exists()  # and the shim never imported its json.py
     # The job's files are the agent's alone.
     for f in ("stdout", "stderr", "launch.json", "exit"):
-        assert os.stat(agent.job_dir(jid) / f).st_mode & 0o077 == 0, f
+        assert os.stat(agent.source.supervisor.job_dir(jid) / f).st_mode & 0o077 == 0, f
     agent.shutdown()
     store.close()
 
@@ -486,21 +487,21 @@ def test_probes_take_free_cores_only_never_a_cpu_jobs(tmp_path: Path) -> None:
     # grow it gets a refusal, and the CPU job keeps its cores and its work.
     drv = _driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")
-    agent = NodeAgent(store, drv, tmp_path / "state", AgentConfig(**FAST))
+    agent = local_agent(store, drv, tmp_path / "state", AgentConfig(**FAST))
     agent.start()
     dnn = store.submit(JobSpec(argv=["sleep", "30"], cores=2, gpus=1, cwd=str(tmp_path)))
     cpu = store.submit(JobSpec(argv=["sleep", "30"], cores=2, cwd=str(tmp_path)))
     agent.tick()
     assert store.job(dnn).state == "running" and store.job(cpu).state == "running"
     assert agent.node.free_cores == 0
-    m = agent.running[dnn]
+    m = agent.jobs.running[dnn]
     agent.actuator.carry_out([SetCores(m.job, 3)], agent.clock(), "allocator")
-    assert len(agent.running[dnn].cpus) == 2  # refused: no free core
+    assert len(agent.jobs.running[dnn].cpus) == 2  # refused: no free core
     assert store.job(cpu).state == "running" and store.job(cpu).preemptions == 0
     acts = [d["action"] for d in store.decisions(limit=20)]
     assert "refused" in acts and "preempt" not in acts
-    for mm in list(agent.running.values()):
-        agent._kill(mm, 9)
+    for mm in list(agent.jobs.running.values()):
+        agent.processes.signal(mm, 9)
     agent.shutdown()
     store.close()
 
@@ -523,7 +524,7 @@ BAD_OPTIONS = [
     ["agent", "--metrics-port", "-5"],
     ["agent", "--cgroup-parent", "../etc"],
     ["agent", "--cgroup-parent", "a/b"],
-    ["agent", "--cgroup", "v3"],
+    ["agent", "--cgroup-version", "3"],
     ["agent", "--policy", "nope"],
     ["agent", "--tune", "allocator.tolerance=nan"],
     ["agent", "--tune", "allocator.max_windows=1" + "0" * 40],

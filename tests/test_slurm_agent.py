@@ -18,11 +18,11 @@ from fakes import Affinity
 
 import coda.slurm.cgroups as slurm_cgroups
 from coda.policy.framework import SetCores, SetQuota
-from coda.runtime.agent import AgentConfig
+from coda.runtime.agent import AgentConfig, NodeAgent
 from coda.runtime.cgroups import CgroupError
 from coda.runtime.progress import Progress, encode
 from coda.runtime.store import Store
-from coda.slurm.agent import GRANTS_KEY, SlurmNodeAgent
+from coda.slurm.agent import GRANTS_KEY, SlurmJobs, slurm_node_agent
 from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
 from coda.slurm.client import JOBS_JSON, SlurmClient, SlurmError
 
@@ -510,7 +510,7 @@ class Env:
         self.affinity = Affinity()
         self.samples: dict[int, int] = {}
         self.logs: list[str] = []
-        self.agents: list[SlurmNodeAgent] = []
+        self.agents: list[NodeAgent[SlurmJobs]] = []
 
     def job(self, job: int, cpus: str = "0-1", uid: int = UID, **kw: Any) -> Path:
         self.slurm.add(job, cpus=cpus, uid=uid, **kw)
@@ -519,10 +519,10 @@ class Env:
     def cgroups(self) -> SlurmJobCgroups:
         return SlurmJobCgroups("n1", self.root, version=1, setaffinity=self.affinity)
 
-    def agent(self, **cfg: Any) -> SlurmNodeAgent:
+    def agent(self, **cfg: Any) -> NodeAgent[SlurmJobs]:
         config = AgentConfig(**{"period_s": 1.0, "window_s": 1.0, "settle_s": 0.5, **cfg})
         cg = self.cgroups()
-        a = SlurmNodeAgent("n1", SlurmClient(self.slurm.run), cg, self.store, self.state,
+        a = slurm_node_agent("n1", SlurmClient(self.slurm.run), cg, self.store, self.state,
                            self.progress, config, clock=self.clock,
                            wall=lambda: 1.7e9 + self.clock.t, log=self.logs.append)  # fmt: skip
         a.start()
@@ -535,7 +535,7 @@ class Env:
         path = self.progress / f"job_{job}"
         path.write_bytes(encode(Progress(self.samples[job], self.clock.t, 4321)))
 
-    def step(self, agent: SlurmNodeAgent, rates: dict[int, float]) -> None:
+    def step(self, agent: NodeAgent[SlurmJobs], rates: dict[int, float]) -> None:
         self.clock.t += 1.0
         for job, rate in rates.items():
             self.report(job, rate)
@@ -555,7 +555,7 @@ def env(tmp_path: Path):
     e.store.close()
 
 
-def converge(env: Env, agent: SlurmNodeAgent, job: int, rate: float = 100.0,
+def converge(env: Env, agent: NodeAgent[SlurmJobs], job: int, rate: float = 100.0,
              limit: int = 200) -> int:  # fmt: skip
     """Tick with a flat throughput curve until the agent reports; returns the ticks."""
     for i in range(limit):
@@ -568,8 +568,8 @@ def converge(env: Env, agent: SlurmNodeAgent, job: int, rate: float = 100.0,
 def test_start_adopts_the_running_job(env: Env) -> None:
     env.job(5)
     agent = env.agent()
-    assert set(agent.running) == {5}
-    m = agent.running[5]
+    assert set(agent.jobs.running) == {5}
+    m = agent.jobs.running[5]
     assert m.cgroup == NAME and m.cpus == [0, 1]
     assert (m.job.kind, m.job.model, m.job.cores_pn_req, m.job.gpus_pn) == (
         "dnn",
@@ -577,8 +577,8 @@ def test_start_adopts_the_running_job(env: Env) -> None:
         2,
         1,
     )
-    assert agent.info[5].grant == [0, 1] and agent.info[5].uid == UID
-    assert agent.info[5].mark == {"state": "placed", "req": "2", "grant": "2", "nodes": "n1"}
+    assert agent.source.info[5].grant == [0, 1] and agent.source.info[5].uid == UID
+    assert agent.source.info[5].mark == {"state": "placed", "req": "2", "grant": "2", "nodes": "n1"}
     node = agent.node
     assert node is not None and (node.cores, node.gpus) == (4, 1)  # cgroup CPUs, Slurm's GPUs
     assert node.free_cores == 0 and node.free_gpus == 0
@@ -594,7 +594,7 @@ def test_a_flat_curve_slims_the_job_within_its_grant_and_reports_it(env: Env) ->
     ticks = converge(env, agent, 5)
     assert ticks < 60
     assert env.cpuset(5) == "0" and read_cpus(jd / "step_batch") == "0"
-    assert agent.running[5].cpus == [0]
+    assert agent.jobs.running[5].cpus == [0]
     assert agent.node.free_cores == 1  # granted by Slurm, no longer in its cpuset
     mark = "AdminComment=coda:placed,req=2,grant=2,nodes=n1,settled=1"
     assert env.slurm.updates == [["scontrol", "update", "JobId=5", mark]]
@@ -628,7 +628,7 @@ def test_a_failed_report_is_retried(env: Env) -> None:
 def test_growth_beyond_the_grant_is_refused(env: Env) -> None:
     env.job(5)
     agent = env.agent()
-    m = agent.running[5]
+    m = agent.jobs.running[5]
     agent.actuator.carry_out([SetCores(m.job, 3)], env.clock(), "test")
     assert env.cpuset(5) == "0-1" and m.cpus == [0, 1] and m.job.cores_pn == 2
     (refused,) = [d for d in env.store.decisions(job_id=5) if d["action"] == "refused"]
@@ -647,7 +647,7 @@ def test_growth_beyond_the_grant_is_refused(env: Env) -> None:
 def test_a_cpu_job_is_throttled_and_released_on_shutdown(env: Env) -> None:
     env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2,nodes=n1")
     agent = env.agent()
-    m = agent.running[6]
+    m = agent.jobs.running[6]
     assert m.job.kind == "cpu" and agent.node.cpu_job_cores == 2
     agent.actuator.carry_out([SetQuota(m.job, 0.5)], env.clock(), "test")
     qfile = env.root / "cpu" / "coda_slurm_n1" / "job_6" / "cpu.cfs_quota_us"
@@ -684,9 +684,10 @@ def test_start_removes_quota_groups_of_jobs_that_are_gone(env: Env) -> None:
 def test_shutdown_can_restore_every_grant(env: Env) -> None:
     env.job(5)
     agent = env.agent()
-    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.jobs.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
-    agent.shutdown(restore_cores=True)
+    agent.source.restore_on_exit = True
+    agent.shutdown()
     assert env.cpuset(5) == "0-1"
     assert json.loads(env.store.meta(GRANTS_KEY)) == {"5": "0-1"}
 
@@ -700,7 +701,7 @@ def test_a_progress_file_of_another_user_is_ignored(env: Env) -> None:
         env.report(5, 100.0)
         os.chown(env.progress / "job_5", UID + 12345, -1)
         agent.tick()
-    m = agent.running[5]
+    m = agent.jobs.running[5]
     assert m.last is None and not m.controlled and m.throughput is None
     assert env.cpuset(5) == "0-1" and env.slurm.updates == []
     # Its own user's file is read at once.
@@ -718,7 +719,7 @@ def test_a_symlinked_or_special_progress_file_is_ignored(env: Env) -> None:
         env.clock.t += 1.0
         elsewhere.write_bytes(encode(Progress(100 * (i + 1), env.clock.t, 1)))
         agent.tick()
-    m = agent.running[5]
+    m = agent.jobs.running[5]
     assert m.last is None and not m.controlled
     (env.progress / "job_5").unlink()
     os.mkfifo(env.progress / "job_5")  # would block a naive reader
@@ -733,16 +734,16 @@ def test_a_vanished_cgroup_releases_the_job(env: Env) -> None:
     env.slurm.node_line = env.slurm.node_line.replace("Gres=gpu:1", "Gres=gpu:2")
     agent = env.agent()
     env.step(agent, {5: 100.0, 6: 100.0})
-    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.jobs.running[5].job, 1)], env.clock(), "test")
     assert agent.node.free_cores == 1 and agent.node.free_gpus == 0
     shutil.rmtree(jd)  # Slurm removed the group: the job ended
     env.step(agent, {6: 100.0})
-    assert set(agent.running) == {6}
+    assert set(agent.jobs.running) == {6}
     assert agent.node.free_cores == 0 and agent.node.free_gpus == 1
     assert "finish" in env.actions(5)
     assert not (env.progress / "job_5").exists()  # its progress file is cleaned up
     assert json.loads(env.store.meta(GRANTS_KEY)) == {"6": "2-3"}
-    assert 5 not in agent.info
+    assert 5 not in agent.source.info
 
 
 def test_start_needs_slurm_to_know_the_node(env: Env) -> None:
@@ -755,43 +756,43 @@ def test_start_without_slurm_assumes_the_configured_gpus(env: Env) -> None:
     env.job(5)
     env.slurm.fail = lambda argv: argv[-1] == "node"
     agent = env.agent(gpus=3)
-    assert agent.node.gpus == 3 and set(agent.running) == {5}
+    assert agent.node.gpus == 3 and set(agent.jobs.running) == {5}
     assert any("assuming 3 GPUs" in m for m in env.logs)
 
 
 def test_a_job_that_is_not_running_is_not_adopted(env: Env) -> None:
     env.job(5, state="COMPLETING")
     agent = env.agent()
-    assert agent.running == {}
+    assert agent.jobs.running == {}
     env.slurm.jobs[5]["state"] = "RUNNING"
     env.step(agent, {})
-    assert set(agent.running) == {5}
+    assert set(agent.jobs.running) == {5}
 
 
 def test_a_failed_lookup_is_retried_later_not_every_tick(env: Env) -> None:
     env.job(5)
     env.slurm.fail = lambda argv: argv[0] == "squeue"
     agent = env.agent()
-    assert agent.running == {} and env.slurm.detail_calls(5) == 1
+    assert agent.jobs.running == {} and env.slurm.detail_calls(5) == 1
     assert any("not adopted yet" in m for m in env.logs)
     env.slurm.fail = lambda argv: False
     for _ in range(3):
         env.step(agent, {})
-    assert agent.running == {} and env.slurm.detail_calls(5) == 1  # backing off
+    assert agent.jobs.running == {} and env.slurm.detail_calls(5) == 1  # backing off
     for _ in range(3):
         env.step(agent, {})
-    assert set(agent.running) == {5}
+    assert set(agent.jobs.running) == {5}
 
 
 def test_a_restarted_agent_readopts_with_the_original_grant(env: Env) -> None:
     env.job(5)
     first = env.agent()
-    first.actuator.carry_out([SetCores(first.running[5].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.jobs.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
     # The first agent dies without a word; a new one starts on the same store.
     second = env.agent()
-    m = second.running[5]
-    assert m.cpus == [0] and second.info[5].grant == [0, 1]
+    m = second.jobs.running[5]
+    assert m.cpus == [0] and second.source.info[5].grant == [0, 1]
     assert second.node.free_cores == 1
     second.actuator.carry_out([SetCores(m.job, 2)], env.clock(), "test")
     assert env.cpuset(5) == "0-1" and m.cpus == [0, 1]
@@ -802,10 +803,10 @@ def test_without_the_stored_grant_the_narrowed_cpuset_would_be_all(env: Env) -> 
     # The other side of the restart test: the grant really comes from the store.
     env.job(5)
     first = env.agent()
-    first.actuator.carry_out([SetCores(first.running[5].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.jobs.running[5].job, 1)], env.clock(), "test")
     env.store.set_meta(GRANTS_KEY, "{}")
     second = env.agent()
-    assert second.info[5].grant == [0]
+    assert second.source.info[5].grant == [0]
 
 
 def test_a_restarted_agent_knows_the_report_was_made(env: Env) -> None:
@@ -813,7 +814,7 @@ def test_a_restarted_agent_knows_the_report_was_made(env: Env) -> None:
     first = env.agent()
     converge(env, first, 5)
     second = env.agent()
-    assert second.reported == {5: 1}
+    assert second.source.reported == {5: 1}
     for _ in range(40):
         env.step(second, {5: 100.0})
     assert len(env.slurm.updates) == 1  # settled=1 already in the mark
@@ -824,12 +825,12 @@ def test_a_stalled_job_gets_its_grant_back(env: Env) -> None:
     env.job(5, comment="coda:placed,req=4,grant=2,nodes=n1")  # granted fewer than asked
     env.job(6, cpus="2-3", name="other")
     agent = env.agent(stall_s=5.0)
-    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
-    agent.actuator.carry_out([SetCores(agent.running[6].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.jobs.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.jobs.running[6].job, 1)], env.clock(), "test")
     env.step(agent, {5: 100.0})  # one record: the allocator takes the job on
     for _ in range(8):
         env.step(agent, {})  # then silence
-    assert agent.running[5].stalled
+    assert agent.jobs.running[5].stalled
     assert env.cpuset(5) == "0-1"
 
 
@@ -837,23 +838,23 @@ def test_a_grant_survives_a_restart_with_a_failed_lookup(env: Env) -> None:
     env.job(5)
     env.job(6, cpus="2-3", name="other")
     first = env.agent()
-    first.actuator.carry_out([SetCores(first.running[6].job, 1)], env.clock(), "test")
+    first.actuator.carry_out([SetCores(first.jobs.running[6].job, 1)], env.clock(), "test")
     assert env.cpuset(6) == "2"
     env.slurm.hidden = {6}  # a lookup that misses it (Slurm busy, a stale answer)
     second = env.agent()
-    assert set(second.running) == {5}
+    assert set(second.jobs.running) == {5}
     env.slurm.hidden = set()
     for _ in range(6):
         env.step(second, {})
-    assert set(second.running) == {5, 6}
-    assert second.info[6].grant == [2, 3]
+    assert set(second.jobs.running) == {5, 6}
+    assert second.source.info[6].grant == [2, 3]
 
 
 def test_gpus_per_node_of_a_multi_node_job(env: Env) -> None:
     env.job(7, nodes=2, gres="gpu:2", tres="gres:gpu:1",
             comment="coda:placed,req=2,grant=2,nodes=n1+n2")  # fmt: skip
     agent = env.agent()
-    m = agent.running[7]
+    m = agent.jobs.running[7]
     assert m.job.gpus_pn == 1
     assert agent.node.free_gpus == 0
 
@@ -870,14 +871,14 @@ def test_an_admin_comment_that_is_not_codas_is_kept(env: Env) -> None:
 def test_a_cpuset_slurm_rewrote_is_put_back(env: Env) -> None:
     jd = env.job(5)
     agent = env.agent()
-    agent.actuator.carry_out([SetCores(agent.running[5].job, 1)], env.clock(), "test")
+    agent.actuator.carry_out([SetCores(agent.jobs.running[5].job, 1)], env.clock(), "test")
     assert env.cpuset(5) == "0"
     # A new step: slurmd writes the job's whole grant again.
     (jd / "cpuset.cpus").write_text("0-1\n")
     (jd / "step_batch" / "cpuset.cpus").write_text("0-1\n")
     env.step(agent, {})
     assert env.cpuset(5) == "0" and read_cpus(jd / "step_batch") == "0"
-    assert agent.running[5].cpus == [0]
+    assert agent.jobs.running[5].cpus == [0]
     assert "restore-cpuset" in env.actions(5)
 
 
@@ -910,14 +911,14 @@ def test_a_progress_file_that_cannot_be_made_does_not_stop_the_job(
 def test_a_quota_group_still_busy_at_job_end_is_removed_later(env: Env) -> None:
     jd = env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2")
     agent = env.agent()
-    agent.actuator.carry_out([SetQuota(agent.running[6].job, 0.5)], env.clock(), "test")
+    agent.actuator.carry_out([SetQuota(agent.jobs.running[6].job, 0.5)], env.clock(), "test")
     qd = env.root / "cpu" / "coda_slurm_n1" / "job_6"
     # The job ends: slurmd removes its cpuset groups while its last process is still
     # exiting in CODA's quota group (seen on the real kernel).
     shutil.rmtree(jd)
     (qd / "cgroup.procs").write_text(f"{os.getpid()}\n")
     env.step(agent, {})
-    assert agent.running == {} and qd.is_dir()
+    assert agent.jobs.running == {} and qd.is_dir()
     env.step(agent, {})
     assert sum("quota group kept" in m for m in env.logs) == 1  # said once, not every tick
     (qd / "cgroup.procs").write_text("")  # it has gone

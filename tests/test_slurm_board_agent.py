@@ -40,8 +40,8 @@ def benv(tmp_path: Path):
 def test_a_job_is_adopted_with_slurms_count_on_the_declared_node(benv: BoardEnv) -> None:
     benv.job(5, cpus="0")  # the real cpuset holds one real CPU; Slurm granted 2 of 28
     agent = benv.agent()
-    m = agent.running[5]
-    assert m.cpus == [0, 1] and agent.info[5].grant == [0, 1]
+    m = agent.jobs.running[5]
+    assert m.cpus == [0, 1] and agent.source.info[5].grant == [0, 1]
     assert agent.node is not None and agent.node.cores == DECLARED
     assert benv.board.grant(5) == Grant((0, 1), 1.0)
     assert benv.cpuset(5) == "0"
@@ -51,7 +51,7 @@ def test_the_allocator_slims_the_job_on_the_board_not_its_cpuset(benv: BoardEnv)
     benv.job(5, cpus="0-1")
     agent = benv.agent()
     converge(benv, agent, 5)
-    assert agent.running[5].cpus == [0]
+    assert agent.jobs.running[5].cpus == [0]
     assert benv.board.grant(5) == Grant((0,), 1.0)
     assert benv.cpuset(5) == "0-1"  # the kernel's, untouched
     assert benv.affinity.calls == []
@@ -61,7 +61,7 @@ def test_the_allocator_slims_the_job_on_the_board_not_its_cpuset(benv: BoardEnv)
 def test_a_throttle_is_a_quota_on_the_board(benv: BoardEnv) -> None:
     benv.job(6, cpus="0-1", name="prep", gres=None)
     agent = benv.agent()
-    m = agent.running[6]
+    m = agent.jobs.running[6]
     agent.actuator.carry_out([SetQuota(m.job, 0.5)], benv.clock(), "test")
     assert benv.board.grant(6) == Grant((0, 1), 0.5)
     assert not (benv.root / "cpu" / "coda_slurm_n1" / "job_6").exists()
@@ -72,11 +72,11 @@ def test_a_throttle_is_a_quota_on_the_board(benv: BoardEnv) -> None:
 def test_a_restarted_agent_reads_the_narrowed_cpus_from_the_board(benv: BoardEnv) -> None:
     benv.job(5, cpus="0-1")
     first = benv.agent()
-    first.actuator.carry_out([SetCores(first.running[5].job, 1)], benv.clock(), "test")
+    first.actuator.carry_out([SetCores(first.jobs.running[5].job, 1)], benv.clock(), "test")
     assert benv.board.grant(5) == Grant((0,), 1.0)
     second = benv.agent()  # the first died without a word
-    m = second.running[5]
-    assert m.cpus == [0] and second.info[5].grant == [0, 1]
+    m = second.jobs.running[5]
+    assert m.cpus == [0] and second.source.info[5].grant == [0, 1]
     second.actuator.carry_out([SetCores(m.job, 2)], benv.clock(), "test")
     assert benv.board.grant(5) == Grant((0, 1), 1.0)
     assert "refused" not in benv.actions(5)
@@ -88,7 +88,7 @@ def test_a_job_that_ends_takes_its_grant_off_the_board(benv: BoardEnv) -> None:
     assert benv.board.grant(5) is not None
     shutil.rmtree(jd)
     benv.step(agent, {})
-    assert 5 not in agent.running and benv.board.grant(5) is None
+    assert 5 not in agent.jobs.running and benv.board.grant(5) is None
 
 
 def test_a_grant_is_never_written_for_a_group_that_is_not_a_jobs(benv: BoardEnv) -> None:

@@ -87,12 +87,12 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
 )
 @click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
 @click.option(
-    "--cgroup",
+    "--cgroup-version",
     "cg_version",
-    type=click.Choice(["auto", "v1", "v2"]),
+    type=click.Choice(["auto", "1", "2"]),
     default="auto",
     show_default=True,
-    help="Cgroup version to drive (auto: what /sys/fs/cgroup is).",
+    help="Cgroup version to drive (auto: what /sys/fs/cgroup is), as `coda slurm agent`'s.",
 )
 @click.option(
     "--cgroup-parent",
@@ -186,8 +186,9 @@ def agent(
 ) -> None:
     """Run the node agent: start queued jobs in their own cgroups, slim DNN jobs'
     cpusets (allocator) and throttle co-located CPU jobs (eliminator)."""
-    from coda.runtime.agent import AgentConfig, NodeAgent
+    from coda.runtime.agent import AgentConfig
     from coda.runtime.cgroups import CgroupError, detect
+    from coda.runtime.local_queue import local_agent
     from coda.runtime.metrics import MetricsServer, agent_registry, textfile_exporter
     from coda.runtime.resctrl import Resctrl
     from coda.runtime.service import AgentService
@@ -212,7 +213,7 @@ def agent(
             cgroup_mounts,
             parent=cgroup_parent,
             prefix=cgroup_prefix,
-            prefer=None if cg_version == "auto" else cg_version,
+            prefer=None if cg_version == "auto" else f"v{cg_version}",
         )
     except (CgroupError, ValueError) as e:  # ValueError: a bad --cgroup-parent name
         lock.release()
@@ -238,7 +239,7 @@ def agent(
         limits=limits,
     )
     try:
-        node_agent = NodeAgent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+        node_agent = local_agent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
     except ValueError as e:
         store.close()
         lock.release()
@@ -269,7 +270,7 @@ def agent(
         # OSError: e.g. mkdir of the parent group without root. Release everything.
         if server is not None:
             server.close()
-        node_agent.release_parent()
+        node_agent.source.parent.release()
         store.close()
         lock.release()
         if isinstance(e, StateDirError | StoreError):
@@ -306,7 +307,7 @@ def agent(
         (sd / "agent.pid").unlink(missing_ok=True)
         store.close()
         lock.release()
-        left = len(node_agent.running)
+        left = len(node_agent.jobs.running)
         say("agent stopped" + (f"; {left} job(s) left running for the next agent" if left else ""))
     if failure:
         raise click.ClickException(failure)

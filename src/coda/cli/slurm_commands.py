@@ -240,7 +240,7 @@ def agent(
     from coda.runtime.cgroups import CgroupError
     from coda.runtime.metrics import MetricsServer, textfile_exporter
     from coda.runtime.store import Store, StoreError
-    from coda.slurm.agent import SlurmNodeAgent
+    from coda.slurm.agent import slurm_node_agent
     from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.metrics import slurm_agent_registry
@@ -258,7 +258,8 @@ def agent(
         cfg = AgentConfig(period_s=period, window_s=window, stall_s=stall, policy=policy,
                           tune=tune)  # fmt: skip
         store = Store(sd / "coda.db")
-        a = SlurmNodeAgent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say)
+        a = slurm_node_agent(node, SlurmClient(), cg, store, sd, progress_dir, cfg, log=say,
+                             restore_on_exit=restore_on_exit)  # fmt: skip
     except (ValueError, StoreError, SlurmError, OSError) as e:
         lock.release()
         raise click.ClickException(str(e)) from None
@@ -297,11 +298,11 @@ def agent(
     finally:
         if server is not None:
             server.close()
-        a.shutdown(restore_cores=restore_on_exit)
+        a.shutdown()
         (sd / "agent.pid").unlink(missing_ok=True)
         store.close()
         lock.release()
-        say(f"slurm agent on {node} stopped; {len(a.running)} job(s) keep running")
+        say(f"slurm agent on {node} stopped; {len(a.jobs.running)} job(s) keep running")
 
 
 @slurm.command()

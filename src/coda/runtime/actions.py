@@ -10,23 +10,24 @@ from typing import Any, Protocol
 
 from coda.policy.framework import Action, ExplainsSearch, Preempt, SetCores, SetQuota
 from coda.policy.state import CPU, DNN, Job, Node
-from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
+from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
+from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.processes import JobProcesses, quietly, send_signal
+from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
-from coda.runtime.supervisor import quietly, send_signal
 
 
 class ActuatedNode(Protocol):
     """What the actuator reads and books on the node it acts on (the node agent)."""
 
     node: Node | None
-    running: dict[int, Managed]
-    counters: dict[str, int]
+    jobs: JobTable
     store: Store
-
-    @property
-    def free_cpus(self) -> set[int]: ...
+    decisions: DecisionLog
+    processes: JobProcesses
 
     @property
     def search(self) -> ExplainsSearch | None: ...
@@ -35,17 +36,9 @@ class ActuatedNode(Protocol):
 
     def books_changed(self, grew: bool) -> None: ...
 
-    def cgroup_pids(self, m: Managed) -> list[int]: ...
-
-    def kill_until_gone(self, m: Managed, seconds: float = 1.0) -> None: ...
-
     def release(self, m: Managed, now: float) -> None: ...
 
     def requeue(self, job_id: int, job: Job) -> None: ...
-
-    def decide(
-        self, now: float, job_id: int | None, component: str, action: str, detail: dict[str, Any]
-    ) -> None: ...
 
 
 class Actuator:
@@ -54,8 +47,8 @@ class Actuator:
     def __init__(
         self,
         node: ActuatedNode,
-        cgroups: CgroupDriver,
-        resctrl: Any | None,
+        cgroups: JobGroups,
+        resctrl: ResctrlControl,
         config: AgentConfig,
         log: Callable[[str], None],
     ) -> None:
@@ -73,7 +66,7 @@ class Actuator:
         reason: dict[str, Any] | None = None,
     ) -> None:
         for a in acts:
-            m = self.node.running.get(a.job.idx)
+            m = self.node.jobs.running.get(a.job.idx)
             if m is None:
                 continue
             if isinstance(a, SetCores):
@@ -98,7 +91,7 @@ class Actuator:
         # cores CPU jobs hold are reclaimed for a DNN job's start, never to measure one.
         add = agent.cpus_to_add(m, n - cur) if n > cur else []
         if add is None:
-            agent.decide(
+            agent.decisions.record(
                 now,
                 m.row_id,
                 source,
@@ -107,7 +100,7 @@ class Actuator:
             )
             return  # the allocator sees cores_pn != asked and treats it as a refusal
         old = list(m.cpus)
-        free = agent.free_cpus
+        free = agent.jobs.free_cpus
         if n < cur:
             # DNN jobs give back their highest CPUs, CPU jobs their lowest: both stay packed.
             keep = sorted(m.cpus)[:n] if job.kind == DNN else sorted(m.cpus)[cur - n :]
@@ -123,7 +116,7 @@ class Actuator:
             # The cpuset may have been written before the failure (a widening whose
             # sched_setaffinity failed): put the kernel back where the books are.
             quietly(lambda: self.cg.set_cpus(m.cgroup, old))
-            agent.decide(now, m.row_id, source, "error", {"error": str(e)})
+            agent.decisions.record(now, m.row_id, source, "error", {"error": str(e)})
             return
         m.cpus = new
         job.cores_pn = n
@@ -145,7 +138,7 @@ class Actuator:
         alloc = agent.search
         if source == "allocator" and alloc is not None:
             detail["why"] = alloc.explain(job)
-        agent.decide(now, m.row_id, source, "set-cores", detail)
+        agent.decisions.record(now, m.row_id, source, "set-cores", detail)
         self.log(f"job {m.row_id}: cores {cur} -> {n} ({source})")
 
     def set_quota(
@@ -161,17 +154,17 @@ class Actuator:
             self.write_quota(m)
         except CgroupError as e:
             m.job.quota = old
-            agent.decide(now, m.row_id, source, "error", {"error": str(e)})
+            agent.decisions.record(now, m.row_id, source, "error", {"error": str(e)})
             return
         # Co-runners' samples straddling the change describe neither quota.
-        for other in agent.running.values():
+        for other in agent.jobs.running.values():
             if other.job.kind == DNN:
                 other.window = None
                 other.settle_until = max(other.settle_until, now + self.config.settle_s)
         m.dirty = True
         key = f"quota_{'down' if q < old else 'up'}"
-        agent.counters[key] = agent.counters.get(key, 0) + 1
-        agent.decide(
+        agent.decisions.count(key)
+        agent.decisions.record(
             now,
             m.row_id,
             source,
@@ -183,12 +176,12 @@ class Actuator:
     def write_quota(self, m: Managed) -> None:
         q = m.job.quota
         self.cg.set_quota(m.cgroup, None if q >= 1.0 else q * len(m.cpus))
-        if self.resctrl is not None and getattr(self.resctrl, "mba_available", False):
+        if self.resctrl.mba_available:
             # Memory bandwidth follows the quota where the hardware can cap it.
             pct = max(10, int(round(q * 100)))
             if m.mb is None:
                 self.resctrl.create(m.cgroup)
-                self.resctrl.assign(m.cgroup, self.node.cgroup_pids(m))
+                self.resctrl.assign(m.cgroup, self.node.processes.pids(m))
             self.resctrl.set_mb(m.cgroup, pct)
             m.mb = pct
 
@@ -197,7 +190,7 @@ class Actuator:
         checkpoints are its business). Killed before the database says queued, so a
         crash in between leaves it 'lost', never running twice."""
         agent = self.node
-        agent.kill_until_gone(m)
+        agent.processes.kill_until_gone(m)
         if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
             send_signal(m.shim_pid, signal.SIGKILL)
         try:
@@ -205,10 +198,12 @@ class Actuator:
                 m.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        if agent.cgroup_pids(m) or alive(m.shim_pid, m.shim_start):
+        if agent.processes.pids(m) or alive(m.shim_pid, m.shim_start):
             # Not gone (a process stuck in the kernel): requeuing now could run it twice.
             # It keeps its cores; the DNN job waits; the next tick reaps it as usual.
-            agent.decide(now, m.row_id, source, "preempt-failed", {"why": "still running"})
+            agent.decisions.record(
+                now, m.row_id, source, "preempt-failed", {"why": "still running"}
+            )
             return
         agent.release(m, now)
         row = agent.store.job(m.row_id)
@@ -224,5 +219,5 @@ class Actuator:
             message=f"preempted {pre}x for a DNN job",
         )
         agent.requeue(m.row_id, m.job)
-        agent.decide(now, m.row_id, source, "preempt", dict(reason or {}))
+        agent.decisions.record(now, m.row_id, source, "preempt", dict(reason or {}))
         self.log(f"job {m.row_id}: preempted ({source})")

@@ -8,45 +8,17 @@ import json
 import math
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Protocol
 
-from coda.policy.state import Job
 from coda.runtime.actions import Actuator
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
+from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_table import JobTable
 from coda.runtime.managed import Managed
+from coda.runtime.processes import quietly
+from coda.runtime.row_job import job_of
 from coda.runtime.shim import alive, read_regular
 from coda.runtime.store import FINAL, JobRow, Store
-from coda.runtime.supervisor import quietly, uid_of
-
-
-class AdoptingNode(Protocol):
-    """What adoption reads and books on the node it adopts jobs on (the node agent)."""
-
-    store: Store
-    running: dict[int, Managed]
-
-    @property
-    def free_cpus(self) -> set[int]: ...
-
-    @property
-    def free_gpus(self) -> set[int]: ...
-
-    def job_dir(self, job_id: int) -> Path: ...
-
-    def job_from_row(self, r: JobRow) -> Job: ...
-
-    def take_cpus(self, n: int, kind: str) -> list[int]: ...
-
-    def place(self, m: Managed, now: float) -> None: ...
-
-    def exit_code(self, m: Managed) -> int | None: ...
-
-    def finish(self, m: Managed, now: float, code: int | None, final_state: str | None) -> None: ...
-
-    def decide(
-        self, now: float, job_id: int | None, component: str, action: str, detail: dict[str, Any]
-    ) -> None: ...
+from coda.runtime.supervisor import BookedNode, Supervisor, uid_of
 
 
 class Adoption:
@@ -54,27 +26,35 @@ class Adoption:
 
     def __init__(
         self,
-        node: AdoptingNode,
+        node: BookedNode,
+        store: Store,
         cgroups: CgroupDriver,
+        jobs: JobTable,
+        supervisor: Supervisor,
         actuator: Actuator,
+        decisions: DecisionLog,
         clock: Callable[[], float],
         wall: Callable[[], float],
         log: Callable[[str], None],
     ) -> None:
         self.node = node
+        self.store = store
         self.cg = cgroups
+        self.jobs = jobs
+        self.supervisor = supervisor
         self.actuator = actuator
+        self.decisions = decisions
         self.clock = clock
         self.wall = wall
         self.log = log
 
     def adopt_all(self) -> None:
         now = self.clock()
-        for r in self.node.store.jobs(("starting", "running")):
+        for r in self.store.jobs(("starting", "running")):
             self.adopt(r, now)
 
     def adopt(self, r: JobRow, now: float) -> None:
-        jdir = self.node.job_dir(r.id)
+        jdir = self.supervisor.job_dir(r.id)
         name = f"job-{r.id}"
         has_cg = self.cg.exists(name)
         pids = self.cg.pids(name) if has_cg else []
@@ -96,38 +76,38 @@ class Adoption:
             # Crashed between recording the launch and starting the process: it never ran.
             if has_cg:
                 quietly(lambda: self.cg.remove(name))
-            self.node.store.update(r.id, state="queued", message="requeued: never started")
-            self.node.decide(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
+            self.store.update(r.id, state="queued", message="requeued: never started")
+            self.decisions.record(now, r.id, "agent", "requeue", {"why": "launch interrupted"})
             return
-        job = self.node.job_from_row(r)
+        job = job_of(r)
         cpus = (self.cg.cpus(name) if has_cg else []) or parse_cpus(r.cpus)
         # Only CPUs this agent manages and no other job holds go into the books: after a
         # restart with other --cpus, or a clash, a CPU must neither count twice nor, once
         # the job ends, be handed out although it is not ours.
-        cpus_ok = [c for c in cpus if c in self.node.free_cpus]
+        cpus_ok = [c for c in cpus if c in self.jobs.free_cpus]
         if running:
             if not cpus_ok:
-                cpus_ok = self.node.take_cpus(1, job.kind)
+                cpus_ok = self.jobs.take_cpus(1, job.kind)
             if cpus_ok != cpus:
                 self.log(f"job {r.id}: CPUs {format_cpus(cpus)} -> {format_cpus(cpus_ok)}")
                 if has_cg and cpus_ok:
                     quietly(lambda: self.cg.set_cpus(name, cpus_ok))
         # Only GPUs this node has and nobody holds (a restart may declare fewer).
-        gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self.node.free_gpus]
+        gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self.jobs.free_gpus]
         m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=uid_of(r),
                     started_wall=r.start_t if r.start_t is not None else self.wall())  # fmt: skip
-        self.node.free_cpus.difference_update(cpus_ok)
-        self.node.free_gpus.difference_update(gpu_ids)
+        self.jobs.free_cpus.difference_update(cpus_ok)
+        self.jobs.free_gpus.difference_update(gpu_ids)
         self.node.place(m, now)
         job.quota = r.quota
         if not running:
-            code = self.node.exit_code(m)
+            code = self.supervisor.exit_code(m)
             # Ended while the agent was down: at its time limit if its exit came after it
             # (the shim's exit file is written when the job ends), as the agent would have
             # stopped it there. The grace an agent gives survives no restart: a job still
             # running past its limit is stopped at the next tick, with a fresh grace.
             m.timed_out = _exited_past_limit(m)
-            self.node.finish(m, now, code, None)
+            self.supervisor.finish(m, now, code, None)
             return
         if has_cg and cpus_ok:
             # The kernel may hold a quota the database never saw (a crash between the
@@ -139,8 +119,8 @@ class Adoption:
                     self.cg.set_quota(name, None)
             except (CgroupError, OSError) as e:
                 self.log(f"job {r.id}: quota not rewritten: {e}")
-        self.node.store.update(r.id, state="running", shim_pid=pid, shim_start=start)
-        self.node.decide(
+        self.store.update(r.id, state="running", shim_pid=pid, shim_start=start)
+        self.decisions.record(
             now,
             r.id,
             "agent",
@@ -152,8 +132,8 @@ class Adoption:
     def remove_orphan_cgroups(self) -> None:
         """Remove empty groups of this agent's ended jobs. A group it did not make (no
         job of this state directory by that name, or one still active) stays."""
-        mine = {m.cgroup for m in self.node.running.values()}
-        ended = {f"job-{i}" for i in self.node.store.job_ids(("queued", *FINAL))}
+        mine = {m.cgroup for m in self.jobs.running.values()}
+        ended = {f"job-{i}" for i in self.store.job_ids(("queued", *FINAL))}
         for name in self.cg.names():
             if name in mine or name not in ended:
                 continue

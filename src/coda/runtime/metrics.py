@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from http.server import HTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
 from prometheus_client.exposition import MetricsHandler
@@ -70,7 +70,7 @@ class AgentCollector(Collector):
     """The node agent's state as metric families (names, types, labels and help as
     the agent has always exported them; dashboards depend on them)."""
 
-    def __init__(self, agent: NodeAgent) -> None:
+    def __init__(self, agent: NodeAgent[Any]) -> None:
         self.agent = agent
 
     def collect(self) -> Iterable[Metric]:
@@ -115,7 +115,7 @@ class AgentCollector(Collector):
         )
         # list(): one step under the GIL, so a scrape from the server's thread never sees
         # the control loop change the dict half-way.
-        for m in list(a.running.values()):
+        for m in list(a.jobs.running.values()):
             lv = [str(m.row_id), label_value(m.job.job_id), label_value(m.job.kind)]
             cores.add_metric(lv, len(m.cpus))
             requested.add_metric(lv, m.job.cores)
@@ -130,7 +130,7 @@ class AgentCollector(Collector):
             labels=("component", "action"),
         )
         counts = dict.fromkeys(LOOP_DECISIONS, 0)
-        for key, value in a.counters.items():
+        for key, value in a.decisions.counters.items():
             if ":" in key:  # other counters (quota_up, ...) are internal
                 component, action = key.split(":", 1)
                 counts[(component, action)] = value
@@ -139,7 +139,7 @@ class AgentCollector(Collector):
         yield decisions
 
 
-def agent_registry(agent: NodeAgent) -> CollectorRegistry:
+def agent_registry(agent: NodeAgent[Any]) -> CollectorRegistry:
     """A registry of its own that reads ``agent``'s live state at every collection."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(agent))
@@ -274,6 +274,6 @@ def textfile_exporter(
     return export
 
 
-def render(agent: NodeAgent) -> str:
+def render(agent: NodeAgent[Any]) -> str:
     """The agent's metrics as text (format 0.0.4)."""
     return generate_latest(agent_registry(agent)).decode("utf-8")

@@ -9,6 +9,8 @@ from typing import Any, Protocol
 from coda.control import ControlLoop
 from coda.policy.framework import Action, Policy, SetCores
 from coda.policy.state import CPU, DNN, Node
+from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.progress import Progress
 
@@ -17,20 +19,17 @@ class SampledNode(Protocol):
     """What the sampler reads and asks of its node agent: the running jobs, their
     progress records, the room a job may grow into, and the agent's decision log."""
 
-    running: dict[int, Managed]
+    jobs: JobTable
     node: Node | None
+    decisions: DecisionLog
     log: Callable[[str], None]
 
-    def read_job_progress(self, m: Managed) -> Progress | None: ...
+    def read_progress(self, m: Managed) -> Progress | None: ...
 
     def room(self, m: Managed) -> int: ...
 
     def carry_out(
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
-    ) -> None: ...
-
-    def decide(
-        self, now: float, job_id: int | None, component: str, action: str, detail: dict[str, Any]
     ) -> None: ...
 
 
@@ -52,16 +51,18 @@ class Sampler:
     def sample(self, now: float) -> None:
         cfg = self.config
         jc = self.policy.job_control
-        for m in list(self.agent.running.values()):
-            if m.row_id not in self.agent.running:
+        for m in list(self.agent.jobs.running.values()):
+            if m.row_id not in self.agent.jobs.running:
                 continue  # preempted by an action earlier in this loop
-            rec = self.agent.read_job_progress(m)
+            rec = self.agent.read_progress(m)
             if rec is not None and (m.last is None or rec.samples != m.last.samples):
                 m.last_change = now
                 if m.stalled:
                     m.stalled = False
                     m.window = None
-                    self.agent.decide(now, m.row_id, "agent", "resumed", {"samples": rec.samples})
+                    self.agent.decisions.record(
+                        now, m.row_id, "agent", "resumed", {"samples": rec.samples}
+                    )
             m.last = rec if rec is not None else m.last
             if m.job.kind == DNN and not m.stalled and now - m.last_change > cfg.stall_s:
                 self._stall(m, now)
@@ -73,7 +74,7 @@ class Sampler:
                 m.controlled = True
                 m.settle_until = now  # the first window opens at the next record
                 self.loop.start(m.job, now)
-                if m.row_id not in self.agent.running:
+                if m.row_id not in self.agent.jobs.running:
                     continue
             if now < m.settle_until or rec.t < m.settle_until:
                 m.window = None
@@ -122,7 +123,7 @@ class Sampler:
                         "agent",
                         {"why": "stalled: back to the request"},
                     )
-        self.agent.decide(now, m.row_id, "agent", "stalled", detail)
+        self.agent.decisions.record(now, m.row_id, "agent", "stalled", detail)
         self.agent.log(
             f"job {m.row_id}: no progress for {detail['silent_s']} s; its samples are not trusted"
         )

@@ -1,8 +1,8 @@
 """The node agent for a Slurm node: CODA's allocator and eliminator on the jobs
 Slurm runs there.
 
-It is the node runtime's ``NodeAgent`` with Slurm as the source of jobs: Slurm
-starts, tracks and ends them; the agent only finds each running job's cgroup,
+It is the node runtime's ``NodeAgent`` with Slurm as its job source (``SlurmJobs``):
+Slurm starts, tracks and ends the jobs; the agent only finds each running job's cgroup,
 reads the job's progress, and applies the policies' decisions to the job's own
 cpuset (``SetCores``) and CPU time (``SetQuota``). Differences from the
 stand-alone agent, and why:
@@ -36,6 +36,7 @@ from coda.policy.framework import SetCores
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
 from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
+from coda.runtime.job_source import AgentHost
 from coda.runtime.progress import Progress, read_progress
 from coda.runtime.shim import write_atomic
 from coda.runtime.store import Store
@@ -59,29 +60,25 @@ class SlurmJobInfo:
     grant: list[int]
 
 
-class SlurmNodeAgent(NodeAgent):
-    """Drives one Slurm node's jobs. ``tick()`` is one control period."""
+class SlurmJobs:
+    """The jobs Slurm runs on one node, as a node agent's job source: found by their
+    cgroups, booked against their grants, reported back through their marks."""
 
     def __init__(
         self,
-        node: str,
+        host: AgentHost,
         client: SlurmClient,
         cgroups: SlurmJobCgroups,
-        store: Store,
-        state_dir: str | os.PathLike[str],
-        progress_dir: str | os.PathLike[str],
-        config: AgentConfig | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-        log: Callable[[str], None] | None = None,
+        progress_dir: Path,
+        restore_on_exit: bool = False,
     ) -> None:
-        # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
-        config = dataclasses.replace(config or AgentConfig(), reclaim="none")
-        super().__init__(store, cgroups, state_dir, config, None, clock, wall, log, node_name=node)  # type: ignore[arg-type]
-        assert self.policy.reclaim is None  # built so (PolicyOptions.reclaim "none")
+        assert host.policy.reclaim is None  # built so (PolicyOptions.reclaim "none")
+        self.host = host
         self.slurm = client
         self.sg = cgroups
-        self.progress_dir = Path(progress_dir)
+        self.progress_dir = progress_dir
+        self.restore_on_exit = restore_on_exit  # leave every job its whole grant again
+        self.node: Node | None = None
         self.info: dict[int, SlurmJobInfo] = {}
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}
@@ -89,55 +86,74 @@ class SlurmNodeAgent(NodeAgent):
         self._not_running: dict[int, int] = {}  # lookups that found a job not running yet
 
     # ------------------------------------------------------------ lifecycle
-    def start(self) -> None:
+    def open(self) -> Node:
+        """The node's CPUs from the cgroup tree, its GPUs as Slurm declares them."""
+        host = self.host
         cpus = self.sg.node_cpus()
-        gpus = self.config.gpus
+        gpus = host.config.gpus
         try:
             for n in self.slurm.nodes():
-                if n.name == self.node_name:
+                if n.name == host.node_name:
                     gpus = n.gpus
                     break
             else:
-                raise CgroupError(f"Slurm has no node named {self.node_name!r}")
+                raise CgroupError(f"Slurm has no node named {host.node_name!r}")
         except SlurmError as e:
-            self.log(f"cannot ask Slurm about {self.node_name} ({e}); assuming {gpus} GPUs")
-        self.node = Node(0, self.node_name, gpus, len(cpus), 0, 0.0)
+            host.log(f"cannot ask Slurm about {host.node_name} ({e}); assuming {gpus} GPUs")
+        self.cpus = cpus
+        self.node = Node(0, host.node_name, gpus, len(cpus), 0, 0.0)
         self.node.free_cores = 0  # here: CPUs granted to jobs but not in their cpusets
         # Slurm places jobs here (the controller runs the cycle): no scheduler of its own.
-        self.policy.observe_cluster([self.node])
-        self.learned.load()
-        self.store.set_meta(
-            "agent",
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "node": self.node_name,
-                    "slurm": True,
-                    "cgroups": self.sg.describe(),
-                    "cpus": format_cpus(cpus),
-                    "gpus": gpus,
-                    "policy": self.policy.name,
-                    "period_s": self.config.period_s,
-                    "started": self.wall(),
-                }
-            ),
-        )
-        self._discover(self.clock())
+        return self.node
+
+    def resume(self, now: float) -> None:
+        host, node = self.host, self.node
+        assert node is not None
+        record = {
+            "pid": os.getpid(),
+            "node": host.node_name,
+            "slurm": True,
+            "cgroups": self.sg.describe(),
+            "cpus": format_cpus(self.cpus),
+            "gpus": node.gpus,
+            "policy": host.policy.name,
+            "period_s": host.config.period_s,
+            "started": host.wall(),
+        }
+        host.store.set_meta("agent", json.dumps(record))
+        self._discover(now)
         self.remove_orphan_cgroups()
 
-    def shutdown(self, stop_jobs: bool = False, restore_cores: bool = False) -> None:
-        """Leave the node; jobs keep running. Throttles are always lifted (nobody
-        would lift them later); ``restore_cores`` also widens every job back to its
-        grant (CODA switched off). ``stop_jobs`` is Slurm's business (scancel)."""
-        now = self.clock()
-        if restore_cores:
-            for m in list(self.running.values()):
-                want = len(self.info[m.row_id].grant)
-                if len(m.cpus) < want:
-                    self.actuator.carry_out(
-                        [SetCores(m.job, want)], now, "agent", reason={"why": "agent leaving"}
-                    )
-        super().shutdown(stop_jobs=False)
+    def intake(self, now: float) -> None:
+        self._discover(now)
+        self._resync_cpusets(now)
+        for m in self.host.jobs.running.values():
+            if m.job.quota < 1.0:
+                try:
+                    self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
+                except CgroupError as e:
+                    self.host.log(f"job {m.row_id}: {e}")
+
+    def after_control(self, now: float) -> None:
+        self.remove_orphan_cgroups()
+        self._report()
+        self._write_status()
+
+    def leave(self, stop_jobs: bool, now: float) -> None:
+        """Jobs keep running (stopping them is Slurm's business: scancel); with
+        ``restore_on_exit`` every job is widened back to its grant (CODA switched off).
+        The agent lifts every throttle after this."""
+        if not self.restore_on_exit:
+            return
+        for m in list(self.host.jobs.running.values()):
+            want = len(self.info[m.row_id].grant)
+            if len(m.cpus) < want:
+                self.host.actuator.carry_out(
+                    [SetCores(m.job, want)], now, "agent", reason={"why": "agent leaving"}
+                )
+
+    def close(self) -> None:
+        self.remove_orphan_cgroups()
         self._save_grants()
 
     def remove_orphan_cgroups(self) -> None:
@@ -145,43 +161,24 @@ class SlurmNodeAgent(NodeAgent):
         still be exiting when its cpuset group goes: such a group is retried every
         tick (and reported once)."""
         try:
-            kept = self.sg.cleanup(keep=[m.cgroup for m in self.running.values()])
+            kept = self.sg.cleanup(keep=[m.cgroup for m in self.host.jobs.running.values()])
         except CgroupError as e:
             kept = [str(e)]
         for why in sorted(set(kept) - self._kept):
-            self.log(f"quota group kept for now: {why}")
+            self.host.log(f"quota group kept for now: {why}")
         self._kept = set(kept)
-
-    def tick(self) -> None:
-        with self.lock:  # a metrics scrape (another thread) sees whole ticks only
-            t0 = time.perf_counter()
-            now = self.clock()
-            self.ticks += 1
-            self._discover(now)
-            self._resync_cpusets(now)
-            self.sampler.sample(now)
-            for m in self.running.values():
-                if m.job.quota < 1.0:
-                    try:
-                        self.sg.sync_quota_members(m.cgroup)  # a new step's tasks
-                    except CgroupError as e:
-                        self.log(f"job {m.row_id}: {e}")
-            self.sampler.control(now)
-            self.remove_orphan_cgroups()
-            self._flush()
-            self._report()
-            self._write_status()
-            self.last_tick_s = time.perf_counter() - t0
 
     # ------------------------------------------------------------ discovery
     def _discover(self, now: float) -> None:
         groups = self.sg.jobs()
         changed = False
-        for jid, m in list(self.running.items()):
+        for jid, m in list(self.host.jobs.running.items()):
             if jid not in groups or not self.sg.exists(m.cgroup):
-                self.release(m, now)
-                self.decide(now, jid, "agent", "finish", {"throughput": m.throughput})
-                self.log(f"job {jid} ({m.job.job_id}) ended")
+                self.host.release(m, now)
+                self.host.decisions.record(
+                    now, jid, "agent", "finish", {"throughput": m.throughput}
+                )
+                self.host.log(f"job {jid} ({m.job.job_id}) ended")
                 self.info.pop(jid, None)
                 self.reported.pop(jid, None)
                 self._remove_progress(jid)
@@ -191,7 +188,7 @@ class SlurmNodeAgent(NodeAgent):
         new = [
             (jid, name)
             for jid, name in sorted(groups.items())
-            if jid not in self.running and now >= self._failed_lookups.get(jid, -1.0)
+            if jid not in self.host.jobs.running and now >= self._failed_lookups.get(jid, -1.0)
         ]
         if new:
             try:
@@ -200,7 +197,7 @@ class SlurmNodeAgent(NodeAgent):
                 known = {j.job_id: j for j in self.slurm.jobs()}
             except SlurmError as e:
                 known = {}
-                self.log(f"cannot ask Slurm about new jobs ({e})")
+                self.host.log(f"cannot ask Slurm about new jobs ({e})")
             grants = self._load_grants()
             for jid, name in new:
                 try:
@@ -211,11 +208,11 @@ class SlurmNodeAgent(NodeAgent):
                         changed = True
                     else:  # starting or completing: ask again, less often each time
                         n = self._not_running[jid] = self._not_running.get(jid, 0) + 1
-                        wait = min(30.0, self.config.period_s * 2 ** (n - 1))
+                        wait = min(30.0, self.host.config.period_s * 2 ** (n - 1))
                         self._failed_lookups[jid] = now + wait
                 except (CgroupError, ValueError) as e:
                     self._failed_lookups[jid] = now + 5.0  # ending, or Slurm busy
-                    self.log(f"job {jid}: not adopted yet ({e})")
+                    self.host.log(f"job {jid}: not adopted yet ({e})")
         if changed:
             self._save_grants()
 
@@ -241,18 +238,18 @@ class SlurmNodeAgent(NodeAgent):
         # training job may cost another's CPU job (policy/eliminator.py).
         job = Job(jid, f"{sj.name}#{jid}", now, gpus_pn * nodes, req * nodes, 0, nodes,
                   float("inf"), model=model, user=str(sj.user_id))  # fmt: skip
-        m = Managed(jid, job, name, self.state_dir / "jobs" / str(jid), cpus,
+        m = Managed(jid, job, name, self.host.state_dir / "jobs" / str(jid), cpus,
                     list(range(gpus_pn)), None, None)  # fmt: skip
         self.info[jid] = SlurmJobInfo(sj.user_id, mark, grant)
         if mark.get("settled", "").isdigit():
             self.reported[jid] = int(mark["settled"])
-        self.place(m, now)
+        self.host.place(m, now)
         if job.kind == CPU and self.sg.quota(name) is not None:
             self.sg.set_quota(name, None)  # a throttle left by an agent that died
-        self.decide(now, jid, "agent", "adopt",
+        self.host.decisions.record(now, jid, "agent", "adopt",
                      {"kind": job.kind, "requested": req, "grant": format_cpus(grant),
                       "cpus": format_cpus(cpus), "gpus": gpus_pn, "model": model})  # fmt: skip
-        self.log(
+        self.host.log(
             f"job {jid} ({sj.name}, {job.kind}) on CPUs {format_cpus(cpus)}, "
             f"grant {format_cpus(grant)}, asked {req}"
         )
@@ -261,7 +258,7 @@ class SlurmNodeAgent(NodeAgent):
     def _resync_cpusets(self, now: float) -> None:
         """Slurm may rewrite a job's cpuset (a new step): put the agent's back, so
         the books and the kernel agree."""
-        for jid, m in list(self.running.items()):
+        for jid, m in list(self.host.jobs.running.items()):
             try:
                 cur = self.sg.cpus(m.cgroup)
             except CgroupError:
@@ -271,10 +268,10 @@ class SlurmNodeAgent(NodeAgent):
             try:
                 self.sg.set_cpus(m.cgroup, m.cpus)
             except CgroupError as e:
-                self.log(f"job {jid}: cpuset changed to {format_cpus(cur)}; not restored: {e}")
+                self.host.log(f"job {jid}: cpuset changed to {format_cpus(cur)}; not restored: {e}")
                 continue
             detail = {"found": format_cpus(cur), "cpus": format_cpus(m.cpus)}
-            self.decide(now, jid, "agent", "restore-cpuset", detail)
+            self.host.decisions.record(now, jid, "agent", "restore-cpuset", detail)
 
     # ------------------------------------------------------------ CPUs
     def _spare(self, m: Managed) -> list[int]:
@@ -283,10 +280,10 @@ class SlurmNodeAgent(NodeAgent):
     def room(self, m: Managed) -> int:
         return len(self._spare(m))
 
-    def _take_for(self, m: Managed, k: int) -> list[int]:
+    def take(self, m: Managed, k: int) -> list[int]:
         return self._spare(m)[:k]
 
-    def _hold(self, m: Managed, sign: int) -> None:
+    def hold(self, m: Managed, sign: int) -> None:
         """Books of a Slurm node: free cores are those granted but not in cpusets."""
         node = self.node
         assert node is not None
@@ -300,16 +297,24 @@ class SlurmNodeAgent(NodeAgent):
             job.placement = [node]
             job.cores_pn = len(m.cpus)
             node.jobs[job] = None
-            for r in self.policy.reserve:
-                r.reserve(job, [node], self.clock())
+            for r in self.host.policy.reserve:
+                r.reserve(job, [node], self.host.clock())
         else:
             node.jobs.pop(job, None)
             job.placement = []
-            for r in self.policy.reserve:
-                r.unreserve(job, self.clock())
+            for r in self.host.policy.reserve:
+                r.unreserve(job, self.host.clock())
 
     # ------------------------------------------------------------ progress
-    def read_job_progress(self, m: Managed) -> Progress | None:
+    def books_changed(self, grew: bool) -> None:
+        """Nothing to tell: the controller reads the node's free cores from Slurm."""
+
+    def requeue(self, job_id: int, job: Job) -> None:
+        """Never asked: with no reclaim here, the agent preempts no job; Slurm requeues
+        its own."""
+        raise AssertionError(f"job {job_id}: the Slurm agent does not preempt")
+
+    def read_progress(self, m: Managed) -> Progress | None:
         """The job's record, if the file is a regular file its own user owns."""
         path = self.progress_dir / f"job_{m.row_id}"
         return read_progress(path, owner=self.info[m.row_id].uid)
@@ -324,10 +329,10 @@ class SlurmNodeAgent(NodeAgent):
     def _report(self) -> None:
         """Tell the controller (through the job's AdminComment) what a converged DNN
         job settled on: later jobs of its model are granted that many cores."""
-        alloc = self.search
+        alloc = self.host.search
         if alloc is None:
             return
-        for jid, m in self.running.items():
+        for jid, m in self.host.jobs.running.items():
             if m.job.kind != DNN or m.stalled or not m.controlled:
                 continue
             if alloc.state(m.job) != "converged" or self.reported.get(jid) == len(m.cpus):
@@ -340,22 +345,23 @@ class SlurmNodeAgent(NodeAgent):
             try:
                 text = format_mark(info.mark.get("state", "seen"), **fields)
             except ValueError as e:  # a state someone hand-edited: not CODA's to rewrite
-                self.log(f"job {jid}: its mark cannot be rewritten ({e})")
+                self.host.log(f"job {jid}: its mark cannot be rewritten ({e})")
                 self.reported[jid] = len(m.cpus)
                 continue
             try:
                 self.slurm.update(jid, AdminComment=text)
             except SlurmError as e:
-                self.log(f"job {jid}: could not report settled cores ({e}); will retry")
+                self.host.log(f"job {jid}: could not report settled cores ({e}); will retry")
                 continue
             info.mark["settled"] = fields["settled"]
             self.reported[jid] = len(m.cpus)
-            self.decide(self.clock(), jid, "agent", "report", {"settled": len(m.cpus)})
+            self.host.decisions.record(
+                self.host.clock(), jid, "agent", "report", {"settled": len(m.cpus)}
+            )
 
     def status(self) -> dict[str, Any]:
-        alloc = self.search
         jobs = []
-        for jid, m in sorted(self.running.items()):
+        for jid, m in sorted(self.host.jobs.running.items()):
             info = self.info[jid]
             jobs.append(
                 {
@@ -367,25 +373,24 @@ class SlurmNodeAgent(NodeAgent):
                     "cpus": format_cpus(m.cpus),
                     "quota": round(m.job.quota, 3),
                     "throughput": m.throughput,
-                    "phase": "stalled"
-                    if m.stalled
-                    else (alloc.state(m.job) if alloc and m.controlled else ""),
+                    "phase": self.host.phase(m),
                     "settled": self.reported.get(jid),
                 }
             )
-        return {"node": self.node_name, "pid": os.getpid(), "time": self.wall(), "jobs": jobs}
+        host = self.host
+        return {"node": host.node_name, "pid": os.getpid(), "time": host.wall(), "jobs": jobs}
 
     def _write_status(self) -> None:
         try:
             # Every tick: no fsync (a snapshot for people; the next tick rewrites it).
             text = json.dumps(self.status(), indent=1)
-            write_atomic(self.state_dir / "status.json", text, durable=False)
+            write_atomic(self.host.state_dir / "status.json", text, durable=False)
         except OSError as e:
-            self.log(f"status not written: {e}")
+            self.host.log(f"status not written: {e}")
 
     # ------------------------------------------------------------ persistence
     def _load_grants(self) -> dict[int, list[int]]:
-        raw = self.store.meta(GRANTS_KEY)
+        raw = self.host.store.meta(GRANTS_KEY)
         try:
             return {int(k): parse_cpus(v) for k, v in json.loads(raw or "{}").items()}
         except (ValueError, AttributeError):
@@ -399,6 +404,30 @@ class SlurmNodeAgent(NodeAgent):
         for j, g in self._load_grants().items():
             if j not in grants and j in present:
                 grants[j] = g
-        self.store.set_meta(
+        self.host.store.set_meta(
             GRANTS_KEY, json.dumps({str(j): format_cpus(g) for j, g in sorted(grants.items())})
         )
+
+
+def slurm_node_agent(
+    node: str,
+    client: SlurmClient,
+    cgroups: SlurmJobCgroups,
+    store: Store,
+    state_dir: str | os.PathLike[str],
+    progress_dir: str | os.PathLike[str],
+    config: AgentConfig | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    log: Callable[[str], None] | None = None,
+    restore_on_exit: bool = False,
+) -> NodeAgent[SlurmJobs]:
+    """A node agent whose jobs are those Slurm runs on ``node``."""
+    # Slurm owns every job's grant: nothing to reclaim, nothing to grow into.
+    config = dataclasses.replace(config or AgentConfig(), reclaim="none")
+
+    def source(host: AgentHost) -> SlurmJobs:
+        return SlurmJobs(host, client, cgroups, Path(progress_dir), restore_on_exit)
+
+    return NodeAgent(store, cgroups, state_dir, source, config, None, clock, wall, log,
+                     node_name=node)  # fmt: skip

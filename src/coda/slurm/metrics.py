@@ -21,7 +21,8 @@ from coda.runtime.metrics import JOB_LABELS, AgentCollector, label_value
 from coda.slurm.client import MARK_STATES
 
 if TYPE_CHECKING:
-    from coda.slurm.agent import SlurmNodeAgent
+    from coda.runtime.agent import NodeAgent
+    from coda.slurm.agent import SlurmJobs
     from coda.slurm.controller import Controller
 
 
@@ -29,25 +30,24 @@ class SlurmAgentCollector(AgentCollector):
     """A Slurm node agent's state: the node agent's families, and each job's grant
     (the CPUs Slurm gave it, which its cpuset is narrowed within)."""
 
-    def __init__(self, agent: SlurmNodeAgent) -> None:
+    def __init__(self, agent: NodeAgent[SlurmJobs]) -> None:
         super().__init__(agent)
-        self.slurm_agent = agent
+        self.slurm_jobs = agent.source
 
     def _collect(self) -> Iterable[Metric]:
         yield from super()._collect()
         granted = GaugeMetricFamily(
             "coda_job_granted_cores", "CPUs Slurm granted a running job.", labels=JOB_LABELS
         )
-        a = self.slurm_agent
-        for m in list(a.running.values()):
-            info = a.info.get(m.row_id)
+        for m in list(self.agent.jobs.running.values()):
+            info = self.slurm_jobs.info.get(m.row_id)
             if info is not None:
                 lv = [str(m.row_id), label_value(m.job.job_id), label_value(m.job.kind)]
                 granted.add_metric(lv, len(info.grant))
         yield granted
 
 
-def slurm_agent_registry(agent: SlurmNodeAgent) -> CollectorRegistry:
+def slurm_agent_registry(agent: NodeAgent[SlurmJobs]) -> CollectorRegistry:
     """``agent_registry`` for a Slurm node agent (with each job's grant)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SlurmAgentCollector(agent))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from coda.cycle import Reason, Scheduler
 from coda.policy.state import Job, Node
-from coda.runtime.agent import pcie_heavy
+from coda.runtime.row_job import pcie_heavy
 from coda.slurm.client import SlurmJob, SlurmNode, model_key
 
 RUNNING = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
