@@ -3,7 +3,7 @@
     python bench/bench_backfill.py W.csv [--policy coda] [--cluster paper]
 
 Runs one policy on a trace the way `coda simulate --native-time --estimates time-limits`
-does and counts every attempt (``Scheduler._try``) by job kind, search (full or the
+does and counts every attempt (``Starter.attempt``) by job kind, search (full or the
 changed nodes only) and outcome (started, or the reason noted). A paper-setting trace
 comes from `coda trace generate --preset paper --jobs N --out W.csv`. The count is the
 cost backfill's walk adds; wall time is printed beside it (measure on a quiet machine).
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coda.cycle.scheduler import Scheduler
+from coda.cycle.starts import Starter
 from coda.sim.run import RunConfig, prepare, run_policy
 
 
@@ -33,15 +33,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.trace}: no such file", file=sys.stderr)
         return 2
     counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
-    attempt = Scheduler._try
+    attempt = Starter.attempt
 
-    def counted(self: Scheduler, job: Any, full: bool, *rest: Any) -> bool:
+    def counted(self: Starter, job: Any, full: bool, *rest: Any) -> bool:
         started = attempt(self, job, full, *rest)
         outcome = "started" if started else str(getattr(job.wait, "code", job.wait))
         counts[(job.kind, "full" if full else "changed nodes", outcome)] += 1
         return started
 
-    Scheduler._try = counted  # type: ignore[method-assign,assignment]
+    Starter.attempt = counted  # type: ignore[method-assign,assignment]
     try:
         config = RunConfig(
             trace=str(args.trace), cluster=args.cluster, load=None, seed=args.seed,
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.trace}: {e}", file=sys.stderr)
         return 2
     finally:
-        Scheduler._try = attempt  # type: ignore[method-assign]
+        Starter.attempt = attempt  # type: ignore[method-assign]
     print(f"{args.policy} on {args.trace.name}, cluster {args.cluster}: {wall:.1f} s")
     print(f"attempts: {sum(counts.values()):,}")
     for (kind, search, outcome), n in counts.most_common():

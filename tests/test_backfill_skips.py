@@ -6,6 +6,7 @@ scheduler that tries every job, and the cases a review found."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -16,7 +17,9 @@ from coda.cycle.backfill import Backfill
 from coda.cycle.decisions import Start
 from coda.cycle.once import Booking
 from coda.cycle.scheduler import Scheduler
+from coda.cycle.search import NodeSearch
 from coda.policy import PolicyOptions, make_policy
+from coda.policy.framework import Policy
 from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
@@ -26,13 +29,24 @@ from coda.workload.perf import build_workload, load_profile_set
 PROFILES = load_profile_set("coda")
 
 
+class SearchesEveryNode(NodeSearch):
+    """A search whose every failure counts as the job's own."""
+
+    def find(self, *args: Any, **kw: Any) -> list[Node] | None:
+        nodes = super().find(*args, **kw)
+        self.alike, self.failed_with = False, None
+        return nodes
+
+
 class TriesEveryJob(Scheduler):
     """The same cycle with nothing passed over: every failure counts as the job's own."""
 
-    def _find_nodes(self, *args: Any, **kw: Any) -> list[Node] | None:
-        nodes = super()._find_nodes(*args, **kw)
-        self._alike, self._failed_with = False, None
-        return nodes
+    def __init__(self, policy: Policy, nodes: Iterable[Node] = ()) -> None:
+        super().__init__(policy, nodes)
+        search = SearchesEveryNode(
+            policy, self.book, self.reservations, self.queue, self.reasons, self.clock
+        )
+        self.search = self.starter.search = self.backfill.search = search
 
 
 def _workload(seed: int, memory: bool) -> Any:

@@ -14,6 +14,7 @@ import pytest
 from coda.cycle import Scheduler, Start
 from coda.cycle import reasons as R
 from coda.cycle.once import Booking
+from coda.cycle.reservations import Hold
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.framework import Policy
 from coda.policy.state import Job, Node
@@ -22,6 +23,11 @@ from coda.replay.plan import ClusterShape, fitting, load_table, prepare_replay
 from coda.sim.run import run_policy
 
 OPTIONS = PolicyOptions(estimates="time-limits")
+
+
+def _holds(sched: Scheduler) -> dict[int, list[Hold]]:
+    """The plans the last every-job round made, by node."""
+    return sched.reservations.every_job_holds
 
 
 def _policy(reservations: str) -> Policy:
@@ -65,9 +71,9 @@ def test_a_plan_for_every_job_keeps_a_later_job_off_the_nodes_it_would_delay() -
     assert starts == []
     reason = sched.reason_of(jobs["C"])
     assert reason is not None and (reason.code, reason.behind) == (R.RESERVATION, "B")
-    assert sched.heads["all"] is jobs["A"]
+    assert sched.queue.heads["all"] is jobs["A"]
     # C itself is planned on n0 once A is expected to be done (100 + its 1000 s limit).
-    held = {i: [(t, o.job_id) for t, _, o in h] for i, h in sched.every_job_holds.items()}
+    held = {i: [(t, o.job_id) for t, _, o in h] for i, h in _holds(sched).items()}
     assert held == {0: [(100.0, "A"), (1100.0, "C")], 1: [(200.0, "B")]}
     sched.check_no_waiting_fit()
 
@@ -88,7 +94,7 @@ def test_a_plan_starts_after_the_plans_before_it_on_the_same_node() -> None:
     for j in (a, b):
         sched.submit(j)
     assert sched.cycle(5.0, Booking(sched, 5.0)) == []
-    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]] == [(100.0, "A"), (400.0, "B")]
+    assert [(t, o.job_id) for t, _, o in _holds(sched)[0]] == [(100.0, "A"), (400.0, "B")]
 
 
 def test_a_gang_job_is_planned_when_enough_nodes_are_free_at_once() -> None:
@@ -99,7 +105,7 @@ def test_a_gang_job_is_planned_when_enough_nodes_are_free_at_once() -> None:
     gang = Job(0, "G", 1.0, 4, 2, 0, 2, 50.0, time_limit=60.0)  # 2 nodes x 2 GPUs
     sched.submit(gang)
     assert sched.cycle(1.0, Booking(sched, 1.0)) == []
-    assert {i: [(t, o.job_id) for t, _, o in h] for i, h in sched.every_job_holds.items()} == {
+    assert {i: [(t, o.job_id) for t, _, o in h] for i, h in _holds(sched).items()} == {
         1: [(200.0, "G")],
         2: [(200.0, "G")],
     }
@@ -114,7 +120,7 @@ def test_a_job_of_unknown_length_is_planned_after_every_plan_and_never_backfills
     for j in (head, endless):
         sched.submit(j)
     assert sched.cycle(1.0, Booking(sched, 1.0)) == []
-    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]] == [(100.0, "H"), (160.0, "U")]
+    assert [(t, o.job_id) for t, _, o in _holds(sched)[0]] == [(100.0, "H"), (160.0, "U")]
     assert math.isinf(endless.estimate)
 
 
@@ -127,7 +133,7 @@ def test_the_queue_depth_bounds_the_jobs_looked_at() -> None:
     for j in jobs:
         sched.submit(j)
     sched.cycle(1.0, Booking(sched, 1.0))
-    assert [o.job_id for _, _, o in sched.every_job_holds[0]] == ["Q0", "Q1"]
+    assert [o.job_id for _, _, o in _holds(sched)[0]] == ["Q0", "Q1"]
     assert [getattr(sched.reason_of(j), "code", None) for j in jobs[2:]] == [R.DEPTH] * 2
 
 
@@ -265,12 +271,12 @@ def test_slurm_plans_a_job_where_its_will_run_test_does_so_short_jobs_pass_first
     # Exact: P is planned at 139, and Q (to 142.8) would delay it: Q waits.
     sched, started = _slurm_scene("exact")
     assert started == []
-    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]][0] == (139.0, "P")
+    assert [(t, o.job_id) for t, _, o in _holds(sched)[0]][0] == (139.0, "P")
     # Slurm's windows: P's plan begins at its batch's last end, 158, so Q starts now
     # (seen on the test cluster with scontrol setdebugflags +Backfill).
     sched, started = _slurm_scene("slurm-windows")
     assert started == ["Q"]
-    assert [(t, o.job_id) for t, _, o in sched.every_job_holds[0]] == [(158.0, "P")]
+    assert [(t, o.job_id) for t, _, o in _holds(sched)[0]] == [(158.0, "P")]
     sched.check_no_waiting_fit()
 
 

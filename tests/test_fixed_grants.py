@@ -156,6 +156,6 @@ def test_a_plan_counts_the_whole_grant_a_narrowed_job_frees_when_it_ends() -> No
     cpu = Job(99, "cpu", 1.0, 0, 8, 0, 1, 10.0)
     end = sim.policy.estimates.end_of(job, 1.0)
     assert 0.0 < end < float("inf")
-    sim.sched.now = 1.0
-    assert sim.sched._available_at(node, cpu, 8) == end
+    sim.sched.clock.now = 1.0
+    assert sim.sched.reservations.available_at(node, cpu, 8) == end
     sim.executor.check_nodes([node])

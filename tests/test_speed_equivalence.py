@@ -5,9 +5,10 @@ end, cores, wait reason, preemptions, shrinks, and the run's event count and pol
 counters. The references below are that straightforward form: a change of behaviour is
 made in both, a change of speed only in the optimised code.
 
-- ``ReferenceScheduler._merge``: backfill's merge with every bucket's front in one heap and
+- ``ReferenceBackfill._merge``: backfill's merge with every bucket's front in one heap and
   the room checked at each pop (the optimised merge parks buckets that cannot fit the room);
-  ``_find_nodes`` and ``_room`` as first written.
+  ``ReferenceBackfill._room`` and ``ReferenceSearch.find`` as first written
+  (``ReferenceScheduler`` holds them).
 - ``_refresh``, ``_rewatch``, ``_rewatch_one``, ``_signature``, ``_sample_all``: the
   simulator's physics and control loops with generators, per-node speed calls and no
   single-node shortcuts.
@@ -35,8 +36,11 @@ from coda.cycle.backfill import Backfill
 from coda.cycle.index import PoolIndex
 from coda.cycle.queue import Bucket, Parking
 from coda.cycle.reasons import Reason
-from coda.cycle.scheduler import _SORT_DIRTY_UP_TO, Scheduler
+from coda.cycle.scheduler import Scheduler
+from coda.cycle.search import SORT_DIRTY_UP_TO, NodeSearch
+from coda.cycle.tenants import rank
 from coda.policy import PolicyOptions, make_policy
+from coda.policy.framework import Policy
 from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.state import DNN, GPU_POOL, Job, Node
 from coda.sim.controls import Controls
@@ -58,6 +62,18 @@ PROFILES = load_profile_set("coda")
 class ReferenceScheduler(Scheduler):
     """The cycle with backfill's merge, node search and room as first written."""
 
+    def __init__(self, policy: Policy, nodes: Iterable[Node] = ()) -> None:
+        super().__init__(policy, nodes)
+        self.search = ReferenceSearch(
+            policy, self.book, self.reservations, self.queue, self.reasons, self.clock
+        )
+        self.starter.search = self.search
+        self.backfill = ReferenceBackfill(
+            policy, self.book, self.queue, self.search, self.starter, self.reasons, self.clock
+        )
+
+
+class ReferenceBackfill(Backfill):
     def _merge(
         self,
         dirty: list[Node],
@@ -73,14 +89,14 @@ class ReferenceScheduler(Scheduler):
         for arr in self.policy.arrays.names:
             if arr in blocked:
                 continue
-            buckets = self.buckets[arr]
+            buckets = self.queue.buckets[arr]
             for shape in list(buckets):
                 bucket = buckets[shape]
                 if not dirty and not bucket.full:
                     continue
                 front = bucket.front()
                 if front is None:
-                    del buckets[shape], self._groups[arr][shape[:2]][shape]
+                    self.queue.drop(arr, shape)
                 else:
                     heap.append((front[0], arr, shape, bucket.pos))
         heapq.heapify(heap)
@@ -92,18 +108,18 @@ class ReferenceScheduler(Scheduler):
         failed_with: dict[tuple[str, tuple[Any, ...]], Any] = {}
         while heap:
             key, arr, shape, at = heapq.heappop(heap)
-            bucket = self.buckets[arr][shape]
+            bucket = self.queue.buckets[arr][shape]
             job = bucket.jobs[at]
-            state = (self.book_version, len(dirty), self.policy.core_count.generation)
+            state = (self.book.book_version, len(dirty), self.policy.core_count.generation)
             if failed_alike.get((arr, shape)) == state:
                 pass  # it would fail as the job before it did: not tried, not counted
             elif job.start < 0 and job is not heads[arr] and job not in fresh:
                 if bucket.full:
                     if examined[arr] >= depth:
-                        self._note(job, Reason(R.DEPTH))
+                        self.queue.note(job, Reason(R.DEPTH))
                         continue
                     examined[arr] += 1
-                    if self._try(job, True, dirty, active):
+                    if self.starter.attempt(job, True, dirty, active):
                         room = self._room(dirty)
                     elif not bucket.full:
                         continue
@@ -113,33 +129,33 @@ class ReferenceScheduler(Scheduler):
                     max_g, max_c, max_m = room[job.kind]
                     cores_pn = cores_of.get(shape, -1)
                     if cores_pn < 0:
-                        cores_pn = cores_of[shape] = self.cores(job)
+                        cores_pn = cores_of[shape] = self.book.cores(job)
                     if job.gpus_pn > max_g or cores_pn > max_c:
                         continue
                     if job.mem_pn <= max_m or job.nodes > 1:
                         if examined[arr] >= depth:
-                            self._deferred.update(dict.fromkeys(dirty))
-                            self._note(job, Reason(R.DEPTH))
+                            self.book.defer(dirty)
+                            self.queue.note(job, Reason(R.DEPTH))
                             continue
                         examined[arr] += 1
                         memo = failed_with.get((arr, shape))
                         if memo is not None and memo[0] == state:
-                            _, finish_by, mem, rank = memo
+                            _, finish_by, mem, held_by = memo
                             job.estimate = self.policy.estimates.runtime(job, cores_pn)
                             if (
-                                self.now + job.estimate >= finish_by
+                                self.clock.now + job.estimate >= finish_by
                                 and job.mem_pn >= mem
-                                and (rank is None or self._rank(job) >= rank)
+                                and (held_by is None or rank(self.policy, job) >= held_by)
                             ):
                                 memo = "dominated"
                         if memo == "dominated":
                             pass  # needs no less than a job of its bucket that failed
-                        elif self._try(job, False, dirty, active, cores_pn):
+                        elif self.starter.attempt(job, False, dirty, active, cores_pn):
                             room = self._room(dirty)
-                        elif self._alike:
+                        elif self.search.alike:
                             failed_alike[(arr, shape)] = state
-                        elif self._failed_with is not None:
-                            failed_with[(arr, shape)] = (state, *self._failed_with)
+                        elif self.search.failed_with is not None:
+                            failed_with[(arr, shape)] = (state, *self.search.failed_with)
             nxt = bucket.next_after(at)
             if nxt is not None:
                 heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
@@ -150,7 +166,7 @@ class ReferenceScheduler(Scheduler):
             pools = self.policy.pools.pools(probe)
             g = c = -1
             m = -1.0
-            reclaim = kind == DNN and self.dnn_index is not None
+            reclaim = kind == DNN and self.book.dnn_index is not None
             for node in dirty:
                 if node.pool in pools:
                     g = max(g, node.free_gpus)
@@ -163,23 +179,27 @@ class ReferenceScheduler(Scheduler):
             room[kind] = (g, c, m) if c > 0 and (g > 0 or not needs_gpu) else (-1, -1, -1.0)
         return room
 
-    def _find_nodes(
+
+class ReferenceSearch(NodeSearch):
+    def find(
         self, job: Job, cores_pn: int, active: dict[int, list[Any]], only: list[Node] | None
     ) -> list[Node] | None:
+        self.alike, self.failed_with = False, None
         policy = self.policy
+        book = self.book
         need = job.nodes
         want = max(need, policy.candidates_to_score)
         pools = policy.pools.pools(job)
-        reclaim = job.is_dnn and self.dnn_index is not None
+        reclaim = job.is_dnn and book.dnn_index is not None
         streams: list[Iterable[Node]]
-        if only is not None and need == 1 and len(only) <= _SORT_DIRTY_UP_TO:
+        if only is not None and need == 1 and len(only) <= SORT_DIRTY_UP_TO:
             cands = sorted(
                 (
                     n
                     for n in only
                     if n.pool in pools
                     and n.free_gpus >= job.gpus_pn
-                    and (n.free_cores >= cores_pn or reclaim and self._dnn_fits(n, cores_pn))
+                    and (n.free_cores >= cores_pn or reclaim and book.dnn_fits(n, cores_pn))
                 ),
                 key=lambda n: (
                     pools.index(n.pool),
@@ -193,13 +213,13 @@ class ReferenceScheduler(Scheduler):
         else:
             streams = []
             for p in pools:
-                if p in self.index:
-                    streams.append(self.index[p].best_fit(job.gpus_pn, cores_pn))
+                if p in book.index:
+                    streams.append(book.index[p].best_fit(job.gpus_pn, cores_pn))
                     if reclaim and p == GPU_POOL:
-                        streams.append(self._needs_reclaim(job.gpus_pn, cores_pn))
+                        streams.append(book.needs_reclaim(job.gpus_pn, cores_pn))
         mem = job.mem_pn
-        finish_by = self.now + job.estimate
-        key = self._rank(job)
+        finish_by = self.clock.now + job.estimate
+        key = rank(policy, job)
         found: list[Node] = []
         seen = 0
         by_mem = 0
@@ -215,7 +235,7 @@ class ReferenceScheduler(Scheduler):
                     continue
                 held = active.get(node.idx)
                 if held is not None:
-                    owner = self._binding_owner(job, key, finish_by, held)
+                    owner = self.reservations.binding_owner(job, key, finish_by, held)
                     if owner is not None:
                         by_resv = by_resv or owner
                         refusals.append("reservation")
@@ -239,14 +259,14 @@ class ReferenceScheduler(Scheduler):
             elif by_mem:
                 reason = Reason(R.MEMORY, str(mem))
             elif seen == 0 or only is not None:
-                reason = self._short_of(job, cores_pn, pools)
+                reason = self.short_of(job, cores_pn, pools)
             else:
                 reason = Reason(R.CORES, str(cores_pn))
-            self._note(job, reason)
-            self._alike = all(r == "shape" for r in refusals)
-            self._failed_with = None
+            self.queue.note(job, reason)
+            self.alike = all(r == "shape" for r in refusals)
+            self.failed_with = None
             if "job" not in refusals:
-                self._failed_with = (
+                self.failed_with = (
                     finish_by if "reservation" in refusals else -math.inf,
                     mem if "memory" in refusals else 0,
                     key if "reservation" in refusals else None,
@@ -525,7 +545,7 @@ def test_buckets_that_failed_alike_go_on_after_a_change(monkeypatch: pytest.Monk
     rejoined = 0
     go_on = Backfill._go_on
 
-    def counted(self: Scheduler, stopped: Any, heap: list[Any], after: Any) -> None:
+    def counted(self: Backfill, stopped: Any, heap: list[Any], after: Any) -> None:
         nonlocal rejoined
         before = len(heap)
         go_on(self, stopped, heap, after)

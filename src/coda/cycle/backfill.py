@@ -4,7 +4,8 @@ Old jobs are tried on the nodes that gained room since the last cycle ("dirty"),
 by bucket in merged queue order, against the room those nodes offer; buckets that cannot
 fit it wait parked (``Parking``), buckets whose job failed alike wait until a node
 changes, and a job needing no less than one of its bucket that failed is not tried. New
-jobs get a full search. The scheduler (``Scheduler``) supplies the attempt itself.
+jobs get a full search. Each attempt is the ``Starter``'s; what refused a failed one is
+its ``NodeSearch``'s to tell.
 """
 
 from __future__ import annotations
@@ -15,26 +16,47 @@ from bisect import bisect_right
 from typing import Any
 
 from coda.cycle import reasons as R
-from coda.cycle.every_job import EveryJobReservations
+from coda.cycle.clock import Clock
+from coda.cycle.nodes import NodeBook
 from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
+from coda.cycle.queued import Queue
+from coda.cycle.reasons import Reasons
 from coda.cycle.reservations import Hold
-from coda.policy.framework import CoreBound
-from coda.policy.state import DNN, Job, Node
+from coda.cycle.search import NodeSearch
+from coda.cycle.starts import Starter
+from coda.cycle.tenants import rank
+from coda.policy.framework import CoreBound, Policy
+from coda.policy.state import CPU, DNN, Job, Node
 
 
-class Backfill(EveryJobReservations):
-    """The backfill half of the cycle; ``Scheduler`` holds the queue and the attempt."""
+class Backfill:
+    """The jobs behind the heads: the backfill half of the cycle."""
 
-    # buckets, _groups, cores, _try, _why, _note: declared in EveryJobReservations.
-    _bucket_of: dict[Job, Bucket]
-    _maybe_full: bool
-    _probe: dict[str, Job]
-    _bounds: list[CoreBound]
-    # What the last failed attempt was refused by (Scheduler._find_nodes).
-    _alike: bool
-    _failed_with: tuple[float, int, tuple[Any, ...] | None] | None
+    def __init__(
+        self,
+        policy: Policy,
+        book: NodeBook,
+        queue: Queue,
+        search: NodeSearch,
+        starter: Starter,
+        reasons: Reasons,
+        clock: Clock,
+    ) -> None:
+        self.policy = policy
+        self.book = book
+        self.queue = queue
+        self.search = search
+        self.starter = starter
+        self.reasons = reasons
+        self.clock = clock
+        self._bounds = [f for f in policy.filters if isinstance(f, CoreBound)]
+        # Stand-in jobs, to ask the policy which pools each kind of job may use.
+        self._probe = {
+            DNN: Job(-1, "probe", 0.0, 1, 1, 0, 1, 0.0),
+            CPU: Job(-1, "probe", 0.0, 0, 1, 0, 1, 0.0),
+        }
 
-    def _backfill(
+    def run(
         self,
         dirty: list[Node],
         fresh: set[Job],
@@ -56,15 +78,16 @@ class Backfill(EveryJobReservations):
         and joins the merge then if it fits. That walks the same jobs in the same
         order, with the same room, as merging every bucket would."""
         # With no dirty node only buckets owed a full search take part; none may be.
-        walk = bool(dirty) or self._maybe_full
+        walk = bool(dirty) or self.queue.maybe_full
         if walk:
             self._merge(dirty, fresh, active, heads, blocked)
         # New arrivals come last in a FIFO queue; each gets a full search.
+        bucket_of = self.queue.bucket_of
         for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
             arr = self.policy.arrays.array_of(job)
-            if job.start < 0 and job in self._bucket_of and job is not heads[arr]:
+            if job.start < 0 and job in bucket_of and job is not heads[arr]:
                 if arr not in blocked:
-                    self._try(job, True, dirty, active)
+                    self.starter.attempt(job, True, dirty, active)
 
     def _merge(
         self,
@@ -77,18 +100,20 @@ class Backfill(EveryJobReservations):
         """Backfill's merge of the old jobs, bucket by bucket in queue order."""
         depth = self.policy.backfill_depth
         core_count = self.policy.core_count
+        queue, book, search, starter = self.queue, self.book, self.search, self.starter
+        reasons = self.reasons
         room = self._room(dirty)
         seen = len(dirty)
         heap: list[Entry] = []
         parking = Parking(lambda a, shape, b: self._judged(a, shape, b, heads[a], fresh))
         # No bucket owed a full search: a group lacking the room's GPUs parks unseen.
-        by_group = bool(dirty) and not self._maybe_full
+        by_group = bool(dirty) and not queue.maybe_full
         any_full = False
         for arr in self.policy.arrays.names:
             if arr in blocked:
                 continue
-            buckets = self.buckets[arr]
-            groups = self._groups[arr]
+            buckets = queue.buckets[arr]
+            groups = queue.groups[arr]
             if by_group:
                 for (kind, gpus_pn), group in groups.items():
                     if gpus_pn > room[kind][0]:
@@ -117,7 +142,7 @@ class Backfill(EveryJobReservations):
                 elif bucket.front() is None:
                     del buckets[shape], groups[shape[:2]][shape]  # every job started or left
         if not by_group and not any_full and not blocked:
-            self._maybe_full = False  # Bucket.full is set only with a new generation
+            queue.maybe_full = False  # Bucket.full is set only with a new generation
         heapq.heapify(heap)
         examined = dict.fromkeys(self.policy.arrays.names, 0)
         cores_of: dict[tuple[Any, ...], int] = {}
@@ -131,7 +156,7 @@ class Backfill(EveryJobReservations):
         # needing no less of each fails too while the stamp stands (``_dominated``).
         failed_with: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
         while True:
-            if stopped and stamp != (self.book_version, len(dirty), core_count.generation):
+            if stopped and stamp != (book.book_version, len(dirty), core_count.generation):
                 assert last is not None
                 self._go_on(stopped, heap, last[0])
                 stopped = []
@@ -148,15 +173,15 @@ class Backfill(EveryJobReservations):
                 break
             last = heapq.heappop(heap)
             key, arr, shape, at = last
-            bucket = self.buckets[arr][shape]
+            bucket = queue.buckets[arr][shape]
             job = bucket.jobs[at]
             if job.start < 0 and job is not heads[arr] and job not in fresh:
                 if bucket.full:
                     if examined[arr] >= depth:
-                        self._note(job, self._why(R.DEPTH))
+                        queue.note(job, reasons.why(R.DEPTH))
                         continue  # still full: its search comes next cycle
                     examined[arr] += 1
-                    started = self._try(job, True, dirty, active)
+                    started = starter.attempt(job, True, dirty, active)
                     if started:
                         room = self._room(dirty)
                     if parking:
@@ -174,51 +199,51 @@ class Backfill(EveryJobReservations):
                     cores_pn = cores_of.get(shape, -1)
                     if cores_pn < 0:
                         now_gen = core_count.generation
-                        cores_pn = cores_of[shape] = bucket.cores_of(job, now_gen, self.cores)
+                        cores_pn = cores_of[shape] = bucket.cores_of(job, now_gen, book.cores)
                     if job.gpus_pn > max_g or cores_pn > max_c:
                         continue  # no older job behind it in this bucket fits the dirty nodes
                     # A job too big for their memory is passed over without an attempt
                     # (jobs behind it may need less), so it does not use up the depth.
                     if job.mem_pn <= max_m or job.nodes > 1:
                         if examined[arr] >= depth:
-                            self._deferred.update(dict.fromkeys(dirty))
-                            self._note(job, self._why(R.DEPTH))
+                            book.defer(dirty)
+                            queue.note(job, reasons.why(R.DEPTH))
                             continue
                         examined[arr] += 1  # depth counts real placement attempts
                         memo = failed_with.get((arr, shape)) if failed_with else None
                         if memo is not None and self._dominated(job, cores_pn, memo, len(dirty)):
                             pass  # it would fail as the bucket's job before it did
                         else:
-                            started = self._try(job, False, dirty, active, cores_pn)
+                            started = starter.attempt(job, False, dirty, active, cores_pn)
                             if started:
                                 room = self._room(dirty)
                             if parking:
                                 gen = self._after_try(parking, heap, room, last, gen, started)
-                            if not started and (self._alike or self._failed_with):
-                                state = (self.book_version, len(dirty), core_count.generation)
-                                if self._alike:
+                            if not started and (search.alike or search.failed_with):
+                                state = (book.book_version, len(dirty), core_count.generation)
+                                if search.alike:
                                     stopped.append((arr, shape))
                                     stamp = state
                                     continue
-                                failed_with[(arr, shape)] = (state, self._failed_with)
+                                failed_with[(arr, shape)] = (state, search.failed_with)
             nxt_job = bucket.next_after(at)
             if nxt_job is not None:
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
 
     def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
         """Whether job would fail as its bucket's job that left ``memo`` (the merge's
-        stamp then, and ``_failed_with``) did: nothing changed since, and it needs no
+        stamp then, and ``NodeSearch.failed_with``) did: nothing changed since, and it needs no
         less time, memory and rank (a reservation that bound that job binds it too).
         Sets its estimate as an attempt would."""
-        state, (finish_by, mem, rank) = memo
-        if state != (self.book_version, dirty, self.policy.core_count.generation):
+        state, (finish_by, mem, held_by) = memo
+        if state != (self.book.book_version, dirty, self.policy.core_count.generation):
             return False
         if job.mem_pn < mem:
             return False
         job.estimate = self.policy.estimates.runtime(job, cores_pn)
-        if self.now + job.estimate < finish_by:
+        if self.clock.now + job.estimate < finish_by:
             return False
-        return rank is None or self._rank(job) >= rank
+        return held_by is None or rank(self.policy, job) >= held_by
 
     def _go_on(
         self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
@@ -226,7 +251,7 @@ class Backfill(EveryJobReservations):
         """Stopped buckets rejoin the merge at their first job queued after ``after``
         (the ones before it were passed over while they would have failed alike)."""
         for arr, shape in stopped:
-            bucket = self.buckets[arr].get(shape)
+            bucket = self.queue.buckets[arr].get(shape)
             if bucket is None:
                 continue
             nxt = bucket.next_after(bisect_right(bucket.keys, after) - 1)
@@ -249,7 +274,7 @@ class Backfill(EveryJobReservations):
                 return None
             key, at = nxt
             job = bucket.jobs[at]
-        cores_pn = bucket.cores_of(job, self.policy.core_count.generation, self.cores)
+        cores_pn = bucket.cores_of(job, self.policy.core_count.generation, self.book.cores)
         return (key, arr, shape, at), job.kind, job.gpus_pn, cores_pn
 
     @staticmethod
@@ -289,7 +314,7 @@ class Backfill(EveryJobReservations):
             pools = self.policy.pools.pools(probe)
             g = c = -1
             m = -1.0
-            reclaim = kind == DNN and self.dnn_index is not None
+            reclaim = kind == DNN and self.book.dnn_index is not None
             for node in dirty:  # max() of each, without the calls
                 if node.pool in pools:
                     x = node.free_gpus

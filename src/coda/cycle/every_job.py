@@ -31,41 +31,43 @@ from collections.abc import Iterable
 from typing import Any
 
 from coda.cycle import reasons as R
-from coda.cycle.queue import Bucket
-from coda.cycle.reasons import Reason
+from coda.cycle.clock import Clock
+from coda.cycle.nodes import NodeBook
+from coda.cycle.queued import Queue
+from coda.cycle.reasons import Reasons
 from coda.cycle.reservations import Hold, Reservations
+from coda.cycle.starts import Starter
+from coda.cycle.tenants import rank
+from coda.policy.framework import Policy
 from coda.policy.state import Job, Node
 
 # A plan on a node: (its start, its end, its owner)
 Window = tuple[float, float, Job]
 
 
-class EveryJobReservations(Reservations):
-    """The every-job round; ``Scheduler`` supplies the queue and the attempt."""
+class EveryJobReservations:
+    """The every-job round: each queued job starts or is planned, in queue order."""
 
-    buckets: dict[str, dict[tuple[Any, ...], Bucket]]
-    _groups: dict[str, dict[tuple[Any, ...], dict[tuple[Any, ...], Bucket]]]
-    heads: dict[str, Job | None]
-    cycles: int
-    _slurm_windows: bool  # plans begin where Slurm's will-run test puts them
-
-    def _try(
+    def __init__(
         self,
-        job: Job,
-        full: bool,
-        dirty: list[Node],
-        active: dict[int, list[Hold]],
-        cores_pn: int | None = None,
-    ) -> bool:
-        raise NotImplementedError
+        policy: Policy,
+        book: NodeBook,
+        queue: Queue,
+        reservations: Reservations,
+        starter: Starter,
+        reasons: Reasons,
+        clock: Clock,
+    ) -> None:
+        self.policy = policy
+        self.book = book
+        self.queue = queue
+        self.reservations = reservations
+        self.starter = starter
+        self.reasons = reasons
+        self.clock = clock
+        self._slurm_windows = policy.plan_times == "slurm-windows"  # where plans begin
 
-    def _why(self, code: str, detail: str = "", behind: str | None = None) -> Reason:
-        raise NotImplementedError
-
-    def _note(self, job: Job, reason: Reason) -> None:
-        raise NotImplementedError
-
-    def _every_job_rounds(self) -> None:
+    def rounds(self) -> None:
         """Every-job rounds until one starts nothing or no job is left past the depth
         (Slurm's next pass, a second later, looks at the jobs behind those that started)."""
         while self._every_job_round():
@@ -90,15 +92,15 @@ class EveryJobReservations(Reservations):
         started: list[Node] = []  # nodes that lost room to a start, in order
         jobs, left_out = self._in_queue_order()
         for job in jobs:
-            cores_pn = self.cores(job)
+            cores_pn = self.book.cores(job)
             key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, job.nodes,
                    policy.pools.pools(job))  # fmt: skip
             seen = failed.get(key) if memo else None
             estimate = policy.estimates.runtime(job, cores_pn) if seen is not None else 0.0
             if seen is not None and estimate >= seen[0]:
                 job.estimate = estimate
-                job.wait, job.wait_cycle = seen[1], self.cycles
-            elif self._try(job, True, [], active, cores_pn):
+                job.wait, job.wait_cycle = seen[1], self.clock.cycles
+            elif self.starter.attempt(job, True, [], active, cores_pn):
                 started += job.placement  # they have less room now
                 continue
             elif memo:
@@ -111,37 +113,38 @@ class EveryJobReservations(Reservations):
                 continue
             start, nodes = plan
             end = start + job.estimate
-            rank = self._rank(job)
+            place = rank(policy, job)
             for node in nodes:
                 insort(windows.setdefault(node.idx, []), (start, end, job), key=_start_of)
-                active.setdefault(node.idx, []).append((start, rank, job))
-        self.heads = heads
-        self.every_job_holds = active
+                active.setdefault(node.idx, []).append((start, place, job))
+        self.queue.heads = heads
+        self.reservations.every_job_holds = active
         return left_out and bool(started)
 
     def _in_queue_order(self) -> tuple[list[Job], bool]:
         """The first ``backfill_depth`` queued jobs of each array, merged by rank, and
         whether any were left out."""
-        depth = self.policy.backfill_depth
+        policy, queue = self.policy, self.queue
+        depth = policy.backfill_depth
         jobs: list[Job] = []
         left_out = False
-        for arr in self.policy.arrays.names:
-            buckets = self.buckets[arr]
+        for arr in policy.arrays.names:
+            buckets = queue.buckets[arr]
             live: list[Job] = []
             for shape in list(buckets):
                 bucket = buckets[shape]
                 if bucket.front() is None:  # every job of it started or left
-                    del buckets[shape], self._groups[arr][shape[:2]][shape]
+                    queue.drop(arr, shape)
                     continue
                 live += bucket.live()
-            live.sort(key=self._rank)
+            live.sort(key=lambda j: rank(policy, j))
             jobs += live[:depth]
             if len(live) > depth:
                 left_out = True
-                beyond = self._why(R.DEPTH)
+                beyond = self.reasons.why(R.DEPTH)
                 for job in live[depth:]:
-                    self._note(job, beyond)
-        jobs.sort(key=self._rank)
+                    queue.note(job, beyond)
+        jobs.sort(key=lambda j: rank(policy, j))
         return jobs, left_out
 
     def _plan(
@@ -162,11 +165,11 @@ class EveryJobReservations(Reservations):
         key = (job.kind, job.gpus_pn, cores_pn, job.mem_pn, pools)
         memo = ready_of.get(key)
         if memo is None:
-            memo = _Ready(self._ready_times(job, cores_pn, self.nodes.values()), len(started))
+            memo = _Ready(self._ready_times(job, cores_pn, self.book.nodes.values()), len(started))
             ready_of[key] = memo
         elif memo.seen < len(started) and self._slurm_windows:
             # A start moved the batches every node's time falls in: all anew.
-            memo.times = self._ready_times(job, cores_pn, self.nodes.values())
+            memo.times = self._ready_times(job, cores_pn, self.book.nodes.values())
             memo.seen = len(started)
         elif memo.seen < len(started):
             changed = {n.idx: n for n in started[memo.seen :]}
@@ -188,14 +191,15 @@ class EveryJobReservations(Reservations):
                     best = (at, idx, node)
             assert best is not None
             return (best[0], [best[2]]) if best[0] < math.inf else None
+        binds = self.reservations.binds
         binding = {
-            idx: [(s, e) for s, e, owner in held if self._binds(owner, job)]
+            idx: [(s, e) for s, e, owner in held if binds(owner, job)]
             for idx, held in windows.items()
         }
         # A plan can only begin when a node gets its room or an earlier plan ends.
         times = {t for t, _, _ in ready}
         times.update(e for held in binding.values() for _, e in held if e < math.inf)
-        for at in sorted(t for t in times if t >= self.now):
+        for at in sorted(t for t in times if t >= self.clock.now):
             free = [
                 node
                 for t, _, node in ready
@@ -219,7 +223,7 @@ class EveryJobReservations(Reservations):
                 continue
             if policy.filters and not policy.allows(job, node, cores_pn):
                 continue
-            t = self._available_at(node, job, cores_pn)
+            t = self.reservations.available_at(node, job, cores_pn)
             if t is not None and t < math.inf:
                 out.append((t, node.idx, node))
         if self._slurm_windows and out:
@@ -233,10 +237,10 @@ class EveryJobReservations(Reservations):
         """Each later ready time moved to the end of its batch of running-job ends
         (``batch_ends``), over the running jobs on the nodes the job may use."""
         end_of = self.policy.estimates.end_of
-        now = self.now
+        now = self.clock.now
         ends = sorted(
             e
-            for node in self.nodes.values()
+            for node in self.book.nodes.values()
             if node.pool in pools
             for j in node.jobs
             if (e := end_of(j, now)) < math.inf
@@ -255,11 +259,11 @@ class EveryJobReservations(Reservations):
         node that binds job (plans on one node never overlap: each holds it whole)."""
         if not held:
             return t
-        every = self.dnn_index is None  # no reclaim: every plan binds every job
+        every = self.book.dnn_index is None  # no reclaim: every plan binds every job
         for s, e, owner in held:  # by start
             if s >= t + length:
                 break
-            if t < e and (every or self._binds(owner, job)):
+            if t < e and (every or self.reservations.binds(owner, job)):
                 t = e
         return t
 

@@ -3,55 +3,53 @@ since the last cycle ("dirty"), and the ledger every driver books through.
 
 A start, a finish, a preemption or a cpuset change is booked here
 (``occupy``/``vacate``/``resize``), so the index, the room marks and the policy's
-reserve plugins see every change the same way in every driver.
+reserve plugins (through the book's ``Charges``) see every change the same way in
+every driver.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from coda.cycle import reasons as R
 from coda.cycle.index import PoolIndex
+from coda.cycle.reasons import Reason
 from coda.policy.framework import Policy
 from coda.policy.state import GPU_POOL, Job, Node
 
 
+class Charges(Protocol):
+    """What a booking moves besides the nodes (the reserve plugins' books, fair share):
+    told of every job booked onto nodes and taken off them."""
+
+    def charge(self, job: Job, nodes: Sequence[Node], now: float) -> None: ...
+
+    def discharge(self, job: Job, now: float) -> None: ...
+
+
 class NodeBook:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, charges: Charges) -> None:
         self.policy = policy
+        self.charges = charges
         self.nodes: dict[int, Node] = {}
         self.index: dict[str, PoolIndex] = {}
         self.dnn_index: PoolIndex | None = None
         self._max_gpus = 0
         self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
         self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
-        self._live: list[Node] | None = None  # the running cycle's dirty nodes
+        self._live: list[Node] | None = None  # the running round's dirty nodes
         self._live_set: set[Node] = set()
         self._fit_cache: dict[tuple[Any, ...], bool] = {}
+        self._static = [f for f in policy.filters if f.static]
         # Fixed grants: running jobs narrowed inside their grant -> the grant per node.
         self._grants: dict[Job, int] = {}
         # Schedulable nodes by shape (pool, GPUs, cores, memory): what can ever fit.
         self.shapes: dict[tuple[str, int, int, int], int] = {}
         # Bumped whenever any node's free capacity or jobs change: a failed attempt's
-        # verdict stands while it has not moved (Scheduler's backfill merge).
+        # verdict stands while it has not moved (backfill's merge).
         self.book_version = 0
-
-    def _forget_node(self, node: Node) -> None:
-        """A node left: drop what the scheduler keeps about it (its reservations)."""
-        return None
-
-    def _booked(self, job: Job) -> None:
-        """A job took or gave back resources (its tenant's share moved)."""
-        return None
-
-    def _share_before(self, job: Job) -> float | None:
-        """Under fair share, the job's tenant's share before a booking moves it, where a
-        move matters (``_share_moved`` is then told); None where it cannot."""
-        return None
-
-    def _share_moved(self, job: Job, before: float) -> None:
-        """Under fair share: the job's tenant's share was ``before`` until now."""
-        return None
 
     # ------------------------------------------------------------ nodes
     @property
@@ -78,10 +76,11 @@ class NodeBook:
             self.shapes[shape] = self.shapes.get(shape, 0) + 1
             self.mark_dirty(n)
 
-    def remove_node(self, node: Node) -> None:
-        """Stop scheduling onto a node (drained, down). Jobs on it keep running."""
+    def remove_node(self, node: Node) -> bool:
+        """Stop scheduling onto a node (drained, down). Jobs on it keep running. False
+        if it was not schedulable."""
         if self.nodes.pop(node.idx, None) is None:
-            return
+            return False
         self.index[node.pool].remove(node)
         if self.dnn_index is not None and node.pool == GPU_POOL:
             self.dnn_index.remove(node)
@@ -93,7 +92,7 @@ class NodeBook:
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
             del self.shapes[shape]
-        self._forget_node(node)
+        return True
 
     def _rebuild_index(self) -> None:
         self.index = {}
@@ -131,6 +130,29 @@ class NodeBook:
             live.append(node)
             self._live_set.add(node)
 
+    def follow(self, dirty: list[Node]) -> None:
+        """A round runs over ``dirty``: nodes that gain room during it (a reservation
+        spent or moved) join it at once, so the jobs kept off them are retried now."""
+        self._live, self._live_set = dirty, set(dirty)
+
+    def unfollow(self) -> None:
+        self._live = None
+
+    def take_dirty(self) -> list[Node]:
+        """The nodes that gained room since the last round; none are left marked."""
+        dirty = list(self.dirty)
+        self.dirty = {}
+        return dirty
+
+    def defer(self, nodes: list[Node]) -> None:
+        """A depth-limited sweep did not get to every job these nodes may fit."""
+        self._deferred.update(dict.fromkeys(nodes))
+
+    def carry_deferred(self) -> None:
+        """After a cycle: the nodes a sweep did not get to are retried at the next."""
+        self.dirty.update(self._deferred)
+        self._deferred = {}
+
     # ------------------------------------------------------------ ledger
     def occupy(self, job: Job, nodes: Sequence[Node], cores_pn: int, now: float) -> None:
         """Book a job onto nodes (every driver books through here)."""
@@ -149,27 +171,7 @@ class NodeBook:
             node.version += 1
             self.reindex(node)
         self.book_version += 1
-        self.charge(job, nodes, now)
-
-    def charge(self, job: Job, nodes: Sequence[Node], now: float) -> None:
-        """Count a running job in the reserve plugins' books (fair-share usage): every
-        booking does; a driver that mirrors nodes itself (Slurm) calls it for each job
-        it finds running. Charging a job twice counts it once."""
-        before = self._share_before(job)
-        for r in self.policy.reserve:
-            r.reserve(job, nodes, now)
-        self._booked(job)
-        if before is not None:
-            self._share_moved(job, before)
-
-    def discharge(self, job: Job, now: float) -> None:
-        """A job stopped (its counterpart, ``charge``); a job not charged is let be."""
-        before = self._share_before(job)
-        for r in self.policy.reserve:
-            r.unreserve(job, now)
-        self._booked(job)
-        if before is not None:
-            self._share_moved(job, before)
+        self.charges.charge(job, nodes, now)
 
     def vacate(self, job: Job, now: float) -> list[Node]:
         """Take a running job off its nodes (finish, preemption, cancel)."""
@@ -188,7 +190,7 @@ class NodeBook:
             self.reindex(node)
             self.mark_dirty(node)
         self.book_version += 1
-        self.discharge(job, now)
+        self.charges.discharge(job, now)
         return nodes
 
     def resize(self, job: Job, cores_pn: int) -> bool:
@@ -268,26 +270,64 @@ class NodeBook:
         if grew:
             self.mark_dirty(node)
 
-    def _needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
+    def needs_reclaim(self, gpus: int, cores_pn: int) -> Iterator[Node]:
+        """GPU nodes with the GPUs that fit ``cores_pn`` only once CPU jobs give cores
+        back, in best-fit order."""
         assert self.dnn_index is not None
         for node in self.dnn_index.best_fit(gpus, cores_pn):
-            if node.free_cores < cores_pn and self._dnn_fits(node, cores_pn):
+            if node.free_cores < cores_pn and self.dnn_fits(node, cores_pn):
                 yield node
 
-    def _dnn_fits(self, node: Node, cores_pn: int) -> bool:
+    def dnn_fits(self, node: Node, cores_pn: int) -> bool:
         """Enough cores once the CPU jobs the reclaim plugin may take are counted out."""
-        return node.free_cores + self._reclaimable_cores(node) >= cores_pn
+        return node.free_cores + self.reclaimable_cores(node) >= cores_pn
 
-    def _reclaimable_cores(self, node: Node) -> int:
+    def reclaimable_cores(self, node: Node) -> int:
         reclaim = self.policy.reclaim
         if reclaim is None:
             return 0
         return sum(j.cores_pn for j in node.jobs if not j.is_dnn and reclaim.reclaimable(j))
 
-    @staticmethod
-    def _shape_fits(n: Node, job: Job, cores_pn: int) -> bool:
-        return (
-            n.gpus >= job.gpus_pn
-            and n.cores >= cores_pn
-            and (n.mem_mib == 0 or n.mem_mib >= job.mem_pn)
-        )
+    def never_fits(self, job: Job, cores_pn: int) -> Reason | None:
+        """Why the job could not run even on the empty cluster (None: it could)."""
+        pools = self.policy.pools.pools(job)
+        if self._static:
+            # Stops at the job's node count: most jobs fit the first nodes looked at.
+            candidates = (
+                n
+                for n in self.nodes.values()
+                if n.pool in pools
+                and _shape_fits(n, job, cores_pn)
+                and all(f.filter(job, n, cores_pn) for f in self._static)
+            )
+            ok = sum(1 for _ in itertools.islice(candidates, job.nodes)) >= job.nodes
+        else:
+            key = (pools, job.gpus_pn, cores_pn, job.mem_pn, job.nodes)
+            hit = self._fit_cache.get(key)
+            if hit is None:
+                # By distinct node shape, not node: a million jobs on ten thousand
+                # nodes must not cost jobs x nodes.
+                fitting = sum(
+                    count
+                    for (pool, g, c, m), count in self.shapes.items()
+                    if pool in pools
+                    and g >= job.gpus_pn
+                    and c >= cores_pn
+                    and (m == 0 or m >= job.mem_pn)
+                )
+                hit = self._fit_cache[key] = fitting >= job.nodes
+            ok = hit
+        if ok:
+            return None
+        need = f"{job.nodes} node(s) with {job.gpus_pn} GPUs, {cores_pn} cores"
+        if job.mem_pn:
+            need += f", {job.mem_pn} MiB"
+        return Reason(R.NEVER, f"needs {need} in pools {'/'.join(pools)}")
+
+
+def _shape_fits(n: Node, job: Job, cores_pn: int) -> bool:
+    return (
+        n.gpus >= job.gpus_pn
+        and n.cores >= cores_pn
+        and (n.mem_mib == 0 or n.mem_mib >= job.mem_pn)
+    )

@@ -27,6 +27,7 @@ PLACE = "place"  # the cluster manager refused the placement written for it
 # Every code, in the order above (metrics list each, 0 where no job has it).
 CODES = (GPUS, CORES, MEMORY, FILTER, RESERVATION, FIFO, DEPTH, NEVER, NEW, CYCLE, DEPENDENCY,
          RECLAIM, PLACE)  # fmt: skip
+_REASONS_KEPT = 4096  # distinct reasons shared (Reasons.why) before starting afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,24 @@ class Reason:
         if self.code == PLACE:
             return "its placement was refused (tried again)"
         return self.code
+
+
+class Reasons:
+    """Reasons are values, so equal ones are shared: a cycle notes one for every job it
+    tries, and a queue of thousands waits for a few dozen distinct ones."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str, str | None], Reason] = {}
+
+    def why(self, code: str, detail: str = "", behind: str | None = None) -> Reason:
+        """``Reason(code, detail, behind)``, the one made before where there is one."""
+        key = (code, detail, behind)
+        reason = self._kept.get(key)
+        if reason is None:
+            if len(self._kept) >= _REASONS_KEPT:
+                self._kept.clear()
+            reason = self._kept[key] = Reason(code, detail, behind)
+        return reason
 
 
 # A queue of thousands waits for a few dozen distinct reasons: each word made once.

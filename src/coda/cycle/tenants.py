@@ -3,7 +3,8 @@ where the policy shares fairly (DRF), a heap of tenants by their share.
 
 A tenant's share moves only when one of its jobs starts or ends (``touch``), so
 finding the next head costs O(log n) per change, not a pass over every tenant
-at every cycle. Entries are dropped lazily: a job's entry is dead once it has
+at every cycle (``rank``: a job's place, reservations bind the jobs ranked after
+their owner). Entries are dropped lazily: a job's entry is dead once it has
 started, left, or been queued again under a new key; a tenant's entry once a
 newer one was filed for it.
 """
@@ -14,10 +15,19 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from coda.policy.framework import FairShare
+from coda.policy.framework import FairShare, Policy
 from coda.policy.state import Job
 
 Key = tuple[Any, ...]
+
+
+def rank(policy: Policy, job: Job) -> Key:
+    """A job's place in the queue now: its queue key, after its tenant's dominant share
+    where the policy shares fairly (shares move as jobs start and end)."""
+    fair = policy.fair_share
+    if fair is None:
+        return job.queue_key
+    return (policy.queue_sort.band(job), fair.share(fair.tenant(job)), job.queue_key)
 
 
 class TenantQueues:

@@ -1,0 +1,173 @@
+"""The queue: each of the policy's arrays as FIFO buckets of alike jobs, the order its
+heads are taken in, and why each queued job waits.
+
+A job is filed into its array's bucket for its shape (``queue.py``) and into the
+array's order of heads (``TenantQueues``). The cycle notes a reason on every job it
+tries and on the job's bucket, so the jobs behind a bucket's front, not tried, show
+the reason their front got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from coda.cycle import reasons as R
+from coda.cycle.clock import Clock
+from coda.cycle.queue import Bucket
+from coda.cycle.reasons import Reason
+from coda.cycle.tenants import TenantQueues
+from coda.policy.framework import Policy
+from coda.policy.state import CPU, DNN, Job
+
+Shape = tuple[Any, ...]  # (kind, GPUs per node, nodes, core count's group, pools)
+
+
+class Queue:
+    def __init__(self, policy: Policy, clock: Clock) -> None:
+        self.policy = policy
+        self.clock = clock
+        arrays = policy.arrays.names
+        self.buckets: dict[str, dict[Shape, Bucket]] = {a: {} for a in arrays}
+        # The same buckets by (kind, GPUs per node), so backfill passes over whole groups.
+        self.groups: dict[str, dict[tuple[Any, ...], dict[Shape, Bucket]]] = {a: {} for a in arrays}
+        # Each array's jobs in the order heads are taken (per tenant under fair share).
+        self.tenants = TenantQueues(
+            arrays, policy.fair_share, self._live_entry, policy.queue_sort.band
+        )
+        self.bucket_of: dict[Job, Bucket] = {}
+        self.queued = {DNN: 0, CPU: 0}
+        # Each array's head as the last round settled it (None: nothing blocked).
+        self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
+        self.maybe_full = True  # some bucket may be owed a full search (Bucket.full)
+        self._filed = 0  # entries filed so far (``enqueue``)
+
+    # ------------------------------------------------------------ filing
+    def enqueue(self, job: Job) -> None:
+        arr = self.policy.arrays.array_of(job)
+        # The filing count keeps a requeued job's new entry apart from its old one (not
+        # its preemption count: a driver may requeue a job before it counts that).
+        self._filed += 1
+        job.queue_key = (self.policy.queue_sort.key(job), job.idx, self._filed)
+        self._file(arr, job)
+        self.tenants.push(arr, job)
+        self.queued[job.kind] += 1
+
+    def _file(self, arr: str, job: Job) -> None:
+        """Put a queued job into its array's bucket for its shape."""
+        # Its pools too: alike jobs must be able to go to the same nodes (the merge
+        # passes over a bucket whose job failed alike).
+        pools = self.policy.pools.pools(job)
+        shape = (job.kind, job.gpus_pn, job.nodes, self.policy.core_count.group_key(job), pools)
+        buckets = self.buckets[arr]
+        bucket = buckets.get(shape)
+        if bucket is None:
+            bucket = buckets[shape] = Bucket()
+            self.groups[arr].setdefault(shape[:2], {})[shape] = bucket
+        bucket.add(job.queue_key, job)
+        self.bucket_of[job] = bucket
+
+    def refile(self) -> None:
+        """The pools plugin's answers may have changed (its nodes did): file every
+        queued job again, each bucket owed a full search."""
+        for arr, buckets in self.buckets.items():
+            jobs = [job for bucket in buckets.values() for job in bucket.live()]
+            buckets.clear()
+            self.groups[arr].clear()
+            for job in jobs:
+                self._file(arr, job)
+            for bucket in buckets.values():
+                bucket.full = True
+        self.maybe_full = True
+
+    def owe_full_search(self) -> None:
+        """Core counts changed (the allocator learned a shape): each bucket's front gets
+        one full search, since its count may be smaller now."""
+        for buckets in self.buckets.values():
+            for bucket in buckets.values():
+                bucket.full = True
+        self.maybe_full = True
+
+    def drop(self, arr: str, shape: Shape) -> None:
+        """Forget a bucket every job of which started or left."""
+        del self.buckets[arr][shape], self.groups[arr][shape[:2]][shape]
+
+    def withdraw(self, job: Job) -> bool:
+        """Take a job out of the queue; False if it was not queued."""
+        bucket = self.bucket_of.pop(job, None)
+        if bucket is None:
+            return False
+        job.queue_key = ()
+        self.queued[job.kind] -= 1
+        return True
+
+    def started(self, job: Job) -> None:
+        """A queued job started: it leaves the queue (its entries are skipped lazily)."""
+        self.bucket_of.pop(job, None)
+        self.queued[job.kind] -= 1
+
+    def is_queued(self, job: Job) -> bool:
+        return job in self.bucket_of
+
+    def _live_entry(self, key: tuple[Any, ...], job: Job) -> bool:
+        return job.start < 0 and job.queue_key == key and job in self.bucket_of
+
+    # ------------------------------------------------------------ order
+    def earliest(self, arr: str) -> Job | None:
+        """The first queued job of an array: the tenant of smallest share first where
+        the policy shares fairly, then queue order (``TenantQueues``)."""
+        return self.tenants.first(arr)
+
+    def live(self, arr: str) -> list[Job]:
+        """An array's queued jobs, bucket by bucket."""
+        return [j for b in self.buckets[arr].values() for j in b.live()]
+
+    def touch(self, tenant: str) -> None:
+        """A tenant's share moved, or its first job left (``TenantQueues.touch``)."""
+        self.tenants.touch(tenant)
+
+    # ------------------------------------------------------------ reasons
+    def note(self, job: Job, reason: Reason) -> None:
+        """Why the job (and its bucket's jobs behind it) waits, as of this cycle."""
+        job.wait, job.wait_cycle = reason, self.clock.cycles
+        bucket = self.bucket_of.get(job)
+        if bucket is not None:
+            bucket.wait, bucket.wait_cycle = reason, self.clock.cycles
+
+    def reason_of(self, job: Job) -> Reason | None:
+        """Why a queued job waits (None once it has started)."""
+        if job.start >= 0:
+            return None
+        reason = job.wait if isinstance(job.wait, Reason) else None
+        bucket = self.bucket_of.get(job)
+        if bucket is not None and bucket.wait_cycle > job.wait_cycle:
+            reason = bucket.wait if isinstance(bucket.wait, Reason) else reason
+        if bucket is not None and not self.policy.backfill:
+            head = self.heads.get(self.policy.arrays.array_of(job))
+            if head is not None and head is not job and head.start < 0:
+                return Reason(R.FIFO, behind=head.job_id)
+        return reason or Reason(R.NEW)
+
+    def waiting(self) -> Iterator[tuple[Job, Reason]]:
+        """Every queued job with its reason, in queue order per array."""
+        for arr in self.policy.arrays.names:
+            for job in sorted(self.live(arr), key=lambda j: j.queue_key):
+                reason = self.reason_of(job)
+                if reason is not None:
+                    yield job, reason
+
+    def waited(self, job: Job) -> Reason | None:
+        """Why a job about to start waited last (its own reason, its bucket's or, with
+        no backfill, the head it was behind)."""
+        start, job.start = job.start, -1.0
+        try:
+            reason = self.reason_of(job)
+        finally:
+            job.start = start
+        if (reason is None or reason.code == R.NEW) and not self.policy.backfill:
+            # Never tried: it waited behind its array's head (which may have started
+            # just before it, in this cycle).
+            head = self.heads.get(self.policy.arrays.array_of(job))
+            if head is not None and head is not job and job.submit < self.clock.now:
+                reason = Reason(R.FIFO, behind=head.job_id)
+        return reason
