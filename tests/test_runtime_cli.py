@@ -253,3 +253,24 @@ def test_a_spec_fifo_that_nothing_writes_is_an_error_not_a_hang(tmp_path: Path) 
     argv = [sys.executable, "-m", "coda", "submit", "--state-dir", str(tmp_path / "s")]
     done = subprocess.run([*argv, "--spec", str(fifo)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and f"{fifo}: a FIFO that no process writes" in done.stderr
+
+
+def test_the_old_cgroup_option_still_picks_the_version(tmp_path: Path, monkeypatch) -> None:
+    """`coda agent --cgroup v1|v2` (before it was --cgroup-version 1|2, as the Slurm
+    agent's) still works, with a deprecation warning; both reach the same driver choice."""
+    from coda.runtime import cgroups
+
+    asked: list[str | None] = []
+
+    def detect(*args: object, prefer: str | None = None, **kw: object) -> object:
+        asked.append(prefer)
+        raise cgroups.CgroupError("stop here")
+
+    monkeypatch.setattr(cgroups, "detect", detect)
+    for option, value in (("--cgroup", "v1"), ("--cgroup-version", "1"), ("--cgroup", "v2")):
+        res = CliRunner().invoke(
+            main, ["agent", "--state-dir", str(tmp_path / value), option, value]
+        )
+        assert res.exit_code == 1 and "cgroups: stop here" in res.output, res.output
+        assert ("deprecated" in res.output) == (option == "--cgroup"), res.output
+    assert asked == ["v1", "v1", "v2"]

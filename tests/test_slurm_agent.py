@@ -17,7 +17,7 @@ import pytest
 from fakes import Affinity
 
 import coda.slurm.cgroups as slurm_cgroups
-from coda.policy.framework import SetCores, SetQuota
+from coda.policy.framework import Preempt, SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, NodeAgent
 from coda.runtime.cgroups import CgroupError
 from coda.runtime.progress import Progress, encode
@@ -644,7 +644,8 @@ def test_growth_beyond_the_grant_is_refused(env: Env) -> None:
     assert env.affinity.calls == [(777, {0, 1})]
 
 
-def test_a_cpu_job_is_throttled_and_released_on_shutdown(env: Env) -> None:
+@pytest.mark.parametrize("stop_jobs", [False, True])
+def test_a_cpu_job_is_throttled_and_released_on_shutdown(env: Env, stop_jobs: bool) -> None:
     env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2,nodes=n1")
     agent = env.agent()
     m = agent.jobs.running[6]
@@ -652,9 +653,18 @@ def test_a_cpu_job_is_throttled_and_released_on_shutdown(env: Env) -> None:
     agent.actuator.carry_out([SetQuota(m.job, 0.5)], env.clock(), "test")
     qfile = env.root / "cpu" / "coda_slurm_n1" / "job_6" / "cpu.cfs_quota_us"
     assert qfile.read_text() == "100000"  # half of its 2 CPUs
-    agent.shutdown()
+    agent.shutdown(stop_jobs=stop_jobs)  # stopping Slurm's jobs is scancel's business
     assert qfile.read_text() == "-1"  # nobody would lift it later
     assert env.cpuset(6) == "2-3"  # the job keeps running, untouched
+
+
+def test_a_preemption_is_refused_where_slurm_owns_the_job(env: Env) -> None:
+    env.job(6, cpus="2-3", name="prep", gres=None, comment="coda:placed,req=2,grant=2,nodes=n1")
+    agent = env.agent()
+    m = agent.jobs.running[6]
+    agent.actuator.carry_out([Preempt(m.job)], env.clock(), "test")
+    assert agent.jobs.running[6] is m and m.job.placement  # neither killed nor released
+    assert agent.decisions.counters.get("test:preempt-refused") == 1
 
 
 def test_a_throttle_left_by_a_dead_agent_is_lifted_on_adoption(env: Env) -> None:

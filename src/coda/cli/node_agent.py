@@ -95,6 +95,15 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     help="Cgroup version to drive (auto: what /sys/fs/cgroup is), as `coda slurm agent`'s.",
 )
 @click.option(
+    "--cgroup",
+    "old_cg_version",
+    type=click.Choice(["auto", "v1", "v2"]),
+    default=None,
+    hidden=True,
+    deprecated="use --cgroup-version auto|1|2",
+    help="The old spelling of --cgroup-version (auto, v1, v2).",
+)
+@click.option(
     "--cgroup-parent",
     default="coda",
     show_default=True,
@@ -170,6 +179,7 @@ def agent(
     gpus: int | None,
     cpu_list: str | None,
     cg_version: str,
+    old_cg_version: str | None,
     cgroup_parent: str,
     cgroup_mounts: str,
     cgroup_prefix: str,
@@ -194,6 +204,8 @@ def agent(
     from coda.runtime.service import AgentService
 
     tune = checked_loop(policy, tunes, period, window)
+    if old_cg_version is not None:
+        cg_version = old_cg_version.removeprefix("v")
     try:
         limits = Limits(
             spec_bytes=max_spec_bytes,
@@ -258,7 +270,7 @@ def agent(
         store.close()
         lock.release()
         raise click.ClickException(f"metrics port {metrics_port}: {e.strerror or e}") from None
-    sock = node_agent.run_dir / SOCKET_NAME
+    sock = node_agent.source.run_dir / SOCKET_NAME
     try:
         node_agent.start()
         try:

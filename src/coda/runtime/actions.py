@@ -38,6 +38,9 @@ class ActuatedNode(Protocol):
 
     def release(self, m: Managed, now: float) -> None: ...
 
+    @property
+    def preempts(self) -> bool: ...
+
     def requeue(self, job_id: int, job: Job) -> None: ...
 
 
@@ -100,19 +103,19 @@ class Actuator:
             )
             return  # the allocator sees cores_pn != asked and treats it as a refusal
         old = list(m.cpus)
-        free = agent.jobs.free_cpus
+        table = agent.jobs
         if n < cur:
             # DNN jobs give back their highest CPUs, CPU jobs their lowest: both stay packed.
             keep = sorted(m.cpus)[:n] if job.kind == DNN else sorted(m.cpus)[cur - n :]
-            free.update(set(m.cpus) - set(keep))
+            table.give_back(sorted(set(m.cpus) - set(keep)), [])
             new = keep
         else:
             new = sorted(m.cpus + add)
         try:
             self.cg.set_cpus(m.cgroup, new)
         except CgroupError as e:
-            free.update(set(new) - set(old))
-            free.difference_update(old)
+            table.give_back(sorted(set(new) - set(old)), [])
+            table.claim(old, [])
             # The cpuset may have been written before the failure (a widening whose
             # sched_setaffinity failed): put the kernel back where the books are.
             quietly(lambda: self.cg.set_cpus(m.cgroup, old))
@@ -190,6 +193,9 @@ class Actuator:
         checkpoints are its business). Killed before the database says queued, so a
         crash in between leaves it 'lost', never running twice."""
         agent = self.node
+        if not agent.preempts:  # its source could not queue it again: never kill it
+            agent.decisions.record(now, m.row_id, source, "preempt-refused", {"why": "no requeue"})
+            return
         agent.processes.kill_until_gone(m)
         if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
             send_signal(m.shim_pid, signal.SIGKILL)

@@ -26,7 +26,7 @@ class Adoption:
 
     def __init__(
         self,
-        node: BookedNode,
+        books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
         jobs: JobTable,
@@ -37,7 +37,7 @@ class Adoption:
         wall: Callable[[], float],
         log: Callable[[str], None],
     ) -> None:
-        self.node = node
+        self.books = books
         self.store = store
         self.cg = cgroups
         self.jobs = jobs
@@ -96,9 +96,8 @@ class Adoption:
         gpu_ids = [int(g) for g in r.gpu_ids.split(",") if g and int(g) in self.jobs.free_gpus]
         m = Managed(r.id, job, name, jdir, cpus_ok, gpu_ids, pid, start, uid=uid_of(r),
                     started_wall=r.start_t if r.start_t is not None else self.wall())  # fmt: skip
-        self.jobs.free_cpus.difference_update(cpus_ok)
-        self.jobs.free_gpus.difference_update(gpu_ids)
-        self.node.place(m, now)
+        self.jobs.claim(cpus_ok, gpu_ids)
+        self.books.place(m, now)
         job.quota = r.quota
         if not running:
             code = self.supervisor.exit_code(m)

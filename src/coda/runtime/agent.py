@@ -50,7 +50,6 @@ from coda.runtime.processes import JobProcesses, quietly
 from coda.runtime.progress import Progress
 from coda.runtime.resctrl import NoResctrl, ResctrlControl
 from coda.runtime.sampler import Sampler
-from coda.runtime.statedir import run_dir_of
 from coda.runtime.store import Store
 
 S = TypeVar("S", bound=JobSource)
@@ -72,15 +71,10 @@ class NodeAgent(Generic[S]):
         wall: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
         node_name: str | None = None,
-        run_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = store
         self.cg = cgroups
         self.state_dir = Path(state_dir)
-        # Public (0755): the control socket and the jobs' progress files, which jobs
-        # running as their submitters must reach. The state directory stays 0700.
-        self.run_dir = Path(run_dir) if run_dir is not None else run_dir_of(self.state_dir)
-        self.progress_dir = self.run_dir / "progress"
         self.config = config or AgentConfig()
         self.resctrl: ResctrlControl = (
             resctrl if resctrl is not None and resctrl.available else NoResctrl()
@@ -135,12 +129,11 @@ class NodeAgent(Generic[S]):
         nobody would restore it; the source then removes what it no longer needs."""
         now = self.clock()
         self.source.leave(stop_jobs, now)
-        if not stop_jobs:
-            for m in list(self.jobs.running.values()):
-                if m.job.quota < 1.0:
-                    self.actuator.carry_out(
-                        [SetQuota(m.job, 1.0)], now, "agent", reason={"why": "agent leaving"}
-                    )
+        for m in list(self.jobs.running.values()):  # a job that would not die included
+            if m.job.quota < 1.0:
+                self.actuator.carry_out(
+                    [SetQuota(m.job, 1.0)], now, "agent", reason={"why": "agent leaving"}
+                )
         self.flush()
         self.learned.save()
         self.source.close()
@@ -216,6 +209,11 @@ class NodeAgent(Generic[S]):
 
     def books_changed(self, grew: bool) -> None:
         self.source.books_changed(grew)
+
+    @property
+    def preempts(self) -> bool:
+        """Whether the source can queue a preempted job again."""
+        return self.source.preempts
 
     def requeue(self, job_id: int, job: Job) -> None:
         self.source.requeue(job_id, job)

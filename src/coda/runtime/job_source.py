@@ -33,8 +33,6 @@ class AgentHost(Protocol):
     actuator: Actuator
     node_name: str
     state_dir: Path
-    run_dir: Path
-    progress_dir: Path
     clock: Callable[[], float]
     wall: Callable[[], float]
     log: Callable[[str], None]
@@ -52,9 +50,12 @@ class AgentHost(Protocol):
 class JobSource(Protocol):
     """The jobs one node agent drives, and the books their cores are kept in."""
 
+    preempts: bool  # a preempted job can be queued again (``requeue``)
+
     # ------------------------------------------------------------ lifecycle
     def open(self) -> Node:
-        """The node as this source knows it; its CPUs and GPUs in the job table."""
+        """The node as this source knows it (and, where the source hands out CPUs and
+        GPUs itself, the job table's free ones)."""
         ...
 
     def resume(self, now: float) -> None:
@@ -96,7 +97,7 @@ class JobSource(Protocol):
         ...
 
     def requeue(self, job_id: int, job: Job) -> None:
-        """A preempted job queued again."""
+        """A preempted job queued again (asked only of a source that ``preempts``)."""
         ...
 
     def read_progress(self, m: Managed) -> Progress | None:

@@ -17,8 +17,10 @@ class JobTable:
     def reset(self, cpus: list[int], gpus: int) -> None:
         """An empty node of these CPUs and ``gpus`` GPUs."""
         self.running.clear()
-        self.free_cpus = set(cpus)
-        self.free_gpus = set(range(gpus))
+        self.free_cpus.clear()
+        self.free_cpus.update(cpus)
+        self.free_gpus.clear()
+        self.free_gpus.update(range(gpus))
 
     def take_cpus(self, n: int, kind: str) -> list[int]:
         """``n`` free CPUs, taken: DNN jobs from the low end, CPU jobs from the high
@@ -31,6 +33,11 @@ class JobTable:
         ids = sorted(self.free_gpus)[:n]
         self.free_gpus.difference_update(ids)
         return ids
+
+    def claim(self, cpus: list[int], gpus: list[int]) -> None:
+        """These CPUs and GPUs are held (a re-adopted job's, a resize put back)."""
+        self.free_cpus.difference_update(cpus)
+        self.free_gpus.difference_update(gpus)
 
     def give_back(self, cpus: list[int], gpus: list[int]) -> None:
         self.free_cpus.update(cpus)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from coda.cycle import Scheduler, Start
 from coda.policy.allocator import free_room
@@ -31,7 +32,7 @@ from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.progress import Progress
 from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.row_job import job_of
-from coda.runtime.statedir import PUBLIC_DIR_MODE, secure_dir
+from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
 from coda.runtime.store import Store
 from coda.runtime.supervisor import Supervisor
 
@@ -39,13 +40,21 @@ from coda.runtime.supervisor import Supervisor
 class LocalQueue:
     """The node's queue, run by the scheduling cycle, its jobs under the supervisor."""
 
-    def __init__(self, host: AgentHost, cgroups: CgroupDriver) -> None:
+    preempts = True
+
+    def __init__(
+        self, host: AgentHost, cgroups: CgroupDriver, run_dir: str | os.PathLike[str] | None
+    ) -> None:
         self.host = host
         self.cg = cgroups
+        # Public (0755): the control socket and the jobs' progress files, which jobs
+        # running as their submitters must reach. The state directory stays 0700.
+        self.run_dir = Path(run_dir) if run_dir is not None else run_dir_of(host.state_dir)
+        self.progress_dir = self.run_dir / "progress"
         self.parent = CgroupParent(cgroups, host.store, host.log)
         self.supervisor = Supervisor(
             host, host.store, cgroups, host.jobs, host.processes, host.decisions,
-            host.config, host.state_dir, host.progress_dir, host.wall, host.log,
+            host.config, host.state_dir, self.progress_dir, host.wall, host.log,
         )  # fmt: skip
         self.adoption = Adoption(
             host, host.store, cgroups, host.jobs, self.supervisor, host.actuator,
@@ -82,8 +91,8 @@ class LocalQueue:
         assert node is not None
         self.sched = Scheduler(host.policy, [node])
         secure_dir(host.state_dir / "jobs")
-        secure_dir(host.run_dir, PUBLIC_DIR_MODE, "run directory")
-        secure_dir(host.progress_dir, PUBLIC_DIR_MODE, "progress directory")
+        secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
+        secure_dir(self.progress_dir, PUBLIC_DIR_MODE, "progress directory")
         self.adoption.adopt_all()
         self.adoption.remove_orphan_cgroups()
         cfg = host.config
@@ -276,7 +285,7 @@ def local_agent(
     """A node agent for the node's own queue, its job groups under ``cgroups``'s parent."""
 
     def source(host: AgentHost) -> LocalQueue:
-        return LocalQueue(host, cgroups)
+        return LocalQueue(host, cgroups, run_dir)
 
     return NodeAgent(store, cgroups, state_dir, source, config, resctrl, clock, wall, log,
-                     node_name, run_dir)  # fmt: skip
+                     node_name)  # fmt: skip

@@ -49,7 +49,7 @@ class Supervisor:
 
     def __init__(
         self,
-        node: BookedNode,
+        books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
         jobs: JobTable,
@@ -61,7 +61,7 @@ class Supervisor:
         wall: Callable[[], float],
         log: Callable[[str], None],
     ) -> None:
-        self.node = node
+        self.books = books
         self.store = store
         self.cg = cgroups
         self.jobs = jobs
@@ -147,7 +147,7 @@ class Supervisor:
             "lost": "its supervisor vanished without an exit status",
             "timeout": f"stopped at its time limit ({m.job.time_limit:g} s)",
         }[state]
-        self.node.release(m, now)
+        self.books.release(m, now)
         self.progress_file(m.row_id).unlink(missing_ok=True)
         self.store.update(
             m.row_id,
@@ -229,14 +229,14 @@ class Supervisor:
             return False
         m = Managed(r.id, job, name, jdir, cpus, gpu_ids, None, None, uid=uid_of(r),
                     started_wall=started)  # fmt: skip
-        self.node.place(m, now)
+        self.books.place(m, now)
         try:
             self.cg.create(name)
             self.cg.set_cpus(name, cpus)
             self.cg.set_quota(name, None)
             m.popen = self._spawn(r, m)
         except (CgroupError, OSError, subprocess.SubprocessError) as e:
-            self.node.release(m, now)
+            self.books.release(m, now)
             self.store.update(
                 r.id, state="failed", end_t=self.wall(), message=f"launch failed: {e}"
             )

@@ -64,6 +64,8 @@ class SlurmJobs:
     """The jobs Slurm runs on one node, as a node agent's job source: found by their
     cgroups, booked against their grants, reported back through their marks."""
 
+    preempts = False  # no reclaim here: CPU jobs keep their grants (Slurm owns them)
+
     def __init__(
         self,
         host: AgentHost,
@@ -79,6 +81,7 @@ class SlurmJobs:
         self.progress_dir = progress_dir
         self.restore_on_exit = restore_on_exit  # leave every job its whole grant again
         self.node: Node | None = None
+        self.cpus: list[int] = []
         self.info: dict[int, SlurmJobInfo] = {}
         self.reported: dict[int, int] = {}  # settled cores written to the job's mark
         self._failed_lookups: dict[int, float] = {}
