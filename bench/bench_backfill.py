@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from coda.cycle.starts import Starter
-from coda.sim.run import RunConfig, prepare, run_policy
+from coda.study.config import DEFAULT_POLICY, RunConfig
+from coda.study.run import prepare, run_policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = RunConfig(
             trace=str(args.trace), cluster=args.cluster, load=None, seed=args.seed,
-            estimates="time-limits",
+            policy=dataclasses.replace(DEFAULT_POLICY, estimates="time-limits"),
         )  # fmt: skip
         prepared = prepare(config)
         t0 = time.perf_counter()

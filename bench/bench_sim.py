@@ -26,7 +26,7 @@ from its node list, both with --seed, arrivals then scaled to the offered GPU lo
 of that cluster, so the arrival rate grows with the node count and the load stays the same
 (per node it still moves by some 10% between sizes, as the resampled jobs' GPU time does;
 the JSON rows give arrivals_per_node_h and offered_gpu_load). Each case runs the way
-`coda simulate` does (coda.sim.run.run_policy, the RunConfig defaults: sample noise 5%).
+`coda simulate` does (coda.study.run.run_policy, the RunConfig defaults: sample noise 5%).
 A case still running after --case-timeout seconds (default 900) is killed by its PID and
 reported as "timeout" (max RSS as read from /proc just before); the larger ladder cases
 of that policy are then "skipped" (time per job does not fall with size). While a case
@@ -74,7 +74,7 @@ from coda.workload.limits import MAX_NODES
 from coda.workload.limits import MAX_TRACE_JOBS as MAX_JOBS  # the loaders' cap per trace
 
 if TYPE_CHECKING:
-    from coda.sim.run import Prepared
+    from coda.study.run import Prepared
 
 DEFAULT_SIZES = (100_000, 250_000, 500_000, 1_000_000)
 JOBS_PER_NODE = 100
@@ -82,7 +82,7 @@ LADDER_POLICIES = ("static-separate", "coda")
 MIN_LADDER_JOBS = JOBS_PER_NODE  # one node at least
 DEFAULT_CASE_TIMEOUT_S = 900.0
 HEARTBEAT_S = 60.0  # seconds between "running" lines while a case runs
-MAX_LOAD = 1000.0  # coda.sim.run.MAX_LOAD
+MAX_LOAD = 1000.0  # coda.study.config.MAX_LOAD
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,8 @@ def log(msg: str) -> None:
 
 
 def bundled(policies: list[str], repeats: int, seed: int) -> list[dict[str, Any]]:
-    from coda.sim.run import RunConfig, prepare, run_policy
+    from coda.study.config import RunConfig
+    from coda.study.run import prepare, run_policy
 
     t0 = time.perf_counter()
     prepared = prepare(RunConfig(seed=seed))
@@ -228,7 +229,9 @@ def _pick(d: Any, *keys: str) -> Any:
 
 def prepare_case(spec: dict[str, Any]) -> Prepared:
     """The case's workload, built the same way for every size (see the module docstring)."""
-    from coda.sim.run import Prepared, RunConfig, resolve_cluster
+    from coda.study.clusters import resolve_cluster
+    from coda.study.config import RunConfig
+    from coda.study.run import Prepared
     from coda.workload.cluster import resample_cluster
     from coda.workload.perf import build_workload, load_profile_set
     from coda.workload.scaling import resample_jobs, scale_to_load
@@ -248,7 +251,7 @@ def prepare_case(spec: dict[str, Any]) -> Prepared:
 
 def child(spec: dict[str, Any], prepared: Prepared, prep_s: float) -> dict[str, Any]:
     """Simulate one prepared case under one policy, in this (child) process; its row."""
-    from coda.sim.run import run_policy
+    from coda.study.run import run_policy
 
     label = f"{spec['case']} {spec['policy']}"
     n_jobs, n_nodes = len(prepared.workload.jobs), len(prepared.cluster.nodes)

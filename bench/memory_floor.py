@@ -119,7 +119,7 @@ def live_per_node(jobs: int, nodes: int) -> tuple[float, float]:
     over 180 instants spread evenly over its arrivals after the first tenth."""
     import numpy as np
 
-    from coda.sim.run import run_policy
+    from coda.study.run import run_policy
 
     spec = {"kind": "large", "case": "live", "policy": "coda", "jobs": jobs, "nodes": nodes}
     prepared = _bench_sim().prepare_case({**spec, "load": 1.0, "seed": 0})

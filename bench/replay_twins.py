@@ -47,7 +47,8 @@ from coda.replay.run import (
     sim_timing,
 )
 from coda.runtime.progress import read_trusted
-from coda.sim.run import MAX_SEED, RunConfig, prepare, run_policy
+from coda.study.config import DEFAULT_POLICY, MAX_SEED, RunConfig
+from coda.study.run import prepare, run_policy
 
 MAX_REPLAY_JSON = 64 << 20  # bytes; a replay.json is far smaller
 MAX_UTILISATION = 1.5
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         s = d["setting"]
         config = RunConfig(trace=str(out / "replay-trace.csv"), format="csv",
                            cluster=_cluster(s["cluster"]), load=s["load"], seed=s["seed"],
-                           estimates="time-limits", warmup=0.0)  # fmt: skip
+                           policy=dataclasses.replace(DEFAULT_POLICY, estimates="time-limits"),
+                           warmup=0.0)  # fmt: skip
         prepared = prepare(config)
         # The controller's period (older replays did not record it: the default then).
         cfg = ReplayConfig(
@@ -217,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         head = f"{len(jobs)} jobs, {s['cluster']}, {_number(s['speed'], 'setting.speed'):g}x"
         for mode in modes:  # the timings the twins will run with must be valid ones
             for timing in _timings(cfg, mode, latencies[mode]):
-                dataclasses.replace(
-                    prepared.config,
-                    start_delay_s=timing.start_delay_s,
-                    control_period_s=cfg.window_s,
-                    cycle_period_s=timing.cycle_period_s,
+                prepared.config.varied(
+                    policy={
+                        "start_delay_s": timing.start_delay_s,
+                        "control_period_s": cfg.window_s,
+                    },
+                    simulation={"cycle_period_s": timing.cycle_period_s},
                 )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError,
             ArithmeticError) as e:  # fmt: skip
@@ -259,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             runs, errs = [], []
             for seed in seeds if mode == "coda" else seeds[:1]:
-                c = dataclasses.replace(prepared.config, seed=seed, reclaim=reclaim,
-                                        grants=grants, allocator_start=start,
-                                        settle_windows=settle,
-                                        start_delay_s=timing.start_delay_s,
-                                        control_period_s=timing.control_period_s,
-                                        cycle_period_s=timing.cycle_period_s)  # fmt: skip
+                c = prepared.config.varied(
+                    seed=seed,
+                    policy={"reclaim": reclaim, "allocator_start": start, "settle_windows": settle,
+                            "start_delay_s": timing.start_delay_s,
+                            "control_period_s": timing.control_period_s},
+                    simulation={"grants": grants, "cycle_period_s": timing.cycle_period_s},
+                )  # fmt: skip
                 res = run_policy(dataclasses.replace(prepared, config=c), policy)
                 m = O.sim_metrics(jobs, res.jobs, res.summary, timing.start_delay_s)
                 runs.append(m)

@@ -7,7 +7,6 @@ series, and the summary. Run by that test under the pure and the compiled build 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
@@ -57,7 +56,7 @@ def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
     from coda.experiment.paper import PaperConfig, write_workloads
     from coda.policy import POLICIES, REPLAY_SCALE_POLICIES
     from coda.replay.plan import ClusterShape, fitting, load_table, prepare_replay
-    from coda.sim.run import RunConfig
+    from coda.study.config import RunConfig
 
     # The bundled trace on its default cluster, exact estimates: every policy but those
     # meant for replay-sized clusters, which run on the replay's workload and cluster.
@@ -73,30 +72,35 @@ def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
     return [
         ("bundled", base, every),
         ("paper-1500", paper.run_config(0), ("fifo", "coda", "coda-no-eliminator")),
-        ("bundled-limits", dataclasses.replace(base, estimates="time-limits"), ("coda",)),
+        ("bundled-limits", base.varied(policy={"estimates": "time-limits"}), ("coda",)),
         ("replay-4x5g28c", replay, (*REPLAY_SCALE_POLICIES, "fifo", "coda")),
         # CODA's other knobs, and the run options that reach the policies' inputs.
         (
             "bundled-variants",
-            dataclasses.replace(
-                base,
-                order="fifo",
-                gpu_subarrays=True,
-                allocator_start="paper",
+            base.varied(
+                policy={"order": "fifo", "gpu_subarrays": True, "allocator_start": "paper"},
                 perturb=0.2,
                 mix="AlexNet=2,ResNet50=1,Transformer=1",
                 seed=3,
             ),
             ("coda",),
         ),
-        ("bundled-no-estimates", dataclasses.replace(base, estimates="none", noise=0.0), ("coda",)),
+        (
+            "bundled-no-estimates",
+            base.varied(policy={"estimates": "none"}, simulation={"noise": 0.0}),
+            ("coda",),
+        ),
         # The cycle's own invariants checked after every event (InvariantError on a break).
-        ("small-checked", dataclasses.replace(base, cluster="openb:0.05", horizon=3e5), ("coda",)),
+        (
+            "small-checked",
+            base.varied(cluster="openb:0.05", simulation={"horizon": 3e5}),
+            ("coda",),
+        ),
     ]
 
 
 def main(argv: list[str]) -> int:
-    from coda.sim.run import prepare, run_policy
+    from coda.study.run import prepare, run_policy
 
     out = Path(argv[1])
     print(json.dumps({"build": which_build()}), flush=True)

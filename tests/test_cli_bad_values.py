@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from coda.cli import FiniteFloat, main
-from coda.sim.run import RunConfig
+from coda.study.config import RunConfig, SimulationOptions
 
 TRACE = "job_id,submit_s,duration_s,gpus,cores\na,0,100,1,4\nb,300,100,0,2\n"
 CLUSTER = "1x8g96c"
@@ -303,17 +303,11 @@ def test_finite_float_refuses_nan_where_float_range_does_not():
         {"load": math.nan},
         {"load": -1.0},
         {"load": math.inf},
-        {"horizon": math.nan},
-        {"horizon": -5.0},
-        {"noise": math.nan},
-        {"noise": 3.0},
         {"perturb": 1.0},
         {"warmup": math.nan},
         {"seed": -1},
         {"seed": 1.5},
         {"seed": True},
-        {"samples": 0},
-        {"samples": 10**9},
         {"fractional": "half"},
         {"censored": None},
         {"cluster": 3},
@@ -325,9 +319,31 @@ def test_run_config_refuses_bad_fields(field):
         RunConfig(**field)
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"horizon": math.nan},
+        {"horizon": -5.0},
+        {"noise": math.nan},
+        {"noise": 3.0},
+        {"samples": 0},
+        {"samples": 10**9},
+        {"samples": 2.0},
+    ],
+)
+def test_simulation_options_refuse_bad_fields(field):
+    with pytest.raises(ValueError, match=next(iter(field))):
+        SimulationOptions(**field)
+
+
 def test_run_config_accepts_its_defaults_and_native_time():
     RunConfig()
-    RunConfig(load=None, horizon=3600.0, seed=2**32 - 1, noise=0.0, perturb=0.5)
+    RunConfig(
+        load=None,
+        seed=2**32 - 1,
+        perturb=0.5,
+        simulation=SimulationOptions(horizon=3600.0, noise=0.0),
+    )
 
 
 # ------------------------------------------------------------ review: values that got through

@@ -76,10 +76,11 @@ def test_help_groups_every_command_by_the_body_it_drives() -> None:
 
 
 def test_each_policy_knob_offers_what_the_run_and_the_policy_accept() -> None:
-    # One tuple per knob is the truth: click's choices are it, and the run config and
-    # the policy options accept each of them and nothing else.
+    # One tuple per knob is the truth: click's choices are it, and the options that
+    # hold the knob (the policy's, or the simulator's for grants) accept each of them and
+    # nothing else; a run config takes them.
     from coda.policy.options import PolicyOptions
-    from coda.sim.run import RunConfig
+    from coda.study.config import RunConfig, SimulationOptions
 
     simulate = main.get_command(click.Context(main), "simulate")
     assert simulate is not None
@@ -87,12 +88,14 @@ def test_each_policy_knob_offers_what_the_run_and_the_policy_accept() -> None:
     knobs = {"estimates", "order", "allocator_start", "reclaim", "grants"}
     assert knobs <= set(choices)
     for knob in knobs:
+        # The simulator's books, not the policy's.
+        holder = SimulationOptions if knob == "grants" else PolicyOptions
+        requeue = PolicyOptions(reclaim="requeue")
         for value in choices[knob]:
-            RunConfig(**{knob: value}, **({"reclaim": "requeue"} if knob == "grants" else {}))
-            if knob != "grants":  # the simulator's books, not the policy's
-                PolicyOptions(**{knob: value})
+            options = holder(**{knob: value})
+            if isinstance(options, SimulationOptions):
+                RunConfig(policy=requeue, simulation=options)
+            else:
+                RunConfig(policy=options)
         with pytest.raises(ValueError):
-            RunConfig(**{knob: "no-such-choice"})
-        if knob != "grants":
-            with pytest.raises(ValueError):
-                PolicyOptions(**{knob: "no-such-choice"})
+            holder(**{knob: "no-such-choice"})

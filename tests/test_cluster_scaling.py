@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coda.sim.run import resolve_cluster
+from coda.study.clusters import resolve_cluster
 from coda.workload.cluster import (
     DEFAULT_BW_PER_CORE,
     ClusterSpec,

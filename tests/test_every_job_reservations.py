@@ -20,7 +20,7 @@ from coda.policy.framework import Policy
 from coda.policy.state import Job, Node
 from coda.replay.node_choice import scenes, twin_choice
 from coda.replay.plan import ClusterShape, fitting, load_table, prepare_replay
-from coda.sim.run import run_policy
+from coda.study.run import run_policy
 
 OPTIONS = PolicyOptions(estimates="time-limits")
 

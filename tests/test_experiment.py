@@ -31,7 +31,7 @@ from coda.experiment import (
 from coda.policy import POLICIES
 from coda.policy.baselines import static_shared
 from coda.report.experiment import REPORT_FILES, fmt_estimate, write_experiment
-from coda.sim.run import RunConfig
+from coda.study.config import RunConfig
 
 HEADER = "job_id,submit_s,duration_s,gpus,cores,mem_mib,nodes,censored"
 CLUSTER = "4x8g96c,2x0g32c"

@@ -34,7 +34,7 @@ from coda.experiment.stats import t_critical
 from coda.policy import POLICIES
 from coda.report.regimes_plots import heatmap_name
 from coda.report.regimes_report import gain_block, is_paper_cell
-from coda.sim.run import MAX_LOAD, PAPER_CLUSTER
+from coda.study.config import MAX_LOAD, PAPER_CLUSTER
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.generate import generate
 from coda.workload.traces import load_trace
@@ -268,7 +268,7 @@ def test_pool_runs_every_cell_in_grid_order(tmp_path):
             x for x in runs if (x.cell, x.cluster, x.policy) == (r.cell, r.cluster, r.policy)
         )
         assert run.run.config.cluster == cluster_spec(5.6, r.cluster == "split")
-        assert run.run.config.load == 0.2 and run.run.config.estimates == "time-limits"
+        assert run.run.config.load == 0.2 and run.run.config.policy.estimates == "time-limits"
 
 
 def _rec(policy: str, seed: int, util: float | None, cpu_jct: float = 100.0) -> CellRecord:

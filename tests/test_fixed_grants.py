@@ -4,8 +4,6 @@ SIM_ALLOCATOR_START)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from coda.policy import PolicyOptions, make_policy
@@ -16,7 +14,7 @@ from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import SetCores
 from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
-from coda.sim.run import RunConfig
+from coda.study.config import RunConfig
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
 from tests.test_engine import PROFILES, table
@@ -82,12 +80,12 @@ def test_fixed_grants_refuse_a_reclaim_that_shrinks_and_unknown_books() -> None:
         simulator("fixed", reclaim="shrink")
     with pytest.raises(ValueError, match="grants must be one of"):
         simulator("loose")
-    base = RunConfig(trace="t.csv", reclaim="requeue")
-    assert dataclasses.replace(base, grants="fixed").grants == "fixed"
+    base = RunConfig(trace="t.csv", policy=PolicyOptions(reclaim="requeue"))
+    assert base.varied(simulation={"grants": "fixed"}).simulation.grants == "fixed"
     with pytest.raises(ValueError, match="fixed grants need reclaim 'requeue'"):
-        dataclasses.replace(base, grants="fixed", reclaim="shrink")
+        base.varied(policy={"reclaim": "shrink"}, simulation={"grants": "fixed"})
     with pytest.raises(ValueError, match="grants must be one of"):
-        dataclasses.replace(base, grants="Fixed")
+        base.varied(simulation={"grants": "Fixed"})
 
 
 def _dnn(idx: int) -> tuple[Job, Node]:
@@ -140,8 +138,6 @@ def test_settle_windows_reach_the_allocator_and_are_checked() -> None:
     for bad in (-1, 11, 1.5, True):
         with pytest.raises(ValueError, match="settle windows"):
             PolicyOptions(settle_windows=bad)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="settle_windows"):
-            RunConfig(trace="t.csv", settle_windows=bad)  # type: ignore[arg-type]
     from coda.replay import run as R
 
     assert R.SIM_SETTLE_WINDOWS == {"plain": 0, "coda": 1}

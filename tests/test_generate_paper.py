@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from coda.cli import main
-from coda.sim.run import resolve_cluster
+from coda.study.clusters import resolve_cluster
 from coda.workload.generate import PRESETS, generate_preset, write_csv
 from coda.workload.generate.arrivals import daily_poisson
 from coda.workload.generate.paper import (

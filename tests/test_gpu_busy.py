@@ -10,7 +10,7 @@ import pytest
 
 from coda.policy import make_policy
 from coda.sim.engine import Simulator
-from coda.sim.run import PAPER_CLUSTER
+from coda.study.config import PAPER_CLUSTER
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.generate import PaperParams, generate
 from coda.workload.perf import build_workload, load_profile_set

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 FORBIDDEN = {
-    "workload": ["policy", "cycle", "sim", "runtime", "slurm", "replay"],
-    "policy": ["control", "cycle", "sim", "runtime", "slurm", "replay"],
-    "control": ["cycle", "sim", "runtime", "slurm", "replay"],
-    "cycle": ["sim", "runtime", "slurm", "replay"],
-    "sim": ["runtime", "slurm", "replay"],
-    "runtime": ["sim", "slurm", "replay"],
-    "slurm": ["sim", "replay"],
+    "workload": ["policy", "cycle", "sim", "study", "runtime", "slurm", "replay"],
+    "policy": ["control", "cycle", "sim", "study", "runtime", "slurm", "replay"],
+    "control": ["cycle", "sim", "study", "runtime", "slurm", "replay"],
+    "cycle": ["sim", "study", "runtime", "slurm", "replay"],
+    "sim": ["study", "runtime", "slurm", "replay"],
+    "study": ["report", "experiment", "runtime", "slurm", "replay", "cli"],
+    "runtime": ["sim", "study", "slurm", "replay"],
+    "slurm": ["sim", "study", "replay"],
 }
 
 CODE = """

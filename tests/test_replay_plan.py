@@ -59,7 +59,7 @@ def test_the_plan_is_the_simulators_workload_job_by_job(planned: tuple) -> None:
         if j.kind == "dnn":
             assert j.model in w.profiles.models and j.gpus_pn >= 1
         assert j.user in USERS
-    assert prepared.config.estimates == "time-limits"
+    assert prepared.config.policy.estimates == "time-limits"
 
 
 def test_sbatch_runs_the_script_with_options_as_arguments(planned: tuple, tmp_path: Path) -> None:

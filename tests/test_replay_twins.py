@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,8 @@ import pytest
 from coda.replay import outcome as O
 from coda.replay.plan import ClusterShape, compress, load_table, plan, prepare_replay
 from coda.replay.run import ReplayConfig, run_sim, sim_timing
-from coda.sim.run import Prepared, RunConfig, prepare
+from coda.study.config import DEFAULT_POLICY, RunConfig
+from coda.study.run import Prepared, prepare
 from tests.bench_module import load_bench
 
 rt = load_bench("replay_twins")
@@ -81,7 +83,8 @@ def _prepared(replay_dir: Path) -> Prepared:
     """The replay's workload as `coda replay` prepared it for its twins."""
     config = RunConfig(
         trace=str(replay_dir / "replay-trace.csv"), format="csv", cluster=SHAPE.spec,
-        load=0.9, seed=SEED, estimates="time-limits", warmup=0.0,
+        load=0.9, seed=SEED, warmup=0.0,
+        policy=dataclasses.replace(DEFAULT_POLICY, estimates="time-limits"),
     )  # fmt: skip
     return prepare(config)
 

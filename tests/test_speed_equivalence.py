@@ -47,7 +47,8 @@ from coda.sim.controls import Controls
 from coda.sim.engine import Simulator
 from coda.sim.kernel import EventKernel
 from coda.sim.physics import SpeedModel
-from coda.sim.run import run_policy
+from coda.study.config import SIMULATION_KNOBS
+from coda.study.run import run_policy
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.jobs import JobTable
 from coda.workload.perf import build_workload, load_profile_set
@@ -456,7 +457,7 @@ def test_optimised_runs_decide_as_the_straightforward_ones(
 ) -> None:
     spec = {"case": "t", "policy": policy, "jobs": jobs, "nodes": nodes, "seed": 3, "load": 1.0}
     prepared = bench.prepare_case(spec)
-    prepared = replace(prepared, config=replace(prepared.config, estimates=estimates))
+    prepared = replace(prepared, config=prepared.config.varied(policy={"estimates": estimates}))
     fast = _outcome(run_policy(prepared, policy))
     with reference():
         slow = _outcome(run_policy(prepared, policy))
@@ -473,7 +474,7 @@ def test_the_reserves_core_bound_changes_attempts_not_starts(
     # was held back shows may be an older one).
     spec = {"case": "t", "policy": "coda", "jobs": 400, "nodes": 8, "seed": 5, "load": 1.0}
     prepared = bench.prepare_case(spec)
-    prepared = replace(prepared, config=replace(prepared.config, estimates=estimates))
+    prepared = replace(prepared, config=prepared.config.varied(policy={"estimates": estimates}))
     bounded = _outcome(run_policy(prepared, "coda"))
     monkeypatch.setattr(IdleGpuReserve, "most_cores", lambda self, kind, node: node.cores)
     unbounded = _outcome(run_policy(prepared, "coda"))
@@ -703,7 +704,9 @@ def test_compacting_the_event_heap_changes_no_decision(
 ) -> None:
     spec = {"case": "t", "policy": policy, "jobs": 600, "nodes": 8, "seed": 4, "load": 1.0}
     prepared = bench.prepare_case(spec)
-    prepared = replace(prepared, config=replace(prepared.config, **changes))
+    sim = {k: v for k, v in changes.items() if k in SIMULATION_KNOBS}
+    knobs = {k: v for k, v in changes.items() if k not in SIMULATION_KNOBS}
+    prepared = replace(prepared, config=prepared.config.varied(policy=knobs, simulation=sim))
     moved: list[int] = []
     compact = EventKernel.compact
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from coda.cli import main
 from coda.policy import PolicyOptions, make_policy
 from coda.sim.engine import Simulator
-from coda.sim.run import RunConfig
+from coda.study.config import RunConfig, SimulationOptions
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
 from tests.test_engine import PROFILES, table
@@ -145,20 +145,20 @@ def test_a_bad_start_delay_is_refused(bad):
     with pytest.raises(ValueError, match="start_delay_s"):
         Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), start_delay_s=bad)
     with pytest.raises(ValueError, match="start_delay_s"):
-        RunConfig(start_delay_s=bad)
+        PolicyOptions(start_delay_s=bad)
 
 
 @pytest.mark.parametrize("bad", [0.0, -2.0, 1e-12, 0.001, math.nan, math.inf, 1e6])
 def test_a_bad_control_period_is_refused(bad):
-    with pytest.raises(ValueError, match="control"):
-        RunConfig(control_period_s=bad)
     with pytest.raises(ValueError, match="control period"):
         PolicyOptions(control_period_s=bad)
 
 
-def test_an_unknown_reclaim_is_refused():
+def test_an_unknown_reclaim_is_refused_and_a_simulation_takes_only_its_own():
     with pytest.raises(ValueError, match="reclaim"):
-        RunConfig(reclaim="evict")
+        PolicyOptions(reclaim="evict")
+    with pytest.raises(ValueError, match="a simulation's reclaim must be one of shrink, requeue"):
+        RunConfig(policy=PolicyOptions(reclaim="none"))
 
 
 def test_the_control_period_sets_the_eliminator_tick_and_the_sample_window():
@@ -252,4 +252,4 @@ def test_a_bad_cycle_period_is_refused(bad):
     with pytest.raises(ValueError, match="cycle_period_s"):
         Simulator(wl, parse_cluster_spec("1x0g8c"), make_policy("fifo"), cycle_period_s=bad)
     with pytest.raises(ValueError, match="cycle_period_s"):
-        RunConfig(cycle_period_s=bad)
+        SimulationOptions(cycle_period_s=bad)

@@ -14,7 +14,7 @@ from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS, default_trace_options, 
 from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
-from coda.sim.run import MAX_LOAD
+from coda.study.config import MAX_LOAD
 from coda.workload.limits import plain_number
 
 

@@ -14,7 +14,8 @@ from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
-from coda.sim.run import MAX_LOAD, MAX_SEED, prepare
+from coda.study.config import MAX_LOAD, MAX_SEED
+from coda.study.run import prepare
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.limits import MAX_TRACE_JOBS
 from coda.workload.traces import FORMATS

@@ -11,23 +11,31 @@ import click
 from coda.params import AsciiIntRange, FiniteFloat, OffOrFiniteFloat
 from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES
-from coda.policy.options import MAX_PERIOD_S, MIN_CONTROL_PERIOD_S, ORDERS, RECLAIMS
+from coda.policy.options import (
+    MAX_PERIOD_S,
+    MIN_CONTROL_PERIOD_S,
+    ORDERS,
+    RECLAIMS,
+    PolicyOptions,
+)
 from coda.sim.constants import GRANTS
-from coda.sim.run import (
-    CENSORED,
+from coda.study.config import (
     DEFAULT_CLUSTER,
     DEFAULT_LOAD,
     DEFAULT_TIME_LIMIT_S,
-    FRACTIONAL,
+    DEFAULT_WARMUP,
     MAX_HORIZON_S,
     MAX_LOAD,
     MAX_SEED,
     RunConfig,
+    SimulationOptions,
 )
 from coda.workload.traces import FORMATS
+from coda.workload.traces._common import CENSORED_CHOICES as CENSORED
+from coda.workload.traces._common import FRACTIONAL_CHOICES as FRACTIONAL
 
 # Stated ranges of the numeric options (shown in --help; click checks them); the
-# run's own ranges come from RunConfig, which checks them again.
+# run's own ranges are checked where its options are built (coda.study.config).
 MAX_SEEDS = 1000
 MAX_WORKERS = 1024
 
@@ -129,7 +137,7 @@ def _add_trace_options(f: F, cluster: str) -> F:
         click.option(
             "--warmup",
             type=FiniteFloat(0.0, 1.0, max_open=True),
-            default=0.01,
+            default=DEFAULT_WARMUP,
             show_default=True,
             help="Share of the first arrivals that only warm the cluster up: "
             "the measurement window starts after them.",
@@ -147,6 +155,23 @@ def run_config(kw: dict[str, Any]) -> RunConfig:
             "--grants fixed needs --reclaim requeue (a shrunk CPU job would keep its grant: "
             "Slurm never changes a running job's allocation)"
         )
+    policy = PolicyOptions(
+        estimates=kw.get("estimates", "exact"),
+        default_time_limit_s=kw.get("default_time_limit", DEFAULT_TIME_LIMIT_S),
+        order=kw.get("order", "drf"),
+        gpu_subarrays=kw.get("gpu_subarrays", False),
+        allocator_start=kw.get("allocator_start", "learned"),
+        start_delay_s=kw.get("start_delay", 0.0),
+        control_period_s=kw.get("control_period"),
+        reclaim=kw.get("reclaim", "shrink"),
+        settle_windows=kw.get("settle_windows", 0),
+    )
+    simulation = SimulationOptions(
+        horizon=kw["horizon"],
+        noise=kw.get("noise", 0.05),
+        cycle_period_s=kw.get("cycle_period", 0.0),
+        grants=kw.get("grants", "elastic"),
+    )
     return RunConfig(
         trace=kw["trace"],
         format=kw["fmt"],
@@ -158,21 +183,10 @@ def run_config(kw: dict[str, Any]) -> RunConfig:
         skip_bad_rows=kw["skip_bad_rows"],
         fractional=kw["fractional"],
         censored=kw["censored"],
-        horizon=kw["horizon"],
         warmup=kw["warmup"],
-        noise=kw.get("noise", 0.05),
         perturb=kw.get("perturb", 0.0),
-        estimates=kw.get("estimates", "exact"),
-        default_time_limit_s=kw.get("default_time_limit", DEFAULT_TIME_LIMIT_S),
-        order=kw.get("order", "drf"),
-        gpu_subarrays=kw.get("gpu_subarrays", False),
-        allocator_start=kw.get("allocator_start", "learned"),
-        start_delay_s=kw.get("start_delay", 0.0),
-        control_period_s=kw.get("control_period"),
-        cycle_period_s=kw.get("cycle_period", 0.0),
-        reclaim=kw.get("reclaim", "shrink"),
-        grants=kw.get("grants", "elastic"),
-        settle_windows=kw.get("settle_windows", 0),
+        policy=policy,
+        simulation=simulation,
     )
 
 

@@ -12,7 +12,7 @@ from coda.cli.run_options import default_trace_options, model_options, run_confi
 from coda.cli.terminal import console, prepare_run, run_one_policy, user_errors
 from coda.params import OutDir
 from coda.policy import POLICIES
-from coda.sim.run import PAPER_SETTING_CLUSTER
+from coda.study.config import PAPER_SETTING_CLUSTER
 
 
 def _check_policies(names: list[str]) -> None:

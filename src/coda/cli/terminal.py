@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coda.report.tables import SPEC_SHOWN
 from coda.sim.result import SimResult
-from coda.sim.run import Prepared, RunConfig, prepare, run_policy
+from coda.study.config import RunConfig
+from coda.study.run import Prepared, prepare, run_policy
 from coda.text import clip_middle
 from coda.workload.jobs import TraceFormatError
 

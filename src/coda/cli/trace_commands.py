@@ -8,12 +8,14 @@ from rich.text import Text
 
 from coda.cli.terminal import console, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutFile
-from coda.sim.run import CENSORED, FRACTIONAL, MAX_SEED
+from coda.study.config import MAX_SEED
 from coda.workload.generate import PRESETS
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.generate.paper import MAX_DAYS as MAX_GENERATED_DAYS
 from coda.workload.limits import MAX_TRACE_JOBS
 from coda.workload.traces import FORMATS
+from coda.workload.traces._common import CENSORED_CHOICES as CENSORED
+from coda.workload.traces._common import FRACTIONAL_CHOICES as FRACTIONAL
 
 
 class _TraceGroup(click.Group):

@@ -19,7 +19,7 @@ from coda.experiment.defaults import (
     SUBJECT,
 )
 from coda.policy import POLICIES
-from coda.sim.run import RunConfig
+from coda.study.config import RunConfig
 
 
 @dataclass
@@ -93,7 +93,7 @@ def reproduce_command(cfg: ExperimentConfig, out: str | None = None) -> str:
         ("--mix", b.mix, d.mix),
         ("--fractional", b.fractional, d.fractional),
         ("--censored", b.censored, d.censored),
-        ("--horizon", b.horizon, d.horizon),
+        ("--horizon", b.simulation.horizon, d.simulation.horizon),
         ("--warmup", b.warmup, d.warmup),
     ):
         if value != default:

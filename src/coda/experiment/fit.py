@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from coda.experiment.paper import ESTIMATES, Run, RunRecord, run_many
-from coda.sim.run import RunConfig
+from coda.experiment.paper import POLICY_OPTIONS, Run, RunRecord, run_many
+from coda.study.config import RunConfig
 from coda.workload.generate import PaperParams, generate, write_csv
 from coda.workload.generate.paper import REQUEST_BANDS, request_histogram
 
@@ -369,7 +369,7 @@ def evaluate_in_pool(workers: int, seed: int = FIT_SEED) -> Evaluate:
                 write_csv(table, path)
                 cfg = RunConfig(
                     trace=str(path), format=None, cluster=CLUSTER, load=None, seed=seed,
-                    estimates=ESTIMATES,
+                    policy=POLICY_OPTIONS,
                 )  # fmt: skip
                 runs += [Run(seed, p, cfg, False) for p in BASELINES]
             for cand in batch:

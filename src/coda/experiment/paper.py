@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from coda.sim.paper_metrics import paper_metrics
-from coda.sim.run import MAX_LOAD, MAX_SEED, RunConfig, prepare, run_policy
+from coda.study.config import DEFAULT_POLICY, MAX_LOAD, MAX_SEED, RunConfig
+from coda.study.run import prepare, run_policy
 from coda.workload.generate import PaperParams, generate, marginals, write_csv
 from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.limits import MAX_TRACE_JOBS
@@ -39,6 +40,7 @@ PAPER_POLICIES = (
     "oracle",
 )
 ESTIMATES = "time-limits"  # what Slurm knows, as in the paper's cluster
+POLICY_OPTIONS = dataclasses.replace(DEFAULT_POLICY, estimates=ESTIMATES)
 DEFAULT_CLUSTER = "paper"
 DEFAULT_TRACE_LOAD = 1.0
 MAX_SEEDS = 1000
@@ -126,7 +128,12 @@ class PaperConfig:
         if self.generated:  # native arrivals: the generator already set the rate
             trace, fmt, load = str(self.workload_path(seed)), None, None
         return RunConfig(
-            trace=trace, format=fmt, cluster=self.cluster, load=load, seed=seed, estimates=ESTIMATES
+            trace=trace,
+            format=fmt,
+            cluster=self.cluster,
+            load=load,
+            seed=seed,
+            policy=POLICY_OPTIONS,
         )
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from coda.experiment.paper import ESTIMATES, MAX_SEEDS, Run, RunRecord, run_many
-from coda.sim.run import MAX_LOAD, PAPER_CLUSTER, RunConfig
+from coda.experiment.paper import ESTIMATES, MAX_SEEDS, POLICY_OPTIONS, Run, RunRecord, run_many
+from coda.study.config import MAX_LOAD, PAPER_CLUSTER, RunConfig
 from coda.workload.cluster import load_node_list, parse_cluster_spec
 from coda.workload.generate import PaperParams, generate, write_csv
 from coda.workload.jobs import JobTable
@@ -422,7 +422,7 @@ def plan(cfg: RegimesConfig, workloads: dict[WorkloadKey, Workload]) -> list[Cel
                     cluster=cluster_spec(cell.cores_per_gpu, cluster == SPLIT),
                     load=cell.load,
                     seed=seed,
-                    estimates=ESTIMATES,
+                    policy=POLICY_OPTIONS,
                 )
                 for p in policies:
                     runs.append(CellRun(cell, cluster, p, seed, Run(seed, p, config, False)))

@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from coda.experiment.analysis import Analysis, analyse
@@ -21,7 +21,8 @@ from coda.experiment.config import (
     split_policies,
 )
 from coda.experiment.records import RunRecord
-from coda.sim.run import RunConfig, prepare, run_policy
+from coda.study.config import RunConfig
+from coda.study.run import prepare, run_policy
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,11 @@ def plan(cfg: ExperimentConfig) -> list[Group]:
         groups += [
             Group(
                 "robustness",
-                replace(
-                    cfg.base,
+                cfg.base.varied(
                     load=cfg.judged_load,
                     seed=seed,
                     perturb=cfg.perturb,
-                    noise=cfg.noise,
+                    simulation={"noise": cfg.noise},
                 ),
                 rob,
             )
@@ -81,8 +81,8 @@ def _error_record(group: Group, policy: str, exc: BaseException) -> RunRecord:
         load=float(c.load if c.load is not None else math.nan),
         seed=c.seed,
         perturb=c.perturb,
-        noise=c.noise,
-        config=asdict(c),
+        noise=c.simulation.noise,
+        config=c.as_dict(),
         error=f"{type(exc).__name__}: {exc}",
         traceback="".join(traceback.format_exception(exc)),
     )
@@ -105,7 +105,7 @@ def run_group(group: Group, on_run: Callable[[], None] | None = None) -> list[Ru
             summary = run_policy(prepared, policy).summary
             records.append(
                 RunRecord.from_summary(
-                    group.kind, summary, group.config.perturb, group.config.noise, policy
+                    group.kind, summary, group.config.perturb, group.config.simulation.noise, policy
                 )
             )
         except Exception as exc:  # noqa: BLE001

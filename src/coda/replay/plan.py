@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from coda.sim.run import DEFAULT_TIME_LIMIT_S, Prepared, RunConfig, prepare
+from coda.study.config import DEFAULT_POLICY, DEFAULT_TIME_LIMIT_S, RunConfig
+from coda.study.run import Prepared, prepare
 from coda.workload.jobs import JobTable
 from coda.workload.traces import load_trace
 from coda.workload.traces.generic_csv import write_csv
@@ -145,7 +146,7 @@ def prepare_replay(
     path = write_csv(table, out / "replay-trace.csv")
     config = RunConfig(
         trace=str(path), format="csv", cluster=shape.spec, load=load, seed=seed,
-        estimates="time-limits", warmup=0.0,
+        policy=dataclasses.replace(DEFAULT_POLICY, estimates="time-limits"), warmup=0.0,
     )  # fmt: skip
     return prepare(config)
 

@@ -73,7 +73,7 @@ SIM_SETTLE_WINDOWS = {"plain": 0, "coda": 1}
 
 if TYPE_CHECKING:
     from coda.sim.result import SimResult
-    from coda.sim.run import Prepared
+    from coda.study.run import Prepared
 
 
 @dataclass
@@ -329,17 +329,17 @@ def run_sim(
 ) -> SimResult:
     """One simulated twin; ``seed`` seeds its sample noise only (the prepared workload,
     the real jobs' twin, stays as it is)."""
-    from coda.sim.run import run_policy
+    from coda.study.run import run_policy
 
-    config = dataclasses.replace(
-        prepared.config,
-        start_delay_s=timing.start_delay_s,
-        control_period_s=timing.control_period_s,
-        cycle_period_s=timing.cycle_period_s,
-        reclaim=SIM_RECLAIM[mode],
-        grants=SIM_GRANTS[mode],
-        allocator_start=SIM_ALLOCATOR_START[mode],
-        settle_windows=SIM_SETTLE_WINDOWS[mode],
+    config = prepared.config.varied(
+        policy={
+            "start_delay_s": timing.start_delay_s,
+            "control_period_s": timing.control_period_s,
+            "reclaim": SIM_RECLAIM[mode],
+            "allocator_start": SIM_ALLOCATOR_START[mode],
+            "settle_windows": SIM_SETTLE_WINDOWS[mode],
+        },
+        simulation={"cycle_period_s": timing.cycle_period_s, "grants": SIM_GRANTS[mode]},
         seed=prepared.config.seed if seed is None else seed,
     )
     return run_policy(dataclasses.replace(prepared, config=config), SIM_POLICY[mode])

@@ -187,7 +187,7 @@ def _what_was_run(result: ExperimentResult, command: str) -> list[str]:
         f"- Trace `{c['trace']}`, cluster {c['cluster']}, profiles `{c['profiles']}`"
         + (f", model mix `{base.mix}`" if base.mix else "")
         + f", warm-up {base.warmup:g}"
-        + (f", horizon {base.horizon:g} s" if base.horizon else ""),
+        + (f", horizon {base.simulation.horizon:g} s" if base.simulation.horizon else ""),
         f"- Loads {c['loads']} (headline load {cfg.judged_load:g}); seeds {c['seeds']}; "
         f"one workload per (load, seed), shared by every policy, so differences are paired.",
         f"- Policies: {', '.join(f'`{p}`' for p in result.policies)}"
@@ -196,7 +196,7 @@ def _what_was_run(result: ExperimentResult, command: str) -> list[str]:
             if result.skipped
             else ""
         ),
-        f"- Main grid: {len(main)} runs (allocator sample noise {base.noise:g}, "
+        f"- Main grid: {len(main)} runs (allocator sample noise {base.simulation.noise:g}, "
         f"profiles unperturbed).",
     ]
     if cfg.robustness:
