@@ -10,15 +10,13 @@ from typing import Any
 import click
 from rich.text import Text
 
+from coda.cli.deferred import FORMATS, MAX_ARRIVAL_SCALE, DeferredChoice, DeferredMaxFloat
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.study.config import MAX_LOAD, MAX_SEED
-from coda.study.run import prepare
-from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
 from coda.workload.limits import MAX_TRACE_JOBS
-from coda.workload.traces import FORMATS
 
 
 @click.command("paper")
@@ -28,7 +26,7 @@ from coda.workload.traces import FORMATS
     help="A real trace instead of the generated paper workload: a file, or 'openb' for the "
     "bundled Alibaba openb 2023 trace.",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Trace format.")
+@click.option("--format", "fmt", type=DeferredChoice(FORMATS), default=None, help="Trace format.")
 @click.option(
     "--cluster",
     default="paper",
@@ -58,7 +56,7 @@ from coda.workload.traces import FORMATS
 )
 @click.option(
     "--arrival-scale",
-    type=FiniteFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
+    type=DeferredMaxFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
     default=None,
     help="Generated workload: arrival-rate multiplier (default 1, the paper's rate).",
 )
@@ -139,6 +137,7 @@ def paper(
     )
     from coda.experiment.paper_results import results
     from coda.report.paper_report import write_outputs
+    from coda.study.run import prepare
     from coda.workload.traces import bundled_trace_path
 
     names = tuple(p.strip() for p in policies.split(",") if p.strip())

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from coda.cli.deferred import CENSORED, FORMATS, FRACTIONAL, DeferredChoice
 from coda.params import AsciiIntRange, FiniteFloat, OffOrFiniteFloat
 from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES
@@ -30,9 +31,6 @@ from coda.study.config import (
     RunConfig,
     SimulationOptions,
 )
-from coda.workload.traces import FORMATS
-from coda.workload.traces._common import CENSORED_CHOICES as CENSORED
-from coda.workload.traces._common import FRACTIONAL_CHOICES as FRACTIONAL
 
 # Stated ranges of the numeric options (shown in --help; click checks them); the
 # run's own ranges are checked where its options are built (coda.study.config).
@@ -66,7 +64,7 @@ def _add_trace_options(f: F, cluster: str) -> F:
         click.option(
             "--format",
             "fmt",
-            type=click.Choice(FORMATS),
+            type=DeferredChoice(FORMATS),
             default=None,
             help="Trace format. Default: detected from the file's header.",
         ),
@@ -115,14 +113,14 @@ def _add_trace_options(f: F, cluster: str) -> F:
         ),
         click.option(
             "--fractional",
-            type=click.Choice(FRACTIONAL),
+            type=DeferredChoice(FRACTIONAL),
             default="whole",
             show_default=True,
             help="Fractional-GPU jobs: give a whole GPU, or drop.",
         ),
         click.option(
             "--censored",
-            type=click.Choice(CENSORED),
+            type=DeferredChoice(CENSORED),
             default="keep",
             show_default=True,
             help="Jobs still running at the trace end: keep or drop.",

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coda.report.tables import SPEC_SHOWN
-from coda.sim.result import SimResult
-from coda.study.config import RunConfig
-from coda.study.run import Prepared, prepare, run_policy
 from coda.text import clip_middle
-from coda.workload.jobs import TraceFormatError
+
+if TYPE_CHECKING:  # each loads numpy: imported where a run is prepared
+    from coda.sim.result import SimResult
+    from coda.study.config import RunConfig
+    from coda.study.run import Prepared
 
 # Piped or captured output has no terminal width; rich would then assume 80
 # columns and squeeze the label column of a many-policy table to nothing.
@@ -33,16 +34,19 @@ def one_line(e: BaseException) -> str:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Bad input ends with one clear line and exit 1, not a traceback: loaders raise
-    TraceFormatError/ValueError (UnicodeDecodeError and json errors are ValueErrors),
-    unreadable or unwritable paths OSError, and numbers beyond what numpy or a
-    float holds OverflowError."""
+    TraceFormatError/ValueError (a TraceFormatError is a ValueError, and so are
+    UnicodeDecodeError and json errors), unreadable or unwritable paths OSError, and
+    numbers beyond what numpy or a float holds OverflowError."""
     try:
         yield
-    except (TraceFormatError, ValueError, OSError, OverflowError) as e:
+    except (ValueError, OSError, OverflowError) as e:
         raise click.ClickException(one_line(e)) from None
 
 
 def prepare_run(config: RunConfig) -> Prepared:
+    from coda.report.tables import SPEC_SHOWN
+    from coda.study.run import prepare
+
     with err_console.status("loading trace and building workload"):
         prepared = prepare(config)
     rep = prepared.trace_report
@@ -60,6 +64,8 @@ def prepare_run(config: RunConfig) -> Prepared:
 
 
 def run_one_policy(prepared: Prepared, policy: str) -> SimResult:
+    from coda.study.run import run_policy
+
     with Progress(
         TextColumn(f"[bold]{policy}[/bold]"),
         BarColumn(),

@@ -6,16 +6,20 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
+from coda.cli.deferred import (
+    CENSORED,
+    FORMATS,
+    FRACTIONAL,
+    MAX_ARRIVAL_SCALE,
+    MAX_GENERATED_DAYS,
+    PRESETS,
+    DeferredChoice,
+    DeferredMaxFloat,
+)
 from coda.cli.terminal import console, user_errors
-from coda.params import AsciiIntRange, FiniteFloat, OutFile
+from coda.params import AsciiIntRange, OutFile
 from coda.study.config import MAX_SEED
-from coda.workload.generate import PRESETS
-from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
-from coda.workload.generate.paper import MAX_DAYS as MAX_GENERATED_DAYS
 from coda.workload.limits import MAX_TRACE_JOBS
-from coda.workload.traces import FORMATS
-from coda.workload.traces._common import CENSORED_CHOICES as CENSORED
-from coda.workload.traces._common import FRACTIONAL_CHOICES as FRACTIONAL
 
 
 class _TraceGroup(click.Group):
@@ -44,16 +48,16 @@ def trace_group() -> None:
     default=None,
     help="Trace file (or give it as PATH). Default: the bundled Alibaba openb 2023 pod list.",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+@click.option("--format", "fmt", type=DeferredChoice(FORMATS), default=None,
               help="The trace's format [default: from its name and columns].")  # fmt: skip
 @click.option(
     "--skip-bad-rows",
     is_flag=True,
     help="Skip malformed trace rows (counted in the report) instead of failing.",
 )
-@click.option("--fractional", type=click.Choice(FRACTIONAL), default="whole",
+@click.option("--fractional", type=DeferredChoice(FRACTIONAL), default="whole",
               help="Fractional-GPU jobs: give a whole GPU, or drop.")  # fmt: skip
-@click.option("--censored", type=click.Choice(CENSORED), default="keep",
+@click.option("--censored", type=DeferredChoice(CENSORED), default="keep",
               help="Jobs still running at the trace end: keep or drop.")  # fmt: skip
 def trace_info(
     path: str | None,
@@ -117,7 +121,7 @@ def trace_info(
 @trace_group.command("generate")
 @click.option(
     "--preset",
-    type=click.Choice(sorted(PRESETS)),
+    type=DeferredChoice(PRESETS, sort=True),
     default="paper",
     show_default=True,
     help="Parameter set (docs/trace-formats.md, Generated workloads, lists each with its source).",
@@ -133,13 +137,13 @@ def trace_info(
 )
 @click.option(
     "--days",
-    type=FiniteFloat(0.0, MAX_GENERATED_DAYS, min_open=True),
+    type=DeferredMaxFloat(0.0, MAX_GENERATED_DAYS, min_open=True),
     default=None,
     help="Days the jobs arrive over at --arrival-scale 1. Default: the preset's (paper: 30).",
 )
 @click.option(
     "--arrival-scale",
-    type=FiniteFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
+    type=DeferredMaxFloat(0.0, MAX_ARRIVAL_SCALE, min_open=True),
     default=None,
     help="Multiplies the arrival rate (the same jobs arrive over days / scale). Default: 1.",
 )
