@@ -84,3 +84,24 @@ def test_the_nested_options_must_be_options() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunConfig().seed = 1  # type: ignore[misc]
     assert isinstance(RunConfig(policy=PolicyOptions(reclaim="requeue")).policy, PolicyOptions)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "says"),
+    [
+        ("gpu_subarrays", 1, "gpu_subarrays must be true or false"),
+        ("default_time_limit_s", "5", "default time limit must be > 0 s"),
+        ("default_time_limit_s", True, "default time limit must be > 0 s"),
+        ("default_time_limit_s", float("nan"), "default time limit must be > 0 s"),
+        ("default_time_limit_s", 0, "default time limit must be > 0 s"),
+        ("settle_windows", 11, "settle windows must be a whole number in 0..10"),
+    ],
+)
+def test_a_policy_knob_is_refused_where_the_options_are_built(
+    knob: str, value: object, says: str
+) -> None:
+    """Checked once, in PolicyOptions: a config built past the CLI gets the same refusal."""
+    with pytest.raises(ValueError, match=says):
+        PolicyOptions(**{knob: value})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=says):
+        RunConfig().varied(policy={knob: value})

@@ -3,10 +3,10 @@ reads this file, so it imports nothing of CODA's), and whether they were.
 
 Compiled together: the scheduling cycle, the policies, the simulator and the job speed
 model they call. Left as Python: invariant.py (mypyc cannot compile a subclass of
-AssertionError; compiled modules raise it as it is), and run.py, result.py and
-paper_metrics.py, which build, hold and measure a run's configuration and results (not
-hot) and so take what their validation accepts (numpy integers, paths) where mypyc
-would enforce the annotations.
+AssertionError; compiled modules raise it as it is), and result.py and paper_metrics.py,
+which hold and measure a run's results (not hot) and so take what their validation
+accepts (numpy integers, paths) where mypyc would enforce the annotations. A run's setup
+(``coda.study``) is not compiled either.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from pathlib import Path
 
 # Relative to the ``coda`` package directory: a folder (its .py files) or one file.
 COMPILED = ("control", "cycle", "policy", "policy/plugins", "sim", "workload/job_perf.py")
-NOT_COMPILED = frozenset(
-    {"cycle/invariant.py", "sim/run.py", "sim/result.py", "sim/paper_metrics.py"}
-)
+NOT_COMPILED = frozenset({"cycle/invariant.py", "sim/result.py", "sim/paper_metrics.py"})
 
 
 def compiled_files(package: Path) -> list[Path]:

@@ -492,7 +492,7 @@ def setting(
         "workers": cfg.workers,
         "estimates": ESTIMATES,
         "gpu_servers": f"{servers} ({gpu_server_count()} servers, {total_gpus()} GPUs; "
-        f"sim.run.PAPER_CLUSTER {PAPER_CLUSTER})",
+        f"study.config.PAPER_CLUSTER {PAPER_CLUSTER})",
         "clusters": [
             {
                 "cores_per_gpu": r,

@@ -93,8 +93,12 @@ class PolicyOptions:
         if self.control_period_s is not None:
             checked_seconds("control period", self.control_period_s, at_least=MIN_CONTROL_PERIOD_S)
         checked_seconds("start_delay_s", self.start_delay_s)
-        if not self.default_time_limit_s > 0:
-            raise ValueError(f"default time limit must be > 0 s, got {self.default_time_limit_s}")
+        limit = self.default_time_limit_s
+        # inf: a job without a limit of its own is planned as never ending.
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
+            raise ValueError(f"default time limit must be > 0 s, got {limit!r}")
+        if not isinstance(self.gpu_subarrays, bool):
+            raise ValueError(f"gpu_subarrays must be true or false, got {self.gpu_subarrays!r}")
 
     def runtime_estimate(self) -> RuntimeEstimate:
         if self.estimates == "exact":
