@@ -363,7 +363,7 @@ def _sample_all(self: Controls) -> None:
             job.sample_work = done
             units = 50.0 + (job.idx * 2654435761 % 1000) / 10.0
             factor = max(0.0, 1.0 + self.noise * self._noise()) if self.noise else 1.0
-            self._loop().sample(job, now, rate * units * factor)
+            self.loop.sample(job, now, rate * units * factor)
         self.rewatch(node)
 
 

@@ -17,7 +17,7 @@ from coda.sim.physics import SpeedModel
 class Controls:
     """``noise``: relative standard deviation of each throughput sample handed to the
     job control (a real job's samples are noisy), drawn from ``rng``. ``loop`` is the
-    control loop every body runs; it is set once the executor, its sink, exists."""
+    control loop every body runs (the executor, its sink, makes both)."""
 
     def __init__(
         self,
@@ -26,11 +26,12 @@ class Controls:
         speed: SpeedModel,
         noise: float,
         rng: np.random.Generator,
+        loop: ControlLoop,
     ) -> None:
         self.policy = policy
         self.kernel = kernel
         self.speed = speed
-        self.loop: ControlLoop | None = None
+        self.loop = loop
         self.noise = noise
         self.rng = rng
         self._noise_buf = np.zeros(0)
@@ -40,11 +41,6 @@ class Controls:
         self._quiet: dict[Node, tuple[tuple[int, ...], float]] = {}  # signature, since when
         self.rests = 0  # times a watched node went to rest
         self.armed = {TICK: False, SAMPLE: False}  # a tick of this kind is in the heap
-
-    def _loop(self) -> ControlLoop:
-        loop = self.loop
-        assert loop is not None  # set before the run
-        return loop
 
     # ---------------------------------------------------------- node control
     def rewatch(self, node: Node) -> None:
@@ -62,7 +58,7 @@ class Controls:
         self._rewatch_one(node)
 
     def _rewatch_one(self, node: Node) -> None:
-        want = self._loop().watches(node)
+        want = self.loop.watches(node)
         if want and self._resting(node):
             want = False
         watched = self.watched
@@ -140,7 +136,7 @@ class Controls:
 
     def tick(self) -> None:
         """Run the policy's node control on every watched node."""
-        loop = self._loop()
+        loop = self.loop
         now = self.kernel.now
         for node in list(self.watched):
             if node not in self.watched:
@@ -163,7 +159,7 @@ class Controls:
         (an arbitrary per-job rate, so the policy cannot read the model's
         scale), with measurement noise. A converged job away from CPU jobs is
         not sampled in the simulator (its speed only changes with co-runners)."""
-        loop = self._loop()
+        loop = self.loop
         now = self.kernel.now
         noise = self.noise
         watched = self.watched

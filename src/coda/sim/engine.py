@@ -36,7 +36,6 @@ from coda.policy.framework import Policy
 from coda.policy.options import MIN_CONTROL_PERIOD_S, checked_seconds
 from coda.policy.state import Node
 from coda.sim.constants import CYCLE, FINISH, GRANTS, LAUNCH, TICK
-from coda.sim.controls import Controls
 from coda.sim.executor import ClusterExecutor
 from coda.sim.gauges import Gauges
 from coda.sim.kernel import EventKernel
@@ -179,16 +178,14 @@ class Simulator:
             checkpoint_s=policy.checkpoint_s,
             checkpoints=policy.reclaim is not None,
         )
-        self.controls = Controls(
-            policy, self.kernel, self.speed, float(noise), np.random.default_rng([seed, 11])
-        )
         self.outcomes = JobOutcomes(self.n, users_of(jobs, seed))
         self.executor = ClusterExecutor(
             workload, policy, self.sched, self.kernel, self.speed, self.gauges,
-            self.controls, self.outcomes, limits=limits_s, start_delay=start_delay,
+            self.outcomes, submit=self.submit, noise=float(noise),
+            rng=np.random.default_rng([seed, 11]), limits=limits_s, start_delay=start_delay,
             fixed_grants=fixed_grants, check=check_invariants,
         )  # fmt: skip
-        self.controls.loop = self.executor.loop
+        self.controls = self.executor.controls
         self.meters = Meters(
             self.gauges, self.sched, policy,
             total_gpus=sum(n.gpus for n in self.nodes),

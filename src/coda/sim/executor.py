@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from coda.control import ControlLoop
 from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
@@ -26,6 +28,7 @@ _CYCLE = Reason(R.CYCLE)
 
 class ClusterExecutor:
     """``limits``: each workload row's time limit (inf: none), or None for no limits.
+    ``noise`` and ``rng``: the controls' measurement noise (``Controls``).
     ``check``: verify the books after every change (slow; for tests)."""
 
     def __init__(
@@ -36,9 +39,11 @@ class ClusterExecutor:
         kernel: EventKernel,
         speed: SpeedModel,
         gauges: Gauges,
-        controls: Controls,
         outcomes: JobOutcomes,
         *,
+        submit: list[float],
+        noise: float,
+        rng: np.random.Generator,
         limits: list[float] | None,
         start_delay: float,
         fixed_grants: bool,
@@ -50,15 +55,16 @@ class ClusterExecutor:
         self.kernel = kernel
         self.speed = speed
         self.gauges = gauges
-        self.controls = controls
         self.outcomes = outcomes
-        self.submit: list[float] = workload.jobs.submit.tolist()
+        self.submit = submit  # the simulator's: each workload row's arrival
         self.limits = limits
         self.start_delay = start_delay
         self.fixed_grants = fixed_grants
         self.check = check
         self.busy: dict[Node, None] = {}  # nodes with at least one job
         self.loop = ControlLoop(policy, self)  # the control loop every body runs
+        # When the loop's job and node controls run (they ask it whom to watch).
+        self.controls = Controls(policy, kernel, speed, noise, rng, self.loop)
 
     def carry_out(
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
