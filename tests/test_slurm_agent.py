@@ -824,7 +824,7 @@ def test_a_restarted_agent_knows_the_report_was_made(env: Env) -> None:
     first = env.agent()
     converge(env, first, 5)
     second = env.agent()
-    assert second.source.reported == {5: 1}
+    assert second.source.reports.reported == {5: 1}
     for _ in range(40):
         env.step(second, {5: 100.0})
     assert len(env.slurm.updates) == 1  # settled=1 already in the mark

@@ -30,34 +30,24 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from coda.policy.framework import SetCores
-from coda.policy.state import CPU, DNN, Job, Node
+from coda.policy.state import CPU, Job, Node
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
 from coda.runtime.cgroups import CgroupError, format_cpus, parse_cpus
 from coda.runtime.job_source import AgentHost
 from coda.runtime.progress import Progress, read_progress
-from coda.runtime.shim import write_atomic
 from coda.runtime.store import Store
 from coda.slurm.cgroups import SlurmJobCgroups
 from coda.slurm.client import (
     SlurmClient,
     SlurmError,
     SlurmJob,
-    format_mark,
-    mark_fields,
     model_key,
 )
+from coda.slurm.reports import SlurmJobInfo, SlurmReports
 
 GRANTS_KEY = "slurm_grants"
-
-
-@dataclasses.dataclass
-class SlurmJobInfo:
-    uid: int
-    mark: dict[str, str]
-    grant: list[int]
 
 
 class SlurmJobs:
@@ -83,7 +73,7 @@ class SlurmJobs:
         self.node: Node | None = None
         self.cpus: list[int] = []
         self.info: dict[int, SlurmJobInfo] = {}
-        self.reported: dict[int, int] = {}  # settled cores written to the job's mark
+        self.reports = SlurmReports(host, client)  # settled cores, status.json
         self._failed_lookups: dict[int, float] = {}
         self._kept: set[str] = set()  # quota groups that could not be removed yet
         self._not_running: dict[int, int] = {}  # lookups that found a job not running yet
@@ -139,8 +129,8 @@ class SlurmJobs:
 
     def after_control(self, now: float) -> None:
         self.remove_orphan_cgroups()
-        self._report()
-        self._write_status()
+        self.reports.report(self.info)
+        self.reports.write_status(self.info)
 
     def leave(self, stop_jobs: bool, now: float) -> None:
         """Jobs keep running (stopping them is Slurm's business: scancel); with
@@ -183,7 +173,7 @@ class SlurmJobs:
                 )
                 self.host.log(f"job {jid} ({m.job.job_id}) ended")
                 self.info.pop(jid, None)
-                self.reported.pop(jid, None)
+                self.reports.forget(jid)
                 self._remove_progress(jid)
                 changed = True
         self._failed_lookups = {j: t for j, t in self._failed_lookups.items() if j in groups}
@@ -244,8 +234,7 @@ class SlurmJobs:
         m = Managed(jid, job, name, self.host.state_dir / "jobs" / str(jid), cpus,
                     list(range(gpus_pn)), None, None)  # fmt: skip
         self.info[jid] = SlurmJobInfo(sj.user_id, mark, grant)
-        if mark.get("settled", "").isdigit():
-            self.reported[jid] = int(mark["settled"])
+        self.reports.seen(jid, mark)
         self.host.place(m, now)
         if job.kind == CPU and self.sg.quota(name) is not None:
             self.sg.set_quota(name, None)  # a throttle left by an agent that died
@@ -327,69 +316,6 @@ class SlurmJobs:
             (self.progress_dir / f"job_{jid}").unlink()
         except OSError:
             pass
-
-    # ------------------------------------------------------------ reporting
-    def _report(self) -> None:
-        """Tell the controller (through the job's AdminComment) what a converged DNN
-        job settled on: later jobs of its model are granted that many cores."""
-        alloc = self.host.search
-        if alloc is None:
-            return
-        for jid, m in self.host.jobs.running.items():
-            if m.job.kind != DNN or m.stalled or not m.controlled:
-                continue
-            if alloc.state(m.job) != "converged" or self.reported.get(jid) == len(m.cpus):
-                continue
-            info = self.info[jid]
-            if not info.mark.get("state"):
-                continue  # someone else's AdminComment: never overwritten
-            fields = mark_fields(info.mark)
-            fields["settled"] = str(len(m.cpus))
-            try:
-                text = format_mark(info.mark.get("state", "seen"), **fields)
-            except ValueError as e:  # a state someone hand-edited: not CODA's to rewrite
-                self.host.log(f"job {jid}: its mark cannot be rewritten ({e})")
-                self.reported[jid] = len(m.cpus)
-                continue
-            try:
-                self.slurm.update(jid, AdminComment=text)
-            except SlurmError as e:
-                self.host.log(f"job {jid}: could not report settled cores ({e}); will retry")
-                continue
-            info.mark["settled"] = fields["settled"]
-            self.reported[jid] = len(m.cpus)
-            self.host.decisions.record(
-                self.host.clock(), jid, "agent", "report", {"settled": len(m.cpus)}
-            )
-
-    def status(self) -> dict[str, Any]:
-        jobs = []
-        for jid, m in sorted(self.host.jobs.running.items()):
-            info = self.info[jid]
-            jobs.append(
-                {
-                    "job": jid,
-                    "model": m.job.model,
-                    "kind": m.job.kind,
-                    "requested": m.job.cores_pn_req,
-                    "grant": format_cpus(info.grant),
-                    "cpus": format_cpus(m.cpus),
-                    "quota": round(m.job.quota, 3),
-                    "throughput": m.throughput,
-                    "phase": self.host.phase(m),
-                    "settled": self.reported.get(jid),
-                }
-            )
-        host = self.host
-        return {"node": host.node_name, "pid": os.getpid(), "time": host.wall(), "jobs": jobs}
-
-    def _write_status(self) -> None:
-        try:
-            # Every tick: no fsync (a snapshot for people; the next tick rewrites it).
-            text = json.dumps(self.status(), indent=1)
-            write_atomic(self.host.state_dir / "status.json", text, durable=False)
-        except OSError as e:
-            self.host.log(f"status not written: {e}")
 
     # ------------------------------------------------------------ persistence
     def _load_grants(self) -> dict[int, list[int]]:
