@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+# Every layer above ``experiment`` (and ``experiment`` itself) never imports the reports,
+# the experiments or the commands: they sit on top (``report`` reads ``experiment``).
+TOP = ["report", "experiment", "cli"]
 FORBIDDEN = {
-    "workload": ["policy", "cycle", "sim", "study", "runtime", "slurm", "replay"],
-    "policy": ["control", "cycle", "sim", "study", "runtime", "slurm", "replay"],
-    "control": ["cycle", "sim", "study", "runtime", "slurm", "replay"],
-    "cycle": ["sim", "study", "runtime", "slurm", "replay"],
-    "sim": ["study", "runtime", "slurm", "replay"],
-    "study": ["report", "experiment", "runtime", "slurm", "replay", "cli"],
-    "runtime": ["sim", "study", "slurm", "replay"],
-    "slurm": ["sim", "study", "replay"],
+    "workload": ["policy", "cycle", "sim", "study", "runtime", "slurm", "replay", *TOP],
+    "policy": ["control", "cycle", "sim", "study", "runtime", "slurm", "replay", *TOP],
+    "control": ["cycle", "sim", "study", "runtime", "slurm", "replay", *TOP],
+    "cycle": ["sim", "study", "runtime", "slurm", "replay", *TOP],
+    "sim": ["study", "runtime", "slurm", "replay", *TOP],
+    "study": ["runtime", "slurm", "replay", *TOP],
+    "experiment": ["report", "runtime", "slurm", "replay", "cli"],
+    "runtime": ["sim", "study", "slurm", "replay", *TOP],
+    "slurm": ["sim", "study", "replay", *TOP],
 }
 
 CODE = """

@@ -236,7 +236,9 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
 @state_dir_option
 @click.argument("job_id", type=JOB_ID)
 @click.option("--stderr", "stream", flag_value="stderr", help="The job's stderr.")
-@click.option("--stdout", "stream", flag_value="stdout", default=True, help="[default]")
+@click.option(
+    "--stdout", "stream", flag_value="stdout", default=True, help="The job's stdout [default]."
+)
 @click.option(
     "--tail",
     type=AsciiIntRange(0, MAX_LOG_TAIL),

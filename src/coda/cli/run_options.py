@@ -231,7 +231,7 @@ def model_options(f: F) -> F:
         type=FiniteFloat(MIN_CONTROL_PERIOD_S, MAX_PERIOD_S),
         default=None,
         help="CODA's control period in seconds: the eliminator's tick and the allocator's "
-        "throughput window (a node agent's --window); policies without either ignore it  "
+        "throughput window (a node agent's --window); policies without either ignore it.  "
         "[default: the eliminator's, 10 s]",
     )(f)
     f = click.option(

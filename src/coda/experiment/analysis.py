@@ -25,7 +25,7 @@ from coda.experiment.verdict import (
     LoadVerdict,
     judge_load,
 )
-from coda.report.tables import fmt_number
+from coda.values import fmt_number
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coda.report.tables import finite, lookup
+from coda.values import finite, lookup
 
 
 def _probes_per_search(summary: dict[str, Any]) -> tuple[float | None, float | None, float | None]:

@@ -13,7 +13,7 @@ from coda.experiment.defaults import (
     METRICS,
 )
 from coda.experiment.records import RunRecord
-from coda.report.tables import finite
+from coda.values import finite
 
 # Two-sided 95% Student-t critical values t_{0.975, df}, df = 1..30 (no scipy here).
 _T975 = (

@@ -28,7 +28,7 @@ from coda.experiment.stats import (
     relative_gain_pct,
     tolerance,
 )
-from coda.report.tables import fmt_duration
+from coda.values import fmt_duration
 
 
 @dataclass(frozen=True)

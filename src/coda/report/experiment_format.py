@@ -13,7 +13,8 @@ from coda.experiment import (
     describe_loads,
     signed,
 )
-from coda.report.tables import MISSING, describe_cluster, fmt_duration
+from coda.report.tables import describe_cluster
+from coda.values import MISSING, fmt_duration
 
 
 def _duration_unit(seconds: float) -> tuple[float, str, int]:

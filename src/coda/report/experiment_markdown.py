@@ -20,7 +20,7 @@ from coda.experiment import (
     signed,
 )
 from coda.report.experiment_format import context_of, fmt_estimate, fmt_relative
-from coda.report.tables import MISSING, fmt_duration
+from coda.values import MISSING, fmt_duration
 
 
 def _pp(x: float | None) -> str:

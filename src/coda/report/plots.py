@@ -20,15 +20,9 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from coda.report.tables import (  # noqa: E402
-    MISSING,
-    describe_cluster,
-    finite,
-    fmt_duration,
-    fmt_number,
-    lookup,
-)
+from coda.report.tables import describe_cluster  # noqa: E402
 from coda.sim.result import SimResult  # noqa: E402
+from coda.values import MISSING, finite, fmt_duration, fmt_number, lookup  # noqa: E402
 from coda.writing import seekable_output  # noqa: E402
 
 # pyplot is shared with experiment_plots, which must not import it before the Agg switch.

@@ -32,7 +32,7 @@ from coda.experiment.regimes import (
 )
 from coda.experiment.stats import mean_ci
 from coda.report.paper_report import format_value
-from coda.report.tables import finite
+from coda.values import finite
 from coda.writing import write_text
 
 SCHEMA = "coda.experiment.regimes/1"

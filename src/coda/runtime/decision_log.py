@@ -1,5 +1,6 @@
 """The node's decision log: every decision a component made, with its detail, in the
-state database (``coda log``), and a count per component and action (the metrics)."""
+state database (``coda status --decisions N``), and a count per component and action
+(the metrics)."""
 
 from __future__ import annotations
 
