@@ -100,7 +100,6 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     type=click.Choice(["auto", "v1", "v2"]),
     default=None,
     hidden=True,
-    deprecated="use --cgroup-version auto|1|2",
     help="The old spelling of --cgroup-version (auto, v1, v2).",
 )
 @click.option(
@@ -205,6 +204,8 @@ def agent(
 
     tune = checked_loop(policy, tunes, period, window)
     if old_cg_version is not None:
+        # click's own `deprecated=` is newer than the click some distributions ship.
+        click.echo("coda agent: --cgroup is deprecated: use --cgroup-version auto|1|2", err=True)
         cg_version = old_cg_version.removeprefix("v")
     try:
         limits = Limits(
