@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from coda.policy.framework import Action, ExplainsSearch, Preempt, SetCores, SetQuota
-from coda.policy.state import CPU, DNN, Job, Node
+from coda.policy.state import CPU, DNN, Node
 from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
 from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_books import JobBooks
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import JobProcesses, quietly, send_signal
@@ -30,18 +31,12 @@ class ActuatedNode(Protocol):
     processes: JobProcesses
 
     @property
-    def search(self) -> ExplainsSearch | None: ...
-
-    def cpus_to_add(self, m: Managed, k: int) -> list[int] | None: ...
-
-    def books_changed(self, grew: bool) -> None: ...
-
-    def release(self, m: Managed, now: float) -> None: ...
+    def source(self) -> JobBooks: ...
 
     @property
-    def preempts(self) -> bool: ...
+    def search(self) -> ExplainsSearch | None: ...
 
-    def requeue(self, job_id: int, job: Job) -> None: ...
+    def release(self, m: Managed, now: float) -> None: ...
 
 
 class Actuator:
@@ -92,7 +87,10 @@ class Actuator:
             return
         # Growth (a probe, a climb back, a stalled job's regrow) takes free cores only:
         # cores CPU jobs hold are reclaimed for a DNN job's start, never to measure one.
-        add = agent.cpus_to_add(m, n - cur) if n > cur else []
+        books = agent.source
+        add: list[int] | None = []
+        if n > cur:
+            add = books.take(m, n - cur) if books.room(m) >= n - cur else None
         if add is None:
             agent.decisions.record(
                 now,
@@ -126,7 +124,7 @@ class Actuator:
         node.free_cores -= n - cur
         if job.kind == CPU:
             node.cpu_job_cores += n - cur
-        agent.books_changed(grew=n < cur)
+        books.books_changed(grew=n < cur)
         if job.kind == CPU and job.quota < 1.0:
             self.write_quota(m)
         m.settle_until = now + self.config.settle_s
@@ -193,7 +191,7 @@ class Actuator:
         checkpoints are its business). Killed before the database says queued, so a
         crash in between leaves it 'lost', never running twice."""
         agent = self.node
-        if not agent.preempts:  # its source could not queue it again: never kill it
+        if not agent.source.preempts:  # its source could not queue it again: never kill it
             agent.decisions.record(now, m.row_id, source, "preempt-refused", {"why": "no requeue"})
             return
         agent.processes.kill_until_gone(m)
@@ -224,6 +222,6 @@ class Actuator:
             preemptions=pre,
             message=f"preempted {pre}x for a DNN job",
         )
-        agent.requeue(m.row_id, m.job)
+        agent.source.requeue(m.row_id, m.job)
         agent.decisions.record(now, m.row_id, source, "preempt", dict(reason or {}))
         self.log(f"job {m.row_id}: preempted ({source})")

@@ -47,7 +47,6 @@ from coda.runtime.learned_store import LearnedStore
 from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
 from coda.runtime.processes import JobProcesses, quietly
-from coda.runtime.progress import Progress
 from coda.runtime.resctrl import NoResctrl, ResctrlControl
 from coda.runtime.sampler import Sampler
 from coda.runtime.store import Store
@@ -198,28 +197,6 @@ class NodeAgent(Generic[S]):
             self.cg.remove(m.cgroup)
         except CgroupError as e:
             self.log(f"cgroup {m.cgroup} not removed: {e}")
-
-    def room(self, m: Managed) -> int:
-        """How many more cores ``m`` could get now."""
-        return self.source.room(m)
-
-    def cpus_to_add(self, m: Managed, k: int) -> list[int] | None:
-        """``k`` more CPUs for a growing job, or None if it has not got the room."""
-        return self.source.take(m, k) if self.source.room(m) >= k else None
-
-    def books_changed(self, grew: bool) -> None:
-        self.source.books_changed(grew)
-
-    @property
-    def preempts(self) -> bool:
-        """Whether the source can queue a preempted job again."""
-        return self.source.preempts
-
-    def requeue(self, job_id: int, job: Job) -> None:
-        self.source.requeue(job_id, job)
-
-    def read_progress(self, m: Managed) -> Progress | None:
-        return self.source.read_progress(m)
 
     # ------------------------------------------------------------ control
     def carry_out(

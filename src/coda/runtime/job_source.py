@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Protocol
 
 from coda.policy.framework import ExplainsSearch, Policy
-from coda.policy.state import Job, Node
+from coda.policy.state import Node
 from coda.runtime.actions import Actuator
 from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_books import JobBooks
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import JobProcesses
-from coda.runtime.progress import Progress
 from coda.runtime.store import Store
 
 
@@ -47,10 +47,8 @@ class AgentHost(Protocol):
     def release(self, m: Managed, now: float) -> None: ...
 
 
-class JobSource(Protocol):
+class JobSource(JobBooks, Protocol):
     """The jobs one node agent drives, and the books their cores are kept in."""
-
-    preempts: bool  # a preempted job can be queued again (``requeue``)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> Node:
@@ -77,29 +75,4 @@ class JobSource(Protocol):
 
     def close(self) -> None:
         """After the agent's last write: groups of ended jobs removed, state saved."""
-        ...
-
-    # ------------------------------------------------------------ books
-    def room(self, m: Managed) -> int:
-        """How many more cores ``m`` could get now."""
-        ...
-
-    def take(self, m: Managed, k: int) -> list[int]:
-        """``k`` more CPUs for ``m`` (``room`` said there are), taken from the books."""
-        ...
-
-    def hold(self, m: Managed, sign: int) -> None:
-        """Book a job's CPUs and GPUs as taken (+1) or given back (-1)."""
-        ...
-
-    def books_changed(self, grew: bool) -> None:
-        """The node's free cores changed outside the scheduler (a cpuset resize)."""
-        ...
-
-    def requeue(self, job_id: int, job: Job) -> None:
-        """A preempted job queued again (asked only of a source that ``preempts``)."""
-        ...
-
-    def read_progress(self, m: Managed) -> Progress | None:
-        """The job's progress record, from a file only its own user could have written."""
         ...

@@ -10,23 +10,23 @@ from coda.control import ControlLoop
 from coda.policy.framework import Action, Policy, SetCores
 from coda.policy.state import CPU, DNN, Node
 from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_books import JobBooks
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.progress import Progress
 
 
 class SampledNode(Protocol):
-    """What the sampler reads and asks of its node agent: the running jobs, their
-    progress records, the room a job may grow into, and the agent's decision log."""
+    """What the sampler reads and asks of its node agent: the running jobs, their books
+    (progress records, the room a job may grow into), and the agent's decision log."""
 
     jobs: JobTable
     node: Node | None
     decisions: DecisionLog
     log: Callable[[str], None]
 
-    def read_progress(self, m: Managed) -> Progress | None: ...
-
-    def room(self, m: Managed) -> int: ...
+    @property
+    def source(self) -> JobBooks: ...
 
     def carry_out(
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
@@ -54,7 +54,7 @@ class Sampler:
         for m in list(self.agent.jobs.running.values()):
             if m.row_id not in self.agent.jobs.running:
                 continue  # preempted by an action earlier in this loop
-            rec = self.agent.read_progress(m)
+            rec = self.agent.source.read_progress(m)
             if rec is not None and (m.last is None or rec.samples != m.last.samples):
                 m.last_change = now
                 if m.stalled:
@@ -115,7 +115,7 @@ class Sampler:
             m.controlled = False
             want = m.job.cores_pn_req
             if want > m.job.cores_pn:
-                grow = min(want, m.job.cores_pn + self.agent.room(m))
+                grow = min(want, m.job.cores_pn + self.agent.source.room(m))
                 if grow > m.job.cores_pn:
                     self.agent.carry_out(
                         [SetCores(m.job, grow)],

@@ -1,0 +1,41 @@
+"""The books a node agent's jobs are kept in, as its actuator and sampler ask them: the
+room a job may grow into, CPUs taken and given back, preempted jobs queued again, and
+each job's progress record. Each job source (``JobSource``) keeps its own."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from coda.policy.state import Job
+from coda.runtime.managed import Managed
+from coda.runtime.progress import Progress
+
+
+class JobBooks(Protocol):
+    """Where a node's jobs hold their cores, and where their progress is read."""
+
+    preempts: bool  # a preempted job can be queued again (``requeue``)
+
+    def room(self, m: Managed) -> int:
+        """How many more cores ``m`` could get now."""
+        ...
+
+    def take(self, m: Managed, k: int) -> list[int]:
+        """``k`` more CPUs for ``m`` (``room`` said there are), taken from the books."""
+        ...
+
+    def hold(self, m: Managed, sign: int) -> None:
+        """Book a job's CPUs and GPUs as taken (+1) or given back (-1)."""
+        ...
+
+    def books_changed(self, grew: bool) -> None:
+        """The node's free cores changed outside the scheduler (a cpuset resize)."""
+        ...
+
+    def requeue(self, job_id: int, job: Job) -> None:
+        """A preempted job queued again (asked only of a source that ``preempts``)."""
+        ...
+
+    def read_progress(self, m: Managed) -> Progress | None:
+        """The job's progress record, from a file only its own user could have written."""
+        ...
