@@ -25,26 +25,30 @@ def _between(x: float, x0: float, y0: float, x1: float, y1: float) -> float:
 
 
 def test_figure_3_points_are_on_the_curves():
-    # AlexNet 1N1G: ~28% busy at 1 core (speed ~1.5 of ~7.8), ~93% at the optimum.
+    # AlexNet 1N1G (docs/paper.md, Figure 3): 28.0% busy at 1 core, speed 1.0 -> 7.66,
+    # 90.1% at the speed peak.
     one = CODA.job_perf("AlexNet", 1, 1)
-    assert one.busy(1.0) == pytest.approx(0.93)
-    assert one.busy(1.5 / 7.8) == pytest.approx(0.28, abs=1e-3)
+    assert one.busy(1.0) == pytest.approx(0.901)
+    assert one.busy(1.0 / 7.65) == pytest.approx(0.28, abs=1e-3)
     assert one.busy(0.0) == 0.0
-    # 1N4G: ~30% -> ~84%, speed ~1 -> ~12.
+    # 1N4G: 31.5% -> 83.7%, speed 1.0 -> 12.27.
     four = CODA.job_perf("AlexNet", 4, 1)
-    assert four.busy(1.0) == pytest.approx(0.84)
-    assert four.busy(1 / 12) == pytest.approx(0.30, abs=1e-3)
-    # NLP keeps its GPUs far from busy even when fed (Bi-att-flow ~23%).
-    assert CODA.job_perf("Bi-att-flow", 1, 1).busy(1.0) == pytest.approx(0.23)
-    assert CODA.job_perf("Transformer", 4, 1).busy(1.0) == pytest.approx(0.63)
+    assert four.busy(1.0) == pytest.approx(0.837)
+    assert four.busy(1 / 12.27) == pytest.approx(0.315, abs=1e-3)
+    # Bi-att-flow 1N1G: speed 1.0 -> 2.19, busy 15.1% -> 22.1%: NLP keeps its GPUs far
+    # from busy even when fed.
+    bidaf = CODA.job_perf("Bi-att-flow", 1, 1)
+    assert bidaf.busy(1.0) == pytest.approx(0.221)
+    assert bidaf.busy(1.0 / 2.19) == pytest.approx(0.151, abs=1e-3)
+    assert CODA.job_perf("Transformer", 4, 1).busy(1.0) == pytest.approx(0.639)
 
 
 def test_gpu_counts_between_listed_rows_interpolate_and_beyond_hold():
     two = CODA.job_perf("DeepSpeech", 2, 1)
-    assert two.busy(1.0) == pytest.approx(_between(2, 1, 0.97, 4, 0.72))
-    assert CODA.job_perf("DeepSpeech", 8, 1).busy(1.0) == pytest.approx(0.72)
+    assert two.busy(1.0) == pytest.approx(_between(2, 1, 0.967, 4, 0.725))
+    assert CODA.job_perf("DeepSpeech", 8, 1).busy(1.0) == pytest.approx(0.725)
     # Several nodes: the curve of its GPUs per node.
-    assert CODA.job_perf("DeepSpeech", 1, 2).busy(1.0) == pytest.approx(0.97)
+    assert CODA.job_perf("DeepSpeech", 1, 2).busy(1.0) == pytest.approx(0.967)
 
 
 def test_every_model_of_the_paper_set_has_a_curve_with_its_provenance():
@@ -109,14 +113,14 @@ def test_one_job_at_half_speed_reads_its_curve_over_the_window():
     wl = build_workload(table(rows), CODA, 0, {"AlexNet": 1.0})
     res = Simulator(wl, parse_cluster_spec("1x1g16c,1x0g4c"), make_policy("static-separate")).run()
     s = res.summary
-    busy = _between(0.5, 1.5 / 7.8, 0.28, 1.0, 0.93)
+    busy = _between(0.5, 0.1308, 0.28, 1.0, 0.901)
     assert s["gpu_util_effective"] == pytest.approx(0.5)
     assert s["gpu_util_allocated"] == pytest.approx(1.0)
     assert s["gpu_util_busy"] == pytest.approx(busy, abs=1e-4)
     assert s["paper"]["gpu_util_busy"] == s["gpu_util_busy"]
-    # Its split: 93% at full speed, the rest lost to too few cores, none to contention.
-    assert s["gpu_busy_full"] == pytest.approx(0.93)
-    assert s["gpu_busy_lost_cores"] == pytest.approx(0.93 - busy, abs=1e-4)
+    # Its split: 90.1% at full speed, the rest lost to too few cores, none to contention.
+    assert s["gpu_busy_full"] == pytest.approx(0.901)
+    assert s["gpu_busy_lost_cores"] == pytest.approx(0.901 - busy, abs=1e-4)
     assert s["gpu_busy_lost_contention"] == pytest.approx(0.0, abs=1e-12)
     series = res.timeseries["gpu_util_busy"]
     assert np.allclose(series[res.timeseries["t"] < 499], busy, atol=1e-4)

@@ -35,8 +35,8 @@ SHARES = (
     "cpu_within_180s_share",
     "cpu_preempted_share",
     "cpu_shrunk_share",
-    "core_more_1_5_share",
-    "core_fewer_1_20_share",
+    "dnn_more_cores_share",
+    "dnn_fewer_cores_share",
 )
 
 
@@ -231,6 +231,42 @@ def test_dnn_queuing_shares_on_one_gpu():
     assert pm["cpu_within_10s_share"] is None and pm["cpu_preemptions_per_job"] is None
 
 
+def test_queuing_past_ten_thousand_seconds_and_the_series_figures():
+    # FIFO on one GPU, 6000 s each: the third job waits 11,990 s, past Figure 11's
+    # 10^4 s. VGG16 on one GPU asking 2 cores is fed: busy 93.4% while it runs.
+    rows = [(0, 6000, 1, 2), (0, 6000, 1, 2), (10, 6000, 1, 2)]
+    res = run(rows, "1x1g8c", samples=181)
+    pm = paper_metrics(res)
+    assert pm["dnn_within_1e4s_share"] == pytest.approx(2 / 3)
+    assert pm["cpu_within_1e4s_share"] is None  # no CPU job
+    busy = PROFILES.job_perf("VGG16", 1, 1).busy(1.0)
+    # The GPU is held all along (Figure 10's time average of busy, unweighted).
+    assert pm["gpu_util_busy_time_avg"] == pytest.approx(busy)
+    assert pm["gpu_active_over_90_time_share"] == pytest.approx(1.0)
+    # The samples cover the window (0 ... 10 s): two jobs queue while the first runs.
+    assert pm["dnn_queued_jobs_mean"] == pytest.approx(float(np.mean(res.timeseries["dnn_queued"])))
+    assert pm["queued_jobs_mean"] == pm["dnn_queued_jobs_mean"]
+    assert pm["gpu_util_busy_queued"] == pytest.approx(busy)
+
+
+def test_series_figures_read_the_time_series():
+    r = _hand_result(submit=[0.0])
+    r.timeseries.update(
+        gpu_util_allocated=np.array([0.95, 0.8, 0.91, 0.5]),
+        gpu_util_busy=np.array([0.6, np.nan, 0.4, 0.2]),
+        dnn_queued=np.array([2.0, 0.0, 1.0, 0.0]),
+        cpu_queued=np.array([1.0, 1.0, 0.0, 0.0]),
+        cpu_util=np.array([0.1, 1.0, 0.2, 0.3]),
+    )
+    pm = paper_metrics(r)
+    assert pm["gpu_active_over_90_time_share"] == pytest.approx(0.5)
+    assert pm["gpu_util_busy_time_avg"] == pytest.approx(0.4)  # NaN: no GPU held
+    assert pm["gpu_util_busy_queued"] == pytest.approx(0.5)
+    assert pm["queued_jobs_mean"] == pytest.approx(5 / 4)
+    assert pm["dnn_queued_jobs_mean"] == pytest.approx(3 / 4)
+    assert pm["cpu_active_peak"] == 1.0
+
+
 def test_cpu_placement_shares():
     # Four 4-core CPU jobs on one 4-core node, 5 s each: placed after 0, 5, 10, 15 s.
     res = run([(0, 5, 0, 4)] * 4, "1x0g4c")
@@ -316,8 +352,8 @@ def test_preemptions_shrinks_and_core_deltas():
     assert pm["cpu_shrunk_share"] == pytest.approx(1 / 3)
     assert pm["core_delta_basis"] == "at start"
     assert pm["core_delta_hist"] == {-24: 1, 3: 1}
-    assert pm["core_more_1_5_share"] == 0.5
-    assert pm["core_fewer_1_20_share"] == 0.0  # 24 fewer is outside the paper's 1-20
+    assert pm["dnn_more_cores_share"] == 0.5
+    assert pm["dnn_fewer_cores_share"] == 0.0  # 24 fewer is outside the paper's 1-20
 
 
 def test_a_settled_grant_is_preferred_when_the_engine_records_one():

@@ -18,9 +18,11 @@ from typing import Any
 
 import click
 
+from coda.cli.eliminator_command import eliminator
 from coda.cli.headline_command import headline
 from coda.cli.paper_command import paper
 from coda.cli.regimes_command import regimes
+from coda.cli.sensitivity_command import sensitivity
 from coda.cli.simulate_commands import compare, list_policies, simulate
 from coda.cli.terminal import console, err_console, one_line
 from coda.cli.trace_commands import trace_generate, trace_group, trace_info
@@ -135,8 +137,10 @@ main.add_command(compare)
 main.add_command(trace_group)
 main.add_command(list_policies)
 experiment.add_command(headline)
+experiment.add_command(eliminator)
 experiment.add_command(paper)
 experiment.add_command(regimes)
+experiment.add_command(sensitivity)
 
 
 def _register_runtime() -> None:

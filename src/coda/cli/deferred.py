@@ -21,6 +21,7 @@ CENSORED = "coda.workload.traces._common:CENSORED_CHOICES"
 PRESETS = "coda.workload.generate:PRESETS"
 MAX_GENERATED_DAYS = "coda.workload.generate.paper:MAX_DAYS"
 MAX_ARRIVAL_SCALE = "coda.workload.generate.paper:MAX_ARRIVAL_SCALE"
+SPEECH_READINGS = "coda.workload.generate.paper:SPEECH_READINGS"
 
 
 def _value(ref: str) -> Any:

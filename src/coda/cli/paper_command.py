@@ -10,12 +10,19 @@ from typing import Any
 import click
 from rich.text import Text
 
-from coda.cli.deferred import FORMATS, MAX_ARRIVAL_SCALE, DeferredChoice, DeferredMaxFloat
+from coda.cli.deferred import (
+    FORMATS,
+    MAX_ARRIVAL_SCALE,
+    SPEECH_READINGS,
+    DeferredChoice,
+    DeferredMaxFloat,
+)
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
 from coda.cli.terminal import console, err_console, runs_bar, user_errors
 from coda.params import AsciiIntRange, FiniteFloat, OutDir
 from coda.policy import POLICIES
 from coda.study.config import MAX_LOAD, MAX_SEED
+from coda.workload.busy_derivation import READINGS as BUSY_READINGS
 from coda.workload.limits import MAX_TRACE_JOBS
 
 
@@ -65,7 +72,7 @@ from coda.workload.limits import MAX_TRACE_JOBS
     type=AsciiIntRange(0, MAX_SEED),
     default=0,
     show_default=True,
-    help="Run seeds N, N+1, ... (the fit ran on seed 1000).",
+    help="Run seeds N, N+1, ... (the fit ran on seeds 1000 and 1001).",
 )
 @click.option(
     "--fit",
@@ -78,6 +85,29 @@ from coda.workload.limits import MAX_TRACE_JOBS
     type=AsciiIntRange(2, 1000),
     default=None,
     help="With --fit: candidates to run (default 48; each is a month under fifo and drf).",
+)
+@click.option(
+    "--speech-reading",
+    type=DeferredChoice(SPEECH_READINGS),
+    default="dnn",
+    show_default=True,
+    help="How Figure 2b's 86.4% speech-related jobs is read: of DNN jobs ('dnn'), or of all "
+    "jobs ('all'); each has its own fitted preset (docs/paper.md).",
+)
+@click.option(
+    "--busy-reading",
+    type=click.Choice(BUSY_READINGS),
+    default="mid",
+    show_default=True,
+    help="The busy curves of the models Figure 3 does not show: the measured pipelined "
+    "models' mean ('mid'), lower or higher (docs/paper.md).",
+)
+@click.option(
+    "--heavy-share",
+    type=FiniteFloat(0.0, 1.0),
+    default=None,
+    help="Generated workload: the share of CPU jobs that are memory-bandwidth heavy "
+    "(default the paper's 0.5%).",
 )
 @click.option("--out", type=OutDir(), default="out/paper", show_default=True,
               help="Folder for the report, its data and the plots.")  # fmt: skip
@@ -99,6 +129,9 @@ def paper(
     first_seed: int,
     fit: bool,
     fit_budget: int | None,
+    speech_reading: str,
+    busy_reading: str,
+    heavy_share: float | None,
     out: str,
     workers: int | None,
 ) -> None:
@@ -113,7 +146,7 @@ def paper(
             f"--{name.replace('_', '-')}"
             for name in (
                 "trace", "fmt", "load", "seeds", "n_jobs", "policies", "arrival_scale",
-                "first_seed",
+                "first_seed", "busy_reading", "heavy_share",
             )
             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
         ]  # fmt: skip
@@ -121,7 +154,7 @@ def paper(
             raise click.UsageError(
                 f"--fit runs its own fixed setting; {', '.join(given)} cannot go with it"
             )
-        _fit(Path(out), fit_budget, workers)
+        _fit(Path(out), fit_budget, workers, speech_reading)
         return
     if fit_budget is not None:
         raise click.UsageError("--fit-budget goes with --fit")
@@ -133,6 +166,7 @@ def paper(
         default_workers,
         run_all,
         setting,
+        write_profiles,
         write_workloads,
     )
     from coda.experiment.paper_results import results
@@ -151,6 +185,11 @@ def paper(
             raise ValueError(
                 "--jobs and --arrival-scale shape the generated workload; with --trace use --load"
             )
+        if trace is not None and (heavy_share is not None or speech_reading != "dnn"):
+            raise ValueError(
+                "--heavy-share and --speech-reading shape the generated workload; "
+                "a --trace has its own"
+            )
         cfg = PaperConfig(
             out=Path(out),
             trace=trace,
@@ -163,6 +202,9 @@ def paper(
             policies=names,
             arrival_scale=PAPER_ARRIVAL_SCALE if arrival_scale is None else arrival_scale,
             workers=workers or default_workers(),
+            speech_reading=speech_reading,
+            busy_reading=busy_reading,
+            heavy_share=heavy_share,
         )
         cfg.validate()
         start = time.perf_counter()
@@ -170,6 +212,8 @@ def paper(
         with err_console.status("generating and checking the workload"):
             if cfg.generated:
                 marg = write_workloads(cfg)
+            else:
+                write_profiles(cfg)
             # The first seed here, so that a bad trace or cluster fails once, not per run.
             prepared = prepare(cfg.run_config(cfg.first_seed))
         if not cfg.generated:
@@ -181,6 +225,9 @@ def paper(
         parts += [f"--load {load:g}"] if load is not None else []
         parts += [f"--jobs {n_jobs}"] if n_jobs is not None else []
         parts += [f"--arrival-scale {arrival_scale:g}"] if arrival_scale is not None else []
+        parts += [f"--speech-reading {speech_reading}"] if speech_reading != "dnn" else []
+        parts += [f"--busy-reading {busy_reading}"] if busy_reading != "mid" else []
+        parts += [f"--heavy-share {heavy_share:g}"] if heavy_share is not None else []
         command = " ".join(
             [
                 "coda experiment paper",
@@ -220,7 +267,7 @@ def paper(
         )
 
 
-def _fit(out: Path, budget: int | None, workers: int | None) -> None:
+def _fit(out: Path, budget: int | None, workers: int | None, speech_reading: str) -> None:
     """`--fit`: the seeded search (coda.experiment.fit), its table and chosen parameters."""
     from coda.experiment.fit import (
         DEFAULT_BUDGET,
@@ -229,13 +276,16 @@ def _fit(out: Path, budget: int | None, workers: int | None) -> None:
         evaluate_in_pool,
         fit_result,
         knob_values,
+        knobs_for,
     )
     from coda.experiment.paper import default_workers
     from coda.report.fit_report import write_fit
-    from coda.workload.generate import PaperParams
+    from coda.workload.generate import speech_preset
 
     n = budget or DEFAULT_BUDGET
-    command = f"coda experiment paper --fit --fit-budget {n} --out {out}"
+    reading = f" --speech-reading {speech_reading}" if speech_reading != "dnn" else ""
+    command = f"coda experiment paper --fit --fit-budget {n}{reading} --out {out}"
+    base = speech_preset(speech_reading)
     with user_errors(), runs_bar("fit") as bar:
         task = bar.add_task("candidates", total=n)
         best_d = [float("inf")]
@@ -251,12 +301,13 @@ def _fit(out: Path, budget: int | None, workers: int | None) -> None:
         search = FitSearch(
             n,
             FIT_SEED,
-            evaluate_in_pool(workers or default_workers()),
-            start=knob_values(PaperParams()),
+            evaluate_in_pool(workers or default_workers(), base),
+            start=knob_values(base),
             on_candidate=on_candidate,
+            knobs=knobs_for(base),
         )
         best = search.run()
-        res = fit_result(best, search.tried, command)
+        res = fit_result(best, search.tried, command, base)
         paths = write_fit(out, res)
     console.print(Text((out / "fit.md").read_text()))
     console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")

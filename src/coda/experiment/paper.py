@@ -11,6 +11,7 @@ Aggregation, targets and the paper's values: coda.experiment.paper_results.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -25,10 +26,14 @@ import numpy as np
 from coda.sim.paper_metrics import paper_metrics
 from coda.study.config import DEFAULT_POLICY, MAX_LOAD, MAX_SEED, RunConfig
 from coda.study.run import prepare, run_policy
-from coda.workload.generate import PaperParams, generate, marginals, write_csv
-from coda.workload.generate.paper import MAX_ARRIVAL_SCALE
+from coda.workload.busy_derivation import DEFAULT_READING, READINGS, with_reading
+from coda.workload.generate import PaperParams, generate, marginals, speech_preset, write_csv
+from coda.workload.generate.paper import MAX_ARRIVAL_SCALE, SPEECH_READINGS
 from coda.workload.limits import MAX_TRACE_JOBS
+from coda.workload.perf import load_profile_set
+from coda.writing import write_text
 
+DEFAULT_SPEECH_READING = "dnn"
 PAPER_ARRIVAL_SCALE = 1.0  # the paper's rate: 100,000 jobs in 30 days, no compression
 PAPER_POLICIES = (
     "fifo",
@@ -63,6 +68,12 @@ class PaperConfig:
     policies: tuple[str, ...] = PAPER_POLICIES
     arrival_scale: float = PAPER_ARRIVAL_SCALE
     workers: int = 1
+    # Figure 2b's reading (the preset fitted under it) and the busy curves' reading of
+    # the models Figure 3 does not show (docs/paper.md).
+    speech_reading: str = DEFAULT_SPEECH_READING
+    busy_reading: str = DEFAULT_READING
+    # The share of CPU jobs that are memory-bandwidth heavy (None: the preset's, 0.5%).
+    heavy_share: float | None = None
 
     def validate(self) -> None:
         if not 1 <= self.seeds <= min(MAX_SEEDS, MAX_SEED):
@@ -76,6 +87,17 @@ class PaperConfig:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if not self.policies:
             raise ValueError("--policies: no policy given")
+        if self.speech_reading not in SPEECH_READINGS:
+            raise ValueError(
+                f"--speech-reading must be one of {', '.join(SPEECH_READINGS)}, "
+                f"got {self.speech_reading!r}"
+            )
+        if self.busy_reading not in READINGS:
+            raise ValueError(
+                f"--busy-reading must be one of {', '.join(READINGS)}, got {self.busy_reading!r}"
+            )
+        if self.heavy_share is not None and not 0.0 <= self.heavy_share <= 1.0:
+            raise ValueError(f"--heavy-share must be in [0, 1], got {self.heavy_share}")
         if self.trace is None:
             if self.load is not None:
                 raise ValueError(
@@ -92,6 +114,11 @@ class PaperConfig:
                     f"got {self.arrival_scale}"
                 )
         else:
+            if self.heavy_share is not None or self.speech_reading != DEFAULT_SPEECH_READING:
+                raise ValueError(
+                    "--heavy-share and --speech-reading shape the generated workload; "
+                    "a --trace has its own"
+                )
             if self.jobs is not None or self.arrival_scale != PAPER_ARRIVAL_SCALE:
                 raise ValueError(
                     "--jobs and --arrival-scale shape the generated workload; "
@@ -108,15 +135,26 @@ class PaperConfig:
         return self.trace is None
 
     def params(self) -> PaperParams:
-        """The generated workload's parameters (every seed the same)."""
-        base = PaperParams()
+        """The generated workload's parameters (every seed the same): the preset fitted
+        under the speech reading."""
+        base = speech_preset(self.speech_reading)
         n = self.jobs if self.jobs is not None else base.n_jobs
+        heavy = base.cpu_bw_heavy_share if self.heavy_share is None else self.heavy_share
         return dataclasses.replace(
             base,
             n_jobs=n,
             days=base.days * n / PRESET_JOBS,
             arrival_scale=self.arrival_scale,
+            cpu_bw_heavy_share=heavy,
         )
+
+    def profiles_path(self) -> Path:
+        """Where the busy reading's profile set is written (the default: the shipped one)."""
+        return self.out / f"profiles-busy-{self.busy_reading}.json"
+
+    def profiles(self) -> str:
+        """The profile set runs name: the shipped one, or the busy reading's copy."""
+        return "coda" if self.busy_reading == DEFAULT_READING else str(self.profiles_path())
 
     def workload_path(self, seed: int) -> Path:
         return self.out / f"workload-seed{seed}.csv"
@@ -133,6 +171,7 @@ class PaperConfig:
             cluster=self.cluster,
             load=load,
             seed=seed,
+            profiles=self.profiles(),
             policy=POLICY_OPTIONS,
         )
 
@@ -167,17 +206,28 @@ def plan(cfg: PaperConfig) -> list[Run]:
     return [Run(s, p, cfg.run_config(s), s == first) for s in cfg.seed_list() for p in cfg.policies]
 
 
+def write_profiles(cfg: PaperConfig) -> None:
+    """The busy reading's profile set, where it is not the shipped one's (before the
+    pool, like the workloads)."""
+    if cfg.busy_reading == DEFAULT_READING:
+        return
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    spec = with_reading(load_profile_set("coda").to_dict(), cfg.busy_reading)
+    write_text(cfg.profiles_path(), json.dumps(spec, indent=1) + "\n")
+
+
 def write_workloads(cfg: PaperConfig) -> dict[str, Any]:
     """Generate each seed's workload into the out dir (before the pool, so that no two
     workers write one file); return the first seed's marginals beside the paper's."""
     cfg.out.mkdir(parents=True, exist_ok=True)
+    write_profiles(cfg)
     params = cfg.params()
     first: dict[str, Any] = {}
     for seed in cfg.seed_list():
         table = generate(params, seed)
         write_csv(table, cfg.workload_path(seed))
         if seed == cfg.first_seed:
-            first = marginals(table)
+            first = marginals(table, speech_reading=params.speech_reading)
     return first
 
 
@@ -296,6 +346,9 @@ def setting(cfg: PaperConfig, cluster: str, arrivals_note: str, command: str) ->
         "first_seed": cfg.first_seed,
         "jobs": params.n_jobs if params else None,
         "policies": list(cfg.policies),
+        "speech_reading": params.speech_reading if params else None,
+        "busy_reading": cfg.busy_reading,
+        "cpu_bw_heavy_share": params.cpu_bw_heavy_share if params else None,
         "estimates": ESTIMATES,
         "workers": cfg.workers,
         "command": command,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coda.experiment.fit import FIT_SEED
+from coda.experiment.fit import FIT_SEEDS
 from coda.experiment.paper import PRESET_JOBS, RunRecord
 from coda.experiment.paper_results import METRICS, TARGET_POLICY
 from coda.report.fit_report import figure_table_markdown
@@ -157,6 +157,16 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
     out = ["# CODA in the paper's setting", "", "## Setting", ""]
     out += [
         f"- workload: {s['workload']}",
+        *(
+            [
+                f"- readings of the paper (docs/paper.md): Figure 2b's speech share "
+                f"`{s['speech_reading']}`, busy curves of the models Figure 3 does not show "
+                f"`{s['busy_reading']}`; {100 * s['cpu_bw_heavy_share']:g}% of CPU jobs "
+                "memory-bandwidth heavy"
+            ]
+            if s.get("speech_reading")
+            else []
+        ),
         f"- cluster: {s['cluster']}",
         f"- arrivals: {s['arrivals']}",
         f"- seeds: {s['seeds']} ({first}..{first + s['seeds'] - 1}); runtime estimates: "
@@ -173,8 +183,9 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
         )
     out += [
         "",
-        'Paper values: docs/coda.md, "The paper\'s evaluation" (FIFO / DRF / CODA); '
-        "ours are means over seeds with Student-t 95% confidence intervals. The paper's "
+        "Paper values: docs/paper.md (FIFO / DRF / CODA; Section VI and Figures 10, 11 and "
+        "14 of the evaluation month); ours are means over seeds with Student-t 95% "
+        "confidence intervals. The paper's "
         "GPU utilisation is the busy share of the active (allocated) GPUs, as the driver "
         "reports it: ours is `gpu_util_busy`, from each model's busy curve (Figure 3; "
         "docs/metrics.md). Work done over all GPUs (`gpu_util_effective`, full speed = "
@@ -192,10 +203,15 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
             "",
             "## The baselines against the paper's published figures",
             "",
-            "Every figure the paper publishes for FIFO and DRF, on these seeds (the "
-            "workload's unpublished parts were fitted to them on seed "
-            f"{FIT_SEED}: `coda experiment paper --fit`). Distance: the error in "
-            "tolerances (5 points, 8 for a queuing-CDF point, 1 h for a p99 bound).",
+            "Every figure the paper publishes for FIFO and DRF in its evaluation month, on "
+            "these seeds (the workload's unpublished parts were fitted to them on seeds "
+            f"{', '.join(str(x) for x in FIT_SEEDS)}: `coda experiment paper --fit`; "
+            + (
+                "these are the fit's own seeds"
+                if set(range(first, first + s["seeds"])) <= set(FIT_SEEDS)
+                else "these seeds were not fitted"
+            )
+            + "). Distance: the error in tolerances (5 points, 8 for a queuing-CDF point).",
             "",
             *figure_table_markdown(res["fit"]),
         ]

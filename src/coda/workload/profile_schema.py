@@ -142,13 +142,18 @@ def parse_model(r: SpecReader, name: str, m: Any, batch: str, n_press: int) -> M
 def _parse_busy(r: SpecReader, where: str, raw: Any) -> dict[int, tuple[float, float, float]]:
     """A model's `gpu_busy`: GPU count -> [speed_low, busy_low, busy_full] (a point of
     the busy curve below full speed, and the busy share at full speed); `note` and
-    `source` keys are its provenance."""
+    `source` keys are its provenance, `derived` names the rule its rows follow where
+    they are not read (coda.workload.busy_derivation)."""
     if not isinstance(raw, dict):
         raise r.fail(where, "must be an object: GPU count -> [speed_low, busy_low, busy_full]")
     rows: dict[int, tuple[float, float, float]] = {}
     top = limits.PROFILE["floor_gpus"].hi
     for k, row in raw.items():
         if k in ("note", "source"):
+            continue
+        if k == "derived":
+            if row != "pipelined":
+                raise r.fail(f"{where}.derived", f"must be 'pipelined', got {clip(row)}")
             continue
         key = f"{where}.{shown(k, 20)}"
         if not (k.isascii() and k.isdigit() and len(k) <= 6 and 1 <= int(k) <= top):

@@ -17,11 +17,17 @@ from coda.workload.generate.paper import (
     generate,
     marginals,
     parameter_table,
+    speech_preset,
 )
 from coda.workload.jobs import JobTable
 from coda.workload.traces.generic_csv import write_csv
 
-PRESETS: dict[str, PaperParams] = {"paper": PaperParams()}
+# "paper": Figure 2b read as the speech share of DNN jobs; "paper-speech-all": as the
+# share of all jobs (docs/paper.md, "Figure 2b").
+PRESETS: dict[str, PaperParams] = {
+    "paper": speech_preset("dnn"),
+    "paper-speech-all": speech_preset("all"),
+}
 
 
 def generate_preset(
@@ -51,5 +57,6 @@ __all__ = [
     "generate_preset",
     "marginals",
     "parameter_table",
+    "speech_preset",
     "write_csv",
 ]
