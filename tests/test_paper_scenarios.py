@@ -78,12 +78,33 @@ def test_the_report_sets_the_paper_beside_ours_and_says_why(scenario):
 
 def test_bad_shares_are_one_line(tmp_path):
     runner = CliRunner()
-    for bad, says in (("0.5,0.5", "given twice"), ("2", "[0, 1]"), ("x", "is not a number")):
+    many = ",".join(f"0.{k:03d}" for k in range(1, 30))
+    for bad, says in (
+        ("0.5,0.5", "given twice"),
+        ("2", "[0, 1]"),
+        ("x", "is not a number"),
+        (many, "at most 20 values"),
+    ):
         result = runner.invoke(
             main, ["experiment", "eliminator", "--heavy-shares", bad, "--out", str(tmp_path)]
         )
-        assert result.exit_code != 0 and says in result.output, (bad, result.output)
+        assert result.exit_code == 2 and says in result.output, (bad, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_verdict_needs_a_measurement(tmp_path):
+    # One job: nothing queues, no oracle busy share under some readings; the verdicts
+    # say so instead of "missed" or "out of reach".
+    runner = CliRunner()
+    out = tmp_path / "e"
+    args = ["--heavy-shares", "-0,0.005", "--seeds", "1", "--jobs", "1", "--workers", "1"]
+    result = runner.invoke(main, ["experiment", "eliminator", *args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    assert res["setting"]["shares"] == [0.0, 0.005]  # -0 is 0
+    assert (out / "heavy-0").is_dir()
+    assert any(c["met"] is None for c in res["verdict"]["checks"])
+    assert "NOT MEASURED" in (out / "report.md").read_text()
 
 
 def test_the_readings_change_what_gpus_read_not_what_is_decided(tmp_path):

@@ -17,6 +17,7 @@ Needs pdfplumber (`pip install pdfplumber`); it is not one of CODA's dependencie
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -223,6 +224,9 @@ def figure11(pdf: Any) -> dict[str, list[tuple[float, float]]]:
         name = FIG11_SERIES.get(tuple(c["stroking_color"] or ()))
         if name and 160 < c["top"] < 330 and len(c["pts"]) == 7:
             out[name] = [(FIG11_X.value(x), FIG11_Y.value(y)) for x, y in c["pts"]]
+    missing = set(FIG11_SERIES.values()) - set(out)
+    if missing:
+        raise ValueError(f"Figure 11 lacks {', '.join(sorted(missing))}")
     return out
 
 
@@ -230,37 +234,56 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python tools/read_paper_figures.py PATH/TO/2020coda.pdf", file=sys.stderr)
         return 2
+    path = argv[1]
+    if not os.path.isfile(path):
+        print(f"read_paper_figures: {path}: not a file", file=sys.stderr)
+        return 1
     try:
         import pdfplumber
     except ImportError:
         print("read_paper_figures: needs pdfplumber (pip install pdfplumber)", file=sys.stderr)
         return 2
     try:
-        pdf = pdfplumber.open(argv[1])
+        pdf = pdfplumber.open(path)
     except Exception as e:  # noqa: BLE001 - any unreadable file: one line
-        print(f"read_paper_figures: {argv[1]}: cannot read: {e}", file=sys.stderr)
+        print(f"read_paper_figures: {path}: cannot read: {e}", file=sys.stderr)
         return 1
-    with pdf:
-        print("## Figure 3 (busy %, speed relative to 1 core)\n")
-        print("| model | config | busy at 1 core | best busy (cores) | speed 1 -> peak (cores) "
-              "| busy at speed peak | speed_low | speed at 14 |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|")
-        for r in figure3(pdf):
-            print(
-                f"| {r['model']} | {r['config']} | {r['busy_1']:.1f}% | "
-                f"{r['busy_best']:.1f}% ({r['busy_best_cores']}) | 1.0 -> {r['speed_peak']:.2f} "
-                f"({r['speed_peak_cores']}) | {r['busy_at_speed_peak']:.1f}% | "
-                f"{r['speed_low']:.4f} | {r['speed_last']:.2f} |"
-            )
-        print("\n## Figure 10 (time averages over the two weeks shown)\n")
-        for name, row in figure10(pdf).items():
-            parts = [f"{k} {v:.1f}%" if k == "mean" or k == "active_weighted" else
-                     f"{k} {100 * v:.1f}% of the time" for k, v in row.items()]  # fmt: skip
-            print(f"- {name}: " + ", ".join(parts))
-        print("\n## Figure 11 (share of jobs started within T)\n")
-        for name, pts in figure11(pdf).items():
-            print(f"- {name}: " + ", ".join(f"{t:,.0f} s: {100 * v:.1f}%" for t, v in pts))
+    try:
+        with pdf:
+            _print_readings(pdf)
+    except (IndexError, KeyError, ValueError, ZeroDivisionError) as e:
+        print(
+            f"read_paper_figures: {path}: not the CODA paper's layout (Figures 3, 10 and 11 "
+            f"on its 4th and 9th pages): {type(e).__name__} {e}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _print_readings(pdf: Any) -> None:
+    """Every reading of Figures 3, 10 and 11, as the Markdown docs/paper.md shows (all
+    read before anything is printed)."""
+    fig3, fig10, fig11 = figure3(pdf), figure10(pdf), figure11(pdf)
+    print("## Figure 3 (busy %, speed relative to 1 core)\n")
+    print("| model | config | busy at 1 core | best busy (cores) | speed 1 -> peak (cores) "
+          "| busy at speed peak | speed_low | speed at 14 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for r in fig3:
+        print(
+            f"| {r['model']} | {r['config']} | {r['busy_1']:.1f}% | "
+            f"{r['busy_best']:.1f}% ({r['busy_best_cores']}) | 1.0 -> {r['speed_peak']:.2f} "
+            f"({r['speed_peak_cores']}) | {r['busy_at_speed_peak']:.1f}% | "
+            f"{r['speed_low']:.4f} | {r['speed_last']:.2f} |"
+        )
+    print("\n## Figure 10 (time averages over the two weeks shown)\n")
+    for name, row in fig10.items():
+        parts = [f"{k} {v:.1f}%" if k == "mean" or k == "active_weighted" else
+                 f"{k} {100 * v:.1f}% of the time" for k, v in row.items()]  # fmt: skip
+        print(f"- {name}: " + ", ".join(parts))
+    print("\n## Figure 11 (share of jobs started within T)\n")
+    for name, pts in fig11.items():
+        print(f"- {name}: " + ", ".join(f"{t:,.0f} s: {100 * v:.1f}%" for t, v in pts))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,16 @@ from coda.params import AsciiIntRange, OutDir
 from coda.study.config import MAX_SEED
 from coda.workload.limits import MAX_TRACE_JOBS
 
+MAX_SHARES = 20
+
 
 @click.command("eliminator")
 @click.option(
     "--heavy-shares",
     default="0.005,0.02,0.05",
     show_default=True,
-    help="Comma-separated shares of CPU jobs that are memory-bandwidth heavy (the paper's "
-    "scenario: 0.005).",
+    help="Comma-separated shares of CPU jobs that are memory-bandwidth heavy, each in [0, 1] "
+    f"and taken to 6 significant digits, at most {MAX_SHARES} (the paper's scenario: 0.005).",
 )
 @click.option("--seeds", type=AsciiIntRange(1, MAX_SEEDS), default=3, show_default=True,
               help="Seeds per share (first-seed, first-seed + 1, ...).")  # fmt: skip
@@ -74,10 +77,17 @@ def eliminator(
     from coda.report.eliminator_report import write_outputs
 
     with user_errors():
+        if heavy_shares.count(",") >= MAX_SHARES:
+            raise click.BadParameter(f"at most {MAX_SHARES} values", param_hint="--heavy-shares")
         try:
-            shares = parse_values(heavy_shares, "--heavy-shares")
+            # Each share as its 6 significant digits (its label), -0 as 0.
+            shares = tuple(
+                float(f"{v:.6g}") + 0.0 for v in parse_values(heavy_shares, "--heavy-shares")
+            )
         except OptionError as e:
             raise click.BadParameter(str(e), param_hint="--heavy-shares") from None
+        if any(not 0.0 <= s <= 1.0 for s in shares):
+            raise click.BadParameter("each share must be in [0, 1]", param_hint="--heavy-shares")
         cfg = ScenarioConfig(
             out=Path(out),
             seeds=seeds,
@@ -94,7 +104,7 @@ def eliminator(
             + (f" --first-seed {first_seed}" if first_seed else "")
             + (f" --speech-reading {speech_reading}" if speech_reading != "dnn" else "")
             + (f" --jobs {n_jobs}" if n_jobs is not None else "")
-            + f" --out {out}"
+            + f" --out {shlex.quote(out)}"
         )
         with err_console.status("generating the workloads"):
             arms = prepare_runs(cfg)

@@ -142,11 +142,12 @@ def paper(
 
     ctx = click.get_current_context()
     if fit:
+        flags = {p.name: p.opts[0] for p in ctx.command.params}
         given = [
-            f"--{name.replace('_', '-')}"
+            flags[name]
             for name in (
-                "trace", "fmt", "load", "seeds", "n_jobs", "policies", "arrival_scale",
-                "first_seed", "busy_reading", "heavy_share",
+                "trace", "fmt", "cluster", "load", "seeds", "n_jobs", "policies",
+                "arrival_scale", "first_seed", "busy_reading", "heavy_share",
             )
             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
         ]  # fmt: skip
@@ -204,7 +205,7 @@ def paper(
             workers=workers or default_workers(),
             speech_reading=speech_reading,
             busy_reading=busy_reading,
-            heavy_share=heavy_share,
+            heavy_share=None if heavy_share is None else heavy_share + 0.0,  # -0 is 0
         )
         cfg.validate()
         start = time.perf_counter()

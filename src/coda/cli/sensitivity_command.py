@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def sensitivity(
             f"coda experiment sensitivity --seeds {seeds}"
             + (f" --first-seed {first_seed}" if first_seed else "")
             + (f" --jobs {n_jobs}" if n_jobs is not None else "")
-            + f" --out {out}"
+            + f" --out {shlex.quote(out)}"
         )
         with err_console.status("generating the workloads"):
             runs, marginals = prepare_runs(cfg)

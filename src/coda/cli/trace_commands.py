@@ -165,7 +165,7 @@ def trace_generate(
     paper's."""
     from rich.table import Table
 
-    from coda.workload.generate import generate_preset, marginals, write_csv
+    from coda.workload.generate import PRESETS, generate_preset, marginals, write_csv
 
     with user_errors():
         jobs = generate_preset(preset, seed, n_jobs=n_jobs, days=days, arrival_scale=arrival_scale)
@@ -173,7 +173,8 @@ def trace_generate(
     table = Table(title=f"{preset} workload, seed {seed}: marginals")
     for col in ("marginal", "ours", "paper"):
         table.add_column(col)
-    for m in marginals(jobs).values():
+    reading = PRESETS[preset].speech_reading
+    for m in marginals(jobs, speech_reading=reading).values():
         table.add_row(m["what"], _marginal_text(m["ours"]), Text(m["paper_says"]))
     console.print(table)
     console.print(Text(f"wrote {len(jobs):,} jobs to {path}"))

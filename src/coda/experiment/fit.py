@@ -26,6 +26,7 @@ import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ COMMON_KNOBS: tuple[Knob, ...] = (
 def knobs_for(base: PaperParams) -> tuple[Knob, ...]:
     """The knobs searched under `base`'s reading of Figure 2b: the speech share of DNN
     jobs too where the reading leaves it open ("all": a range), not where it fixes it."""
-    lo, hi = speech_share_bounds(base.speech_reading, base.cpu_share)
+    lo, hi = speech_share_bounds(base.speech_reading)
     if hi - lo < 1e-9:
         return COMMON_KNOBS
     speech = Knob("speech_share", lo, hi, "share of DNN jobs training speech models (Fig. 2b)")
@@ -160,7 +161,7 @@ def params_for(values: Mapping[str, float], base: PaperParams | None = None) -> 
     v = dict(values)
     multi, four = v["multi_gpu_share"], v["four_gpu_share"]
     r = v["cpu_cores_ratio"]
-    lo, hi = speech_share_bounds(base.speech_reading, base.cpu_share)
+    lo, hi = speech_share_bounds(base.speech_reading)
     speech = min(max(v.get("speech_share", lo), lo), hi)
     nlp = (1.0 - speech) * v["nlp_of_rest"]
     return dataclasses.replace(
@@ -352,15 +353,23 @@ class FitSearch:
 
 
 def mean_metrics(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Each numeric metric's mean over the fit seeds (None where a seed has none)."""
+    """Each numeric metric's mean over the fit seeds; None where a seed lacks it or it is
+    not a finite number on every seed (a figure with no value counts as missed)."""
     out: dict[str, Any] = {}
-    for key in per_seed[0]:
+    keys = dict.fromkeys(k for m in per_seed for k in m)
+    for key in keys:
         vals = [m.get(key) for m in per_seed]
-        numbers = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
-        if len(numbers) == len(vals):
-            out[key] = math.fsum(numbers) / len(numbers)
-        elif key not in out:
-            out[key] = None if any(v is None for v in vals) else vals[0]
+        finite = [
+            float(v)
+            for v in vals
+            if isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
+        ]
+        if len(finite) == len(vals):
+            out[key] = math.fsum(finite) / len(finite)
+        elif all(isinstance(v, Real) or v is None for v in vals):
+            out[key] = None
+        else:  # not a number (a dict, a label): the first seed's
+            out[key] = vals[0]
     return out
 
 

@@ -25,7 +25,8 @@ class Published:
 
 
 # The month's figures. "Fig. 11" values are the CDF at its markers (3 s ... 10^4 s),
-# read from the PDF's vector data; "over T" is 1 - the CDF at T.
+# read from the PDF's vector data ("over T" is 1 - the CDF at T); "Sec. VI-B, Fig. 11"
+# values are the text's, which the figure shows within half a point.
 MONTH: tuple[Published, ...] = (
     Published("gpu_util_busy", "GPU utilisation (busy share of active GPUs)", "Sec. VI-B",
               {"fifo": (0.454, "45.4%"), "drf": (0.447, "44.7%"), "coda": (0.621, "62.1%")}),
@@ -39,7 +40,7 @@ MONTH: tuple[Published, ...] = (
               {"fifo": (0.812, "81.2%"), "drf": (0.822, "82.2%"), "coda": (0.687, "68.7%")}),
     Published("gpu_active_over_90_time_share", "time with GPU active rate over 90%", "Fig. 10",
               {"fifo": (0.22, "~22%"), "drf": (0.26, "~26%"), "coda": (0.112, "~11%")}),
-    Published("cpu_within_10s_share", "CPU jobs placed within 10 s", "Fig. 11",
+    Published("cpu_within_10s_share", "CPU jobs placed within 10 s", "Sec. VI-B, Fig. 11",
               {"fifo": (0.874, "87.4%"), "drf": (0.878, "87.8%"), "coda": (0.912, "91.2%")},
               cdf=True),
     Published("cpu_within_1h_share", "CPU jobs placed within 1 h", "Fig. 11",
@@ -53,9 +54,9 @@ MONTH: tuple[Published, ...] = (
     Published("dnn_queue_over_3min_share", "DNN jobs queuing over 3 min", "Fig. 11",
               {"fifo": (0.504, "50.4%"), "drf": (0.401, "40.1%"), "coda": (0.054, "5.4%")},
               cdf=True),
-    Published("dnn_queue_over_10min_share", "DNN jobs queuing over 10 min", "Fig. 11",
+    Published("dnn_queue_over_10min_share", "DNN jobs queuing over 10 min", "Sec. VI-B, Fig. 11",
               {"fifo": (0.431, "43.1%"), "drf": (0.289, "28.9%")}, cdf=True),
-    Published("dnn_queue_over_1h_share", "DNN jobs queuing over 1 h", "Fig. 11",
+    Published("dnn_queue_over_1h_share", "DNN jobs queuing over 1 h", "Sec. VI-B, Fig. 11",
               {"fifo": (0.278, "27.8%"), "drf": (0.143, "14.3%")}, cdf=True),
     Published("dnn_within_1e4s_share", "DNN jobs started within 10^4 s", "Fig. 11",
               {"fifo": (1.0, "100%"), "drf": (1.0, "100%"), "coda": (1.0, "100%")}, cdf=True),

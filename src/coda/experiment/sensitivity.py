@@ -181,11 +181,16 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     consistent = [
         r for r in rows if r["fifo_busy_error"] is not None and abs(r["fifo_busy_error"]) <= 0.05
     ]
+    measured = bool(rows) and all(
+        r["policies"]["oracle"]["gpu_util_busy"]["mean"] is not None for r in rows
+    )
     return {
         "busy_reachable_under": [_name(r) for r in rows if r["oracle_meets_busy"]],
         "busy_met_under": [_name(r) for r in rows if r["coda_meets_busy"]],
         "fifo_consistent_under": [_name(r) for r in consistent],
-        "out_of_reach": not any(r["oracle_meets_busy"] for r in rows),
+        # Out of reach only where the oracle ran under every reading and missed each.
+        "measured": measured,
+        "out_of_reach": measured and not any(r["oracle_meets_busy"] for r in rows),
     }
 
 

@@ -13,7 +13,8 @@ from coda.writing import write_text
 
 SPEECH_READING_TEXT = {
     "dnn": "the share of DNN jobs that train a speech model (86.4%, held exactly)",
-    "all": "the share of all jobs (at least 45.6% of DNN jobs train speech; searched)",
+    "all": "the share of all of that week's jobs (at least 56.8% of DNN jobs train speech; "
+    "searched)",
 }
 
 

@@ -35,6 +35,18 @@ def _gain(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
+def _reach(v: Mapping[str, Any]) -> str:
+    if v["out_of_reach"]:
+        return "out of reach under every reading: the oracle misses it under each."
+    if v["busy_reachable_under"]:
+        return (
+            "within reach (the oracle meets it) under: "
+            + "; ".join(v["busy_reachable_under"])
+            + "."
+        )
+    return "undetermined: the oracle's busy share was not measured under every reading."
+
+
 def report_markdown(res: Mapping[str, Any], command: str) -> str:
     st, paper = res["setting"], res["paper"]
     out = [
@@ -77,14 +89,7 @@ def report_markdown(res: Mapping[str, Any], command: str) -> str:
         "",
         "## Verdict",
         "",
-        "- 62.1% is "
-        + (
-            "out of reach under every reading: the oracle misses it under each."
-            if v["out_of_reach"]
-            else "within reach (the oracle meets it) under: "
-            + "; ".join(v["busy_reachable_under"])
-            + "."
-        ),
+        "- 62.1% is " + _reach(v),
         "- CODA meets it under: " + ("; ".join(v["busy_met_under"]) or "no reading") + ".",
         "- FIFO within 5 points of the paper's 45.4% (a reading the baseline's published "
         "figure allows) under: " + ("; ".join(v["fifo_consistent_under"]) or "no reading") + ".",

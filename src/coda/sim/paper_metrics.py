@@ -17,7 +17,7 @@ import numpy as np
 from coda.sim.result import SimResult
 
 NO_QUEUE_S = 1.0  # "did not queue at all": started within a second of arriving
-# The paper's "queuing over" (Figure 11; 3 min: Figure 2c's "48.1% wait at least 3 min").
+# The paper's "queuing over" (Figure 11's markers at 3 min, 10 min and 1 h).
 DNN_QUEUE_THRESHOLDS_S = {"3min": 180.0, "10min": 600.0, "1h": 3600.0}
 # The paper's "placed within" (Figure 11; 10^4 s: the time axis ends there, where every
 # curve has reached 1.0), both kinds.
