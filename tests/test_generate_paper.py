@@ -108,8 +108,11 @@ def test_marginals_match_the_paper(seed, seed0):
     for key in ("dnn_over_1h", "dnn_over_2h"):
         assert m[key]["ours"] == pytest.approx(m[key]["paper"], abs=DRAWN), key
     assert m["dnn_nlp_speech_share"]["ours"] > 0.75  # "mostly"
-    # Figure 2b read as of DNN jobs (the preset's reading): exact.
-    assert m["speech_share_of_dnn"]["ours"] == pytest.approx(0.864, abs=EXACT)
+    # Figure 2b read as of all jobs (the preset's reading): at least 56.8% of DNN jobs
+    # train speech, in the fitted share exactly.
+    speech = dict(PAPER.domain_weights)["speech"] / sum(w for _, w in PAPER.domain_weights)
+    assert m["speech_share_of_dnn"]["ours"] == pytest.approx(speech, abs=EXACT)
+    assert speech >= 0.568
     assert m["users"]["ours"] == 80
     assert m["cpu_only_users"]["detail"] == [f"u{k}" for k in range(15, 21)]
 

@@ -122,3 +122,20 @@ def test_the_readings_change_what_gpus_read_not_what_is_decided(tmp_path):
     assert rows["mid"]["speech_share_of_dnn"] == pytest.approx(0.864, abs=0.01)
     md = readings_markdown(res, "coda experiment sensitivity")
     assert "62.1% is" in md and "| 86.4% of DNN jobs | low |" in md
+
+
+def test_the_commands_default_to_the_presets_reading():
+    from coda.cli.eliminator_command import eliminator
+    from coda.cli.paper_command import paper
+    from coda.workload.busy_derivation import DEFAULT_READING, READINGS
+    from coda.workload.generate import PRESETS
+    from coda.workload.generate.paper import DEFAULT_SPEECH_READING, SPEECH_READINGS
+
+    for command in (paper, eliminator):
+        (opt,) = [p for p in command.params if p.name == "speech_reading"]
+        assert opt.default == DEFAULT_SPEECH_READING
+        assert tuple(opt.type.choices) == SPEECH_READINGS
+    (busy,) = [p for p in paper.params if p.name == "busy_reading"]
+    assert busy.default == DEFAULT_READING and tuple(busy.type.choices) == READINGS
+    assert PRESETS["paper"].speech_reading == DEFAULT_SPEECH_READING
+    assert {p.speech_reading for p in PRESETS.values()} == set(SPEECH_READINGS)

@@ -31,8 +31,8 @@ REAL_UTIL = {"plain": 0.5, "coda": 0.6}
 # reclaim, the books, the control period and the settle windows change the twins.
 SHAPE = ClusterShape(2, 2, 2, 8)
 # Generated jobs in the replay (the paper preset): enough that each twin setting changes
-# some row (on 40 of the fitted preset, reclaim alone changed none).
-N_JOBS = 60
+# some row (on 60 of the fitted preset, reclaim alone changed none).
+N_JOBS = 80
 
 
 def _real_run(mode: str, jct: dict[int, float]) -> dict[str, Any]:
@@ -117,11 +117,14 @@ def test_the_replay_rows_are_the_twins_coda_replay_ran(
         assert float(row[9]) == pytest.approx(_twin_util(replay_dir, mode, seeds), abs=5e-4)
         assert float(row[10]) == REAL_UTIL[mode]  # read from replay.json
         assert float(row[2]) == pytest.approx(statistics.median(LATENCY[mode]), abs=5e-3)
-    sim_gain = float(rows[1][9]) / float(rows[0][9]) - 1
+    coda, plain = float(rows[1][9]), float(rows[0][9])
     m = re.search(r"simulated ([+-][0-9.]+)%, real ([+-][0-9.]+)%", out)
     assert m is not None
     assert float(m.group(2)) == pytest.approx(100 * (REAL_UTIL["coda"] / REAL_UTIL["plain"] - 1))
-    assert float(m.group(1)) == pytest.approx(100 * sim_gain, abs=0.2)
+    # The rows show each utilisation to 3 decimals (+-0.0005), the gain to 0.1%: the gain
+    # from the rows is the printed one within what that rounding moves it.
+    rounding = 100 * 0.0005 * (1 / plain + coda / plain**2) + 0.05
+    assert float(m.group(1)) == pytest.approx(100 * (coda / plain - 1), abs=rounding)
 
 
 def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(

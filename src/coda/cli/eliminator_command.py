@@ -35,7 +35,7 @@ MAX_SHARES = 20
 @click.option(
     "--speech-reading",
     type=DeferredChoice(SPEECH_READINGS),
-    default="dnn",
+    default="all",
     show_default=True,
     help="Figure 2b's reading, whose fitted preset the month is (docs/paper.md).",
 )
@@ -102,7 +102,7 @@ def eliminator(
             f"coda experiment eliminator --heavy-shares {','.join(f'{s:g}' for s in shares)} "
             f"--seeds {seeds}"
             + (f" --first-seed {first_seed}" if first_seed else "")
-            + (f" --speech-reading {speech_reading}" if speech_reading != "dnn" else "")
+            + (f" --speech-reading {speech_reading}" if speech_reading != "all" else "")
             + (f" --jobs {n_jobs}" if n_jobs is not None else "")
             + f" --out {shlex.quote(out)}"
         )

@@ -89,10 +89,10 @@ from coda.workload.limits import MAX_TRACE_JOBS
 @click.option(
     "--speech-reading",
     type=DeferredChoice(SPEECH_READINGS),
-    default="dnn",
+    default="all",
     show_default=True,
-    help="How Figure 2b's 86.4% speech-related jobs is read: of DNN jobs ('dnn'), or of all "
-    "jobs ('all'); each has its own fitted preset (docs/paper.md).",
+    help="How Figure 2b's 86.4% speech-related jobs is read: of all jobs ('all', ours), or "
+    "of DNN jobs ('dnn'); each has its own fitted preset (docs/paper.md).",
 )
 @click.option(
     "--busy-reading",
@@ -186,7 +186,7 @@ def paper(
             raise ValueError(
                 "--jobs and --arrival-scale shape the generated workload; with --trace use --load"
             )
-        if trace is not None and (heavy_share is not None or speech_reading != "dnn"):
+        if trace is not None and (heavy_share is not None or speech_reading != "all"):
             raise ValueError(
                 "--heavy-share and --speech-reading shape the generated workload; "
                 "a --trace has its own"
@@ -226,7 +226,7 @@ def paper(
         parts += [f"--load {load:g}"] if load is not None else []
         parts += [f"--jobs {n_jobs}"] if n_jobs is not None else []
         parts += [f"--arrival-scale {arrival_scale:g}"] if arrival_scale is not None else []
-        parts += [f"--speech-reading {speech_reading}"] if speech_reading != "dnn" else []
+        parts += [f"--speech-reading {speech_reading}"] if speech_reading != "all" else []
         parts += [f"--busy-reading {busy_reading}"] if busy_reading != "mid" else []
         parts += [f"--heavy-share {heavy_share:g}"] if heavy_share is not None else []
         command = " ".join(
@@ -284,7 +284,7 @@ def _fit(out: Path, budget: int | None, workers: int | None, speech_reading: str
     from coda.workload.generate import speech_preset
 
     n = budget or DEFAULT_BUDGET
-    reading = f" --speech-reading {speech_reading}" if speech_reading != "dnn" else ""
+    reading = f" --speech-reading {speech_reading}" if speech_reading != "all" else ""
     command = f"coda experiment paper --fit --fit-budget {n}{reading} --out {out}"
     base = speech_preset(speech_reading)
     with user_errors(), runs_bar("fit") as bar:

@@ -28,12 +28,15 @@ from coda.study.config import DEFAULT_POLICY, MAX_LOAD, MAX_SEED, RunConfig
 from coda.study.run import prepare, run_policy
 from coda.workload.busy_derivation import DEFAULT_READING, READINGS, with_reading
 from coda.workload.generate import PaperParams, generate, marginals, speech_preset, write_csv
-from coda.workload.generate.paper import MAX_ARRIVAL_SCALE, SPEECH_READINGS
+from coda.workload.generate.paper import (
+    DEFAULT_SPEECH_READING,
+    MAX_ARRIVAL_SCALE,
+    SPEECH_READINGS,
+)
 from coda.workload.limits import MAX_TRACE_JOBS
 from coda.workload.perf import load_profile_set
 from coda.writing import write_text
 
-DEFAULT_SPEECH_READING = "dnn"
 PAPER_ARRIVAL_SCALE = 1.0  # the paper's rate: 100,000 jobs in 30 days, no compression
 PAPER_POLICIES = (
     "fifo",

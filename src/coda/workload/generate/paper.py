@@ -39,9 +39,11 @@ _PAPER = "PAPER (docs/paper.md): "
 # of the same week's jobs (read from the bars' vector data; docs/paper.md).
 FIG2B_SPEECH = 0.864
 FIG2A_CPU_SHARE = 0.685
-# How Figure 2b is read: "dnn", the share of DNN jobs that train a speech model; "all",
-# the share of all jobs (CPU jobs too), which bounds the DNN jobs' share from below.
-SPEECH_READINGS = ("dnn", "all")
+# How Figure 2b is read: "all", the share of all of that week's jobs (CPU jobs too), which
+# bounds the DNN jobs' share from below (ours: it keeps the baselines closest to their
+# published figures, docs/paper.md); "dnn", the share of DNN jobs that train a speech model.
+SPEECH_READINGS = ("all", "dnn")
+DEFAULT_SPEECH_READING = SPEECH_READINGS[0]
 # The knobs the paper does not publish, fitted to its baselines' figures only.
 _FIT = (
     "FIT (`coda experiment paper --fit`, fitted to FIFO's and DRF's published figures only, "
@@ -72,7 +74,7 @@ class PaperParams:
         "(kinds are a random permutation of round(n_jobs * share) CPU jobs and the rest).",
     )
     daily_amplitude: float = _p(
-        0.7937,
+        0.6812,
         _FIT + "the paper gives no arrival pattern; a Poisson process whose rate follows a "
         "daily cycle, mean rate * (1 + a cos(2 pi (t - peak) / 24 h)), a searched over "
         "0-0.9 (the bundled Alibaba openb 2023 trace has 0.44; the production week's Figure 1 "
@@ -140,15 +142,17 @@ class PaperParams:
         "preset at least 4, so no job asks for more than 4 GPUs.",
     )
     speech_reading: str = _p(
-        "dnn",
-        _PAPER + 'Figure 2b, "Speech Related Job 86.4%": read as the share of DNN jobs that '
-        "train a speech model ('dnn': the speech share is 86.4% exactly); the other reading, "
-        "'all', takes it as the share of all of that week's jobs, which with its 68.5% CPU "
-        "jobs (Figure 2a) leaves at least 56.8% of DNN jobs training speech (the fit searches "
-        "56.8-100%). The experiment runs both (--speech-reading).",
+        DEFAULT_SPEECH_READING,
+        _PAPER + 'Figure 2b, "Speech Related Job 86.4%": read as the share of all of that '
+        "week's jobs ('all'), which with its 68.5% CPU-only jobs (Figure 2a) leaves at least "
+        "56.8% of DNN jobs training speech (the fit searches 56.8-100%); the other reading, "
+        "'dnn', holds 86.4% of DNN jobs training speech (the preset paper-speech-dnn). 'all' "
+        "is ours: under Figure 3's busy curves neither reading lets FIFO's GPUs be as idle as "
+        "the paper's 45.4%, and 'all' comes closest (docs/results/paper-fit.md, "
+        "paper-fit-dnn.md). The experiment runs both (--speech-reading).",
     )
     domain_weights: tuple[tuple[str, float], ...] = _p(
-        (("nlp", 0.1088), ("speech", 0.864), ("cv", 0.0272)),
+        (("nlp", 0.3737), ("speech", 0.596), ("cv", 0.0303)),
         _FIT + "the speech share as speech_reading says; of the other DNN jobs, the NLP "
         'share searched over 0-1 (the paper: "mostly NLP and speech models"); within a '
         "domain a DNN job's model is uniform over the profile set's models of that `domain`.",
@@ -304,14 +308,14 @@ class PaperParams:
         return math.log(HOUR_S) - sigma * z1, sigma
 
 
-# The fitted knobs under the other reading of Figure 2b, "all" (`coda experiment paper
-# --fit --speech-reading all`; docs/results/paper-fit-all.md); PaperParams' own defaults
-# hold the fit under "dnn".
-ALL_JOBS_FIT: dict[str, Any] = {
-    "daily_amplitude": 0.7937,
-    "user_zipf": 0.8125,
+# The fitted knobs under the other reading of Figure 2b, "dnn" (`coda experiment paper
+# --fit --speech-reading dnn`; docs/results/paper-fit-dnn.md); PaperParams' own defaults
+# hold the fit under "all".
+DNN_JOBS_FIT: dict[str, Any] = {
+    "daily_amplitude": 0.6812,
+    "user_zipf": 1.025,
     "gpu_weights": (0.4625, 0.2016, 0.3359),
-    "domain_weights": (("nlp", 0.28), ("speech", 0.65), ("cv", 0.07)),
+    "domain_weights": (("nlp", 0.1258), ("speech", 0.864), ("cv", 0.0102)),
     "dnn_tail_log_mean": 0.8875,
     "cpu_core_weights": (0.516, 0.2581, 0.1291, 0.0646, 0.0323),
     "cpu_runtime_median_s": 4775,
@@ -320,11 +324,11 @@ ALL_JOBS_FIT: dict[str, Any] = {
 
 
 def speech_preset(reading: str) -> PaperParams:
-    """The paper preset fitted under `reading` of Figure 2b ("dnn" or "all")."""
-    if reading == "dnn":
+    """The paper preset fitted under `reading` of Figure 2b ("all" or "dnn")."""
+    if reading == DEFAULT_SPEECH_READING:
         return PaperParams()
-    if reading == "all":
-        return replace(PaperParams(), speech_reading="all", **ALL_JOBS_FIT)
+    if reading == "dnn":
+        return replace(PaperParams(), speech_reading="dnn", **DNN_JOBS_FIT)
     raise ValueError(f"speech reading must be one of {', '.join(SPEECH_READINGS)}, got {reading!r}")
 
 
@@ -654,7 +658,7 @@ def request_histogram(table: JobTable) -> dict[str, float]:
 
 
 def marginals(
-    table: JobTable, profiles: str = "coda", speech_reading: str = "dnn"
+    table: JobTable, profiles: str = "coda", speech_reading: str = DEFAULT_SPEECH_READING
 ) -> dict[str, dict[str, Any]]:
     """Each marginal the paper publishes, computed from `table`, beside the paper's value
     (Figure 2b's speech share as `speech_reading` reads it).
