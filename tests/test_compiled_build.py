@@ -62,3 +62,22 @@ def test_compiled_build_decides_as_the_pure_one(tmp_path: Path) -> None:
         assert (a["case"], a["policy"]) == (b["case"], b["policy"])
         assert a["jobs"] == b["jobs"], f"{where}: per-job tables or time series differ"
         assert a["summary"] == b["summary"], f"{where}: summaries differ"
+
+
+def test_the_compiled_options_cross_a_process_pool(tmp_path: Path) -> None:
+    # `--workers 2` sends each run's config to a spawned worker by pickle: the compiled
+    # PolicyOptions (no __dict__, setattr refused) must come back equal.
+    compiled = _compiled_python()
+    code = (
+        "import pickle, sys\n"
+        "from coda.study.config import RunConfig\n"
+        "from coda.experiment.paper import POLICY_OPTIONS\n"
+        "c = RunConfig(trace=None, cluster='paper', seed=3, policy=POLICY_OPTIONS)\n"
+        "back = pickle.loads(pickle.dumps(c))\n"
+        "assert back == c and back.policy.estimates == 'time-limits', back\n"
+        "print(type(c.policy).__module__, 'ok')\n"
+    )
+    p = subprocess.run(
+        [compiled, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-2000:]

@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 
 from coda.experiment.paper import (
-    DEFAULT_SPEECH_READING,
     PaperConfig,
     Run,
     RunRecord,
-    run_many,
+    run_labelled,
     write_workloads,
 )
 from coda.experiment.stats import mean_ci
 from coda.workload.generate import generate, write_csv
+from coda.workload.generate.paper import DEFAULT_SPEECH_READING
 
 HEAVY_SHARES = (0.005, 0.02, 0.05)
 PAPER_SHARE = 0.005  # Section VI-E's scenario
@@ -125,15 +125,7 @@ def run_scenario(
     on_done: Callable[[Arm, RunRecord, int, int], None] | None = None,
 ) -> list[tuple[Arm, RunRecord]]:
     """Run the prepared arms (prepare_runs) in cfg.workers processes."""
-    out: list[tuple[Arm, RunRecord]] = []
-
-    def done(i: int, rec: RunRecord) -> None:
-        out.append((arms[i], rec))
-        if on_done:
-            on_done(arms[i], rec, len(out), len(arms))
-
-    run_many([a.run for a in arms], cfg.workers, done)
-    return out
+    return run_labelled([(a, a.run) for a in arms], cfg.workers, on_done)
 
 
 def _per_seed(

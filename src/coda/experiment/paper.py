@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -293,6 +293,27 @@ def run_many(runs: Sequence[Run], workers: int, on_done: Callable[[int, RunRecor
                 run = runs[i]
                 rec = RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
             on_done(i, rec)
+
+
+L = TypeVar("L")
+
+
+def run_labelled(
+    items: Sequence[tuple[L, Run]],
+    workers: int,
+    on_done: Callable[[L, RunRecord, int, int], None] | None = None,
+) -> list[tuple[L, RunRecord]]:
+    """``run_many`` over labelled runs: each finished run with its label, in the order
+    they finish; ``on_done(label, record, done, total)`` as each one does."""
+    out: list[tuple[L, RunRecord]] = []
+
+    def done(i: int, rec: RunRecord) -> None:
+        out.append((items[i][0], rec))
+        if on_done:
+            on_done(items[i][0], rec, len(out), len(items))
+
+    run_many([run for _, run in items], workers, done)
+    return out
 
 
 def run_all(

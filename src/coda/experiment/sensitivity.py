@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coda.experiment.paper import PaperConfig, Run, RunRecord, run_many, write_workloads
+from coda.experiment.paper import PaperConfig, Run, RunRecord, run_labelled, write_workloads
 from coda.experiment.paper_results import BUSY_MIN, GAIN_MIN_PCT
 from coda.experiment.published import paper_value
 from coda.experiment.stats import mean_ci
@@ -103,15 +103,8 @@ def run_readings(
     runs: Sequence[ReadingRun],
     on_done: Callable[[ReadingRun, RunRecord, int, int], None] | None = None,
 ) -> list[tuple[ReadingRun, RunRecord]]:
-    out: list[tuple[ReadingRun, RunRecord]] = []
-
-    def done(i: int, rec: RunRecord) -> None:
-        out.append((runs[i], rec))
-        if on_done:
-            on_done(runs[i], rec, len(out), len(runs))
-
-    run_many([r.run for r in runs], cfg.workers, done)
-    return out
+    """Run the prepared runs (prepare_runs) in cfg.workers processes."""
+    return run_labelled([(r, r.run) for r in runs], cfg.workers, on_done)
 
 
 def summarise(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES, ExactProjection, NoEstimates, TimeLimits
@@ -99,6 +100,11 @@ class PolicyOptions:
             raise ValueError(f"default time limit must be > 0 s, got {limit!r}")
         if not isinstance(self.gpu_subarrays, bool):
             raise ValueError(f"gpu_subarrays must be true or false, got {self.gpu_subarrays!r}")
+
+    def __reduce__(self) -> tuple[type[PolicyOptions], tuple[Any, ...]]:
+        # Pickled by its fields: the compiled (mypyc) class has no __dict__ to restore
+        # and refuses setattr, so a process pool could not receive it otherwise.
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     def runtime_estimate(self) -> RuntimeEstimate:
         if self.estimates == "exact":

@@ -3,13 +3,12 @@ in the paper's scenario beside the paper's, each arm's figures, and the verdict.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from coda.experiment.eliminator_scenario import ARMS, KEYS, QUIET, WITH, WITHOUT
-from coda.writing import write_text
+from coda.report.files import write_report
 
 ARM_LABELS = {WITH: "coda", WITHOUT: "coda-no-eliminator", QUIET: "quiet (no CPU bandwidth)"}
 
@@ -111,8 +110,4 @@ def report_markdown(res: Mapping[str, Any], command: str) -> str:
 
 
 def write_outputs(out: Path, res: Mapping[str, Any], command: str) -> Sequence[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    js, md = out / "results.json", out / "report.md"
-    write_text(js, json.dumps({**res, "command": command}, indent=2, allow_nan=False) + "\n")
-    write_text(md, report_markdown(res, command))
-    return [js, md]
+    return write_report(out, res, command, report_markdown)

@@ -10,7 +10,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,20 @@ def write_json(obj: Any, path: Path) -> Path:
         json.dump(to_jsonable(obj), f, indent=2, allow_nan=False)
         f.write("\n")
     return path
+
+
+def write_report(
+    out: Path,
+    res: Mapping[str, Any],
+    command: str,
+    markdown: Callable[[Mapping[str, Any], str], str],
+) -> list[Path]:
+    """An experiment's results.json (with the command that reran it) and report.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    js = write_json({**res, "command": command}, out / "results.json")
+    md = out / "report.md"
+    write_text(md, markdown(res, command))
+    return [js, md]
 
 
 def format_cell(value: Any) -> str:

@@ -4,13 +4,12 @@ CODA and the oracle under each reading of the paper, beside the paper's, and whe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from coda.experiment.sensitivity import KEYS, POLICIES
-from coda.writing import write_text
+from coda.report.files import write_report
 
 SPEECH_TEXT = {"dnn": "86.4% of DNN jobs", "all": "86.4% of all jobs"}
 
@@ -116,8 +115,4 @@ def report_markdown(res: Mapping[str, Any], command: str) -> str:
 
 
 def write_outputs(out: Path, res: Mapping[str, Any], command: str) -> Sequence[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    js, md = out / "results.json", out / "report.md"
-    write_text(js, json.dumps({**res, "command": command}, indent=2, allow_nan=False) + "\n")
-    write_text(md, report_markdown(res, command))
-    return [js, md]
+    return write_report(out, res, command, report_markdown)
