@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.text import Text
 
 from coda.cli.run_options import MAX_SEEDS, MAX_WORKERS
-from coda.cli.terminal import runs_bar
+from coda.cli.terminal import console, runs_bar
 from coda.params import AsciiIntRange, OutDir
 from coda.study.config import MAX_SEED
 from coda.workload.limits import MAX_TRACE_JOBS
@@ -56,6 +57,14 @@ def month_command(
         + (f" --jobs {n_jobs}" if n_jobs is not None else "")
         + f" --out {shlex.quote(out)}"
     )
+
+
+def show_report(out: Path, paths: Sequence[Path], errors: Sequence[Any]) -> None:
+    """report.md on the terminal and what was written; failed runs make it exit 1."""
+    console.print(Text((out / "report.md").read_text()))
+    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
+    if errors:
+        raise click.ClickException(f"{len(errors)} runs failed; see {out / 'results.json'}")
 
 
 def run_shown(

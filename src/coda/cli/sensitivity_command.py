@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.text import Text
 
-from coda.cli.month_options import month_command, month_options, run_shown
-from coda.cli.terminal import console, err_console, user_errors
+from coda.cli.month_options import month_command, month_options, run_shown, show_report
+from coda.cli.terminal import err_console, user_errors
 
 
 @click.command("sensitivity")
@@ -49,9 +48,4 @@ def sensitivity(
         )
         res = summarise(cfg, done, marginals)
         paths = write_outputs(cfg.out, res, command)
-    console.print(Text((cfg.out / "report.md").read_text()))
-    console.print(f"[dim]wrote {', '.join(str(p) for p in paths)}[/dim]")
-    if res["errors"]:
-        raise click.ClickException(
-            f"{len(res['errors'])} runs failed; see {cfg.out / 'results.json'}"
-        )
+    show_report(cfg.out, paths, res["errors"])
