@@ -120,8 +120,15 @@ def test_the_readings_change_what_gpus_read_not_what_is_decided(tmp_path):
         grants = {rows[k]["policies"][policy]["dnn_fewer_cores_share"]["mean"] for k in rows}
         assert len(grants) == 1, policy  # the same decisions under each reading
     assert rows["mid"]["speech_share_of_dnn"] == pytest.approx(0.864, abs=0.01)
+    for r in rows.values():
+        gain, oracle = r["gain_pct"], r["oracle_gain_pct"]
+        assert r["coda_meets_gain"] == (gain is not None and gain >= 36.8)
+        assert r["oracle_meets_gain"] == (oracle is not None and oracle >= 36.8)
+    v = res["verdict"]
+    assert v["gain_out_of_reach"] == (v["measured"] and not v["gain_reachable_under"])
     md = readings_markdown(res, "coda experiment sensitivity")
-    assert "62.1% is" in md and "| 86.4% of DNN jobs | low |" in md
+    assert "62.1% is" in md and "+36.8% over FIFO is" in md
+    assert "| 86.4% of DNN jobs | low |" in md
 
 
 def test_the_commands_default_to_the_presets_reading():

@@ -126,6 +126,8 @@ def summarise(
         fifo = means["fifo"]["gpu_util_busy"]["mean"]
         coda = means["coda"]["gpu_util_busy"]["mean"]
         oracle = means["oracle"]["gpu_util_busy"]["mean"]
+        gain = 100 * (coda - fifo) / fifo if coda is not None and fifo else None
+        oracle_gain = 100 * (oracle - fifo) / fifo if oracle is not None and fifo else None
         speech = marginals.get(reading.name, {}).get("speech_share_of_dnn", {}).get("ours")
         rows.append(
             {
@@ -133,13 +135,13 @@ def summarise(
                 "busy_reading": reading.busy,
                 "speech_share_of_dnn": speech,
                 "policies": means,
-                "gain_pct": 100 * (coda - fifo) / fifo if coda is not None and fifo else None,
-                "oracle_gain_pct": (
-                    100 * (oracle - fifo) / fifo if oracle is not None and fifo else None
-                ),
+                "gain_pct": gain,
+                "oracle_gain_pct": oracle_gain,
                 "fifo_busy_error": None if fifo is None else fifo - _paper("fifo"),
                 "coda_meets_busy": coda is not None and coda >= BUSY_MIN,
                 "oracle_meets_busy": oracle is not None and oracle >= BUSY_MIN,
+                "coda_meets_gain": gain is not None and gain >= GAIN_MIN_PCT,
+                "oracle_meets_gain": oracle_gain is not None and oracle_gain >= GAIN_MIN_PCT,
             }
         )
     return {
@@ -169,8 +171,9 @@ def _paper(policy: str) -> float:
 
 
 def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Whether 62.1% is within reach under some reading (the oracle meets it), met by
-    CODA under some reading, and which readings keep FIFO within 5 points of 45.4%."""
+    """Whether 62.1% and +36.8% over FIFO are within reach under some reading (the oracle
+    meets them), met by CODA under some reading, and which readings keep FIFO within 5
+    points of 45.4%."""
     consistent = [
         r for r in rows if r["fifo_busy_error"] is not None and abs(r["fifo_busy_error"]) <= 0.05
     ]
@@ -184,6 +187,13 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         # Out of reach only where the oracle ran under every reading and missed each.
         "measured": measured,
         "out_of_reach": measured and not any(r["oracle_meets_busy"] for r in rows),
+        "gain_reachable_under": [_name(r) for r in rows if r["oracle_meets_gain"]],
+        "gain_met_under": [_name(r) for r in rows if r["coda_meets_gain"]],
+        "gain_out_of_reach": measured and not any(r["oracle_meets_gain"] for r in rows),
+        "oracle_gain_max_pct": max(
+            (r["oracle_gain_pct"] for r in rows if r["oracle_gain_pct"] is not None),
+            default=None,
+        ),
     }
 
 

@@ -25,7 +25,7 @@ def _est(e: Mapping[str, Any], unit: str) -> str:
         if unit == "x":
             return f"{v:.2f}x"
         if unit == "share":
-            return f"{100 * v:.1f}%"
+            return f"{100 * min(max(v, 0.0), 1.0):.1f}%"  # a t-interval may pass 0-100%
         if unit == "s":
             return f"{v:,.0f} s"
         return f"{v:.2f}"
