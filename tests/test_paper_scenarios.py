@@ -146,3 +146,17 @@ def test_the_commands_default_to_the_presets_reading():
     assert busy.default == DEFAULT_READING and tuple(busy.type.choices) == READINGS
     assert PRESETS["paper"].speech_reading == DEFAULT_SPEECH_READING
     assert {p.speech_reading for p in PRESETS.values()} == set(SPEECH_READINGS)
+
+
+def test_an_open_reading_also_runs_its_most_nlp_mix(tmp_path):
+    cfg = SensitivityConfig(out=tmp_path, seeds=1, jobs=JOBS)
+    readings = cfg.readings()
+    corner = [r for r in readings if r.mix == "most-nlp"]
+    assert {r.speech for r in corner} == {"all"} and len(corner) == 3
+    weights = dict(corner[0].domain_weights() or ())
+    assert weights["speech"] == pytest.approx(0.568, abs=1e-3)
+    assert weights["nlp"] == pytest.approx(1 - weights["speech"]) and weights["cv"] == 0.0
+    params = cfg.paper_config(corner[0]).params()
+    assert dict(params.domain_weights) == weights  # the month, its mix replaced
+    assert all(r.domain_weights() is None for r in readings if r.mix == "fitted")
+    cfg.validate()

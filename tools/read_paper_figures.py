@@ -1,4 +1,4 @@
-"""Read the CODA paper's Figures 3, 10 and 11 from the vector data of its PDF.
+"""Read the CODA paper's Figures 2a, 3, 10 and 11 from the vector data of its PDF.
 
     python tools/read_paper_figures.py PATH/TO/2020coda.pdf
 
@@ -43,6 +43,25 @@ class Axis:
             v0, v1 = math.log10(v0), math.log10(v1)
         v = v0 + (pos - a0) * (v1 - v0) / (a1 - a0)
         return 10**v if self.log else v
+
+
+# Figure 2a (the PDF's fourth page): stacked bars of job kinds, percentage axis with a
+# tick every 2 points (70 at the top tick), bars for CPU-only and GPU jobs.
+FIG2A_Y = Axis((74.78, 165.13), (70, 20))
+FIG2A_BARS = {99.7: "CPU-only jobs", 144.9: "GPU jobs"}
+
+
+def figure2a(pdf: Any) -> dict[str, float]:
+    """Each bar's top (the share of that week's jobs of that kind, %)."""
+    page = pdf.pages[3]
+    tops: dict[str, float] = {}
+    for r in page.rects:
+        name = FIG2A_BARS.get(round(r["x0"], 1))
+        if name and r["top"] < 200:
+            tops[name] = min(tops.get(name, 1e9), r["top"])
+    if set(tops) != set(FIG2A_BARS.values()):
+        raise ValueError("Figure 2a's bars not found")
+    return {name: FIG2A_Y.value(top) for name, top in tops.items()}
 
 
 @dataclass(frozen=True)
@@ -253,8 +272,8 @@ def main(argv: list[str]) -> int:
             _print_readings(pdf)
     except (IndexError, KeyError, ValueError, ZeroDivisionError) as e:
         print(
-            f"read_paper_figures: {path}: not the CODA paper's layout (Figures 3, 10 and 11 "
-            f"on its 4th and 9th pages): {type(e).__name__} {e}",
+            f"read_paper_figures: {path}: not the CODA paper's layout (Figures 2a, 3, 10 and "
+            f"11 on its 4th and 9th pages): {type(e).__name__} {e}",
             file=sys.stderr,
         )
         return 1
@@ -264,7 +283,11 @@ def main(argv: list[str]) -> int:
 def _print_readings(pdf: Any) -> None:
     """Every reading of Figures 3, 10 and 11, as the Markdown docs/paper.md shows (all
     read before anything is printed)."""
-    fig3, fig10, fig11 = figure3(pdf), figure10(pdf), figure11(pdf)
+    fig2a, fig3, fig10, fig11 = figure2a(pdf), figure3(pdf), figure10(pdf), figure11(pdf)
+    print("## Figure 2a (share of the week's jobs, %)\n")
+    for name, v in fig2a.items():
+        print(f"- {name}: {v:.1f}%")
+    print()
     print("## Figure 3 (busy %, speed relative to 1 core)\n")
     print("| model | config | busy at 1 core | best busy (cores) | speed 1 -> peak (cores) "
           "| busy at speed peak | speed_low | speed at 14 |")  # fmt: skip

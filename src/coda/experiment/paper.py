@@ -77,6 +77,8 @@ class PaperConfig:
     busy_reading: str = DEFAULT_READING
     # The share of CPU jobs that are memory-bandwidth heavy (None: the preset's, 0.5%).
     heavy_share: float | None = None
+    # The DNN jobs' model mix by domain (None: the preset's fitted one).
+    domain_weights: tuple[tuple[str, float], ...] | None = None
 
     def validate(self) -> None:
         if not 1 <= self.seeds <= min(MAX_SEEDS, MAX_SEED):
@@ -143,12 +145,14 @@ class PaperConfig:
         base = speech_preset(self.speech_reading)
         n = self.jobs if self.jobs is not None else base.n_jobs
         heavy = base.cpu_bw_heavy_share if self.heavy_share is None else self.heavy_share
+        mix = base.domain_weights if self.domain_weights is None else self.domain_weights
         return dataclasses.replace(
             base,
             n_jobs=n,
             days=base.days * n / PRESET_JOBS,
             arrival_scale=self.arrival_scale,
             cpu_bw_heavy_share=heavy,
+            domain_weights=mix,
         )
 
     def profiles_path(self) -> Path:

@@ -20,7 +20,7 @@ from coda.experiment.paper_results import BUSY_MIN, GAIN_MIN_PCT
 from coda.experiment.published import paper_value
 from coda.experiment.stats import mean_ci
 from coda.workload.busy_derivation import READINGS as BUSY_READINGS
-from coda.workload.generate.paper import SPEECH_READINGS
+from coda.workload.generate.paper import SPEECH_READINGS, speech_share_bounds
 
 POLICIES = ("fifo", "coda", "oracle")
 # (key, label, unit) reported per reading and policy.
@@ -39,12 +39,26 @@ KEYS: tuple[tuple[str, str, str], ...] = (
 
 @dataclass(frozen=True)
 class Reading:
+    """A reading of the paper: Figure 2b's, the busy curves', and the month's model mix:
+    the reading's fitted preset (`fitted`), or, for `all`, the most NLP it allows
+    (`most-nlp`: speech at its lower bound, every other DNN job NLP; not fitted, it
+    bounds what a mix the reading allows could give)."""
+
     speech: str
     busy: str
+    mix: str = "fitted"
 
     @property
     def name(self) -> str:
-        return f"speech-{self.speech}_busy-{self.busy}"
+        mix = "" if self.mix == "fitted" else f"_mix-{self.mix}"
+        return f"speech-{self.speech}_busy-{self.busy}{mix}"
+
+    def domain_weights(self) -> tuple[tuple[str, float], ...] | None:
+        """The mix that replaces the preset's, None for the fitted one."""
+        if self.mix == "fitted":
+            return None
+        low, _ = speech_share_bounds(self.speech)
+        return (("nlp", round(1.0 - low, 4)), ("speech", round(low, 4)), ("cv", 0.0))
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,10 @@ class SensitivityConfig:
     jobs: int | None = None
 
     def readings(self) -> list[Reading]:
-        return [Reading(s, b) for s in self.speech_readings for b in self.busy_readings]
+        fitted = [Reading(s, b) for s in self.speech_readings for b in self.busy_readings]
+        # Where a reading leaves the speech share open, its most NLP-heavy mix too.
+        open_ = [s for s in self.speech_readings if s == "all"]
+        return fitted + [Reading(s, b, "most-nlp") for s in open_ for b in self.busy_readings]
 
     def paper_config(self, reading: Reading) -> PaperConfig:
         return PaperConfig(
@@ -70,6 +87,7 @@ class SensitivityConfig:
             speech_reading=reading.speech,
             busy_reading=reading.busy,
             jobs=self.jobs,
+            domain_weights=reading.domain_weights(),
         )
 
     def validate(self) -> None:
@@ -133,6 +151,7 @@ def summarise(
             {
                 "speech_reading": reading.speech,
                 "busy_reading": reading.busy,
+                "mix": reading.mix,
                 "speech_share_of_dnn": speech,
                 "policies": means,
                 "gain_pct": gain,
@@ -198,4 +217,5 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _name(r: dict[str, Any]) -> str:
-    return f"speech {r['speech_reading']}, busy {r['busy_reading']}"
+    mix = "" if r.get("mix", "fitted") == "fitted" else f", mix {r['mix']}"
+    return f"speech {r['speech_reading']}, busy {r['busy_reading']}{mix}"

@@ -47,7 +47,7 @@ DEFAULT_SPEECH_READING = SPEECH_READINGS[0]
 # The knobs the paper does not publish, fitted to its baselines' figures only.
 _FIT = (
     "FIT (`coda experiment paper --fit`, fitted to FIFO's and DRF's published figures only, "
-    "never CODA's; out/paper/fit.md has the table): "
+    "never CODA's; docs/results/paper-fit.md has the table): "
 )
 
 
