@@ -74,3 +74,10 @@ def tick_until(agent: Any, cond: Callable[[], bool], timeout: float = 20.0) -> N
             return
         time.sleep(agent.config.period_s)
     raise AssertionError("condition not reached in time")
+
+
+# A harm budget that takes nothing from what the policy does without one (shrinks to its
+# own floor, any requeue): for tests of reclaim and throttling themselves, whose jobs
+# are seconds or minutes old (the default budget takes nothing from so young a job:
+# tests/test_harm_budget.py).
+LOOSE_HARM = {"harm.share": "0.99", "harm.initial_s": "1e9", "harm.cap_s": "1e9"}

@@ -13,6 +13,7 @@ import pytest
 from coda.cycle import InvariantError
 from coda.policy import make_policy
 from coda.policy.framework import Preempt, SetCores, SetQuota
+from coda.policy.plugins.reclaim import ShrinkThenPreempt
 from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
@@ -36,8 +37,8 @@ class _PreemptAll:
 
     shrinks = True
 
-    def reclaimable(self, job: Job) -> bool:
-        return True
+    def takeable(self, job: Job) -> int:
+        return job.cores_pn
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         self.calls.append(cores_needed)
@@ -47,8 +48,8 @@ class _PreemptAll:
 class _ShrinkOnly:
     shrinks = True
 
-    def reclaimable(self, job: Job) -> bool:
-        return True
+    def takeable(self, job: Job) -> int:
+        return job.cores_pn
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         cpu = [j for j in node.jobs if not j.is_dnn]
@@ -58,8 +59,8 @@ class _ShrinkOnly:
 class _TooLittle:
     shrinks = True
 
-    def reclaimable(self, job: Job) -> bool:
-        return True
+    def takeable(self, job: Job) -> int:
+        return job.cores_pn
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float):
         return []
@@ -115,8 +116,11 @@ def test_a_reclaim_that_frees_too_little_is_a_policy_bug():
 
 def test_preempted_jobs_go_back_to_the_head_of_the_cpu_queue():
     # CPU job 0 runs on the GPU node; job 1 waits for the CPU node; the DNN
-    # job preempts 0, which (with the CODA queue order) starts before job 2.
-    policy = make_policy("coda-no-eliminator")
+    # job preempts 0, which (with the CODA queue order) starts before job 2. Without
+    # the harm bound: a job a second old has no budget for a preemption yet.
+    policy = dataclasses.replace(
+        make_policy("coda-no-eliminator"), harm=None, reclaim=ShrinkThenPreempt()
+    )
     rows = [(0, 100, 0, 8), (0, 100, 0, 8), (1, 10, 1, 8), (2, 10, 0, 8)]
     _, res = run(rows, "1x1g10c,1x0g8c", policy)
     start = res.jobs["start"]

@@ -307,8 +307,9 @@ def test_a_cpu_job_preempted_twice_keeps_its_cores() -> None:
     tired = job(1, "u", gpus=0, cores=8)
     tired.preemptions = reclaim.max_preemptions
     fresh = job(2, "u", gpus=0, cores=8)
-    assert not reclaim.reclaimable(tired)
-    assert reclaim.reclaimable(fresh)
+    tired.cores_pn = fresh.cores_pn = 8
+    assert reclaim.takeable(tired) == 0
+    assert reclaim.takeable(fresh) == 8
     policy = make_policy("coda")
     policy.observe_cluster([node])
     sched = Scheduler(policy, [node])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fakes import fake_v1_driver
+from fakes import LOOSE_HARM, fake_v1_driver
 from test_slurm_controller import FakeSlurm
 
 from coda.cycle import Decision, Start, describe
@@ -40,7 +40,10 @@ from coda.workload.perf import build_workload, load_profile_set
 
 POLICY = "coda-no-slimming"  # no core search: a start's cores are the request everywhere
 # What Slurm can do, in every driver: time limits for backfill, requeue for reclaim.
-OPTIONS = PolicyOptions(estimates="time-limits", reclaim="requeue")
+# Each CPU job's harm budget as the policy keeps it (C and D, a few minutes old, may
+# not be requeued), and a loose one (a day's allowance from the start: they may).
+BOUNDED: dict[str, str] = {}
+LOOSE = LOOSE_HARM
 T0 = 1_700_000_000.0  # the Slurm and agent clocks' origin (epoch seconds)
 
 # (name, GPUs, cores, duration s, time limit s or None, submit s) on one node with
@@ -105,10 +108,11 @@ def _record(sched: Any, into: list[Decision]) -> None:
 
 
 # ------------------------------------------------------------------ simulator
-def run_simulator() -> tuple[list[Decision], list[tuple[float, str]]]:
+def run_simulator(tune: dict[str, str]) -> tuple[list[Decision], list[tuple[float, str]]]:
     profiles = load_profile_set("coda")
     wl = build_workload(_table(), profiles, 0, {"ResNet50": 1.0})
-    policy = make_policy(POLICY, OPTIONS)
+    policy = make_policy(POLICY, PolicyOptions(estimates="time-limits", reclaim="requeue",
+                                               tune=tune))  # fmt: skip
     sim = Simulator(wl, parse_cluster_spec("1x2g3c"), policy, check_invariants=True)
     seen: list[Decision] = []
     _record(sim.sched, seen)
@@ -132,12 +136,20 @@ def fake_spawn(r: Any, m: Managed) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "600"], start_new_session=True)
 
 
-def run_agent(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
+def run_agent(
+    tmp_path: Path, ends: list[tuple[float, str]], tune: dict[str, str]
+) -> list[Decision]:
     drv = fake_v1_driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")
     now = [T0]
     cfg = AgentConfig(
-        policy=POLICY, reclaim="requeue", gpus=2, cpus=[0, 1, 2], period_s=1.0, window_s=2.0
+        policy=POLICY,
+        reclaim="requeue",
+        gpus=2,
+        cpus=[0, 1, 2],
+        period_s=1.0,
+        window_s=2.0,
+        tune=tune,
     )
     agent = local_agent(store, drv, tmp_path / "state", cfg, clock=lambda: now[0],
                         wall=lambda: now[0])  # fmt: skip
@@ -198,11 +210,15 @@ class StartingSlurm(FakeSlurm):
         return out
 
 
-def run_controller(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decision]:
+def run_controller(
+    tmp_path: Path, ends: list[tuple[float, str]], tune: dict[str, str]
+) -> list[Decision]:
     tmp_path.mkdir(mode=0o700)
     fake = StartingSlurm()
     fake.node("g1", 3, gpus=2)
-    ctl = Controller(SlurmClient(fake.run), tmp_path, policy=POLICY, wall=lambda: fake.now)
+    ctl = Controller(
+        SlurmClient(fake.run), tmp_path, policy=POLICY, wall=lambda: fake.now, tune=tune
+    )
     seen: list[Decision] = []
     _record(ctl.sched, seen)
     ids: dict[str, int] = {}
@@ -225,16 +241,18 @@ def run_controller(tmp_path: Path, ends: list[tuple[float, str]]) -> list[Decisi
         for _ in range(2):  # a requeued job is CODA's again at the next cycle
             ctl.cycle()
     assert {d["job_state"] for d in fake.jobs.values()} == {"COMPLETED"}
-    # D was placed and taken back in one cycle, before it was written to Slurm: only C,
-    # which ran, is requeued.
-    assert fake.ids("requeuehold") == [ids["C"]]
+    if tune == LOOSE:
+        # D was placed and taken back in one cycle, before it was written to Slurm: only
+        # C, which ran, is requeued.
+        assert fake.ids("requeuehold") == [ids["C"]]
+    else:
+        assert fake.ids("requeuehold") == []
 
     return seen
 
 
-def test_three_drivers_make_the_same_decisions_in_the_same_order(tmp_path: Path) -> None:
-    sim, ends = run_simulator()
-    expected = [
+EXPECTED = {
+    "loose": [
         ("start", "A", 2),
         ("start", "C", 1),
         ("start", "D", 1),
@@ -243,15 +261,32 @@ def test_three_drivers_make_the_same_decisions_in_the_same_order(tmp_path: Path)
         ("start", "B", 3),
         ("start", "C", 1),
         ("start", "D", 1),
-    ]
+    ],
+    # Neither CPU job's bucket covers a requeue: B waits for their cores.
+    "bounded": [
+        ("start", "A", 2),
+        ("start", "C", 1),
+        ("start", "D", 1),
+        ("start", "B", 3),
+    ],
+}
+
+
+@pytest.mark.parametrize("budget", ["loose", "bounded"])
+def test_three_drivers_make_the_same_decisions_in_the_same_order(
+    tmp_path: Path, budget: str
+) -> None:
+    tune = LOOSE if budget == "loose" else BOUNDED
+    sim, ends = run_simulator(tune)
+    expected = EXPECTED[budget]
     assert _normal(sim) == expected
-    assert _normal(run_agent(tmp_path / "agent", ends)) == expected
-    assert _normal(run_controller(tmp_path / "slurm", ends)) == expected
+    assert _normal(run_agent(tmp_path / "agent", ends, tune)) == expected
+    assert _normal(run_controller(tmp_path / "slurm", ends, tune)) == expected
 
 
 def test_a_start_is_the_same_object_shape_everywhere() -> None:
     # The decisions the drivers compare are plain values (describe) of one dataclass.
-    sim, _ = run_simulator()
+    sim, _ = run_simulator(LOOSE)
     assert all(isinstance(d, Start) or d.action is not None for d in sim)
     assert json.dumps([describe(d) for d in sim])
     assert re.fullmatch(r"[A-D]", sim[0].job.job_id)

@@ -18,9 +18,9 @@ PROFILES = load_profile_set("coda")
 MIX = {"AlexNet": 1.0}
 
 
-def run_coda(rows: list[tuple], cluster: str = "1x1g8c"):
+def run_coda(rows: list[tuple], cluster: str = "1x1g8c", name: str = "coda"):
     wl = build_workload(table(rows), PROFILES, 0, MIX)
-    policy = make_policy("coda")
+    policy = make_policy(name)
     sim = Simulator(wl, parse_cluster_spec(cluster), policy, check_invariants=True, noise=0.02)
     asked: list[tuple[str, int, int]] = []  # (job, cores it held, cores asked)
     apply = sim.executor.apply
@@ -59,9 +59,10 @@ def test_the_same_probe_grows_once_cores_are_free():
 
 def test_a_start_may_still_reclaim_cpu_held_cores():
     # A DNN job whose request exceeds the free cores starts at once: the CPU job's
-    # cores are reclaimed for its start (shrink first), as before.
+    # cores are reclaimed for its start (shrink first), as before (without the harm
+    # budget: a CPU job 10 s old has earned no harm yet, tests/test_harm_budget.py).
     rows = [(0, 20000, 0, 6), (10, 3000, 1, 4)]
-    _, res, asked, _ = run_coda(rows)
+    _, res, asked, _ = run_coda(rows, name="coda-unbounded")
     assert res.jobs["start"][1] == pytest.approx(10)
     shrinks = [a for a in asked if a[0] == "j0"]
     assert shrinks[0][1:] == (6, 4)  # 2 cores taken back from the CPU job at the start

@@ -259,3 +259,31 @@ def test_the_twin_over_seeds_is_their_mean_and_each_job_s_median() -> None:
     assert m.jobs_finished == 2 and m.jobs_lost == 1
     with pytest.raises(ValueError):
         O.mean_of([])
+
+
+def test_the_replay_compares_each_cpu_jobs_execution_on_both_sides() -> None:
+    from coda.replay.report import markdown
+
+    plain = O.RunMetrics(0.5, 1.0, 3, 0, 0, {}, cpu_exec_s={0: 100.0, 1: 50.0, 2: 10.0})
+    coda = O.RunMetrics(0.6, 1.0, 3, 0, 0, {}, cpu_exec_s={0: 120.0, 1: 110.0, 3: 5.0})
+    s = O.cpu_stretch(plain, coda)
+    # Jobs 0 and 1 finished in both: 1.2x and 2.2x.
+    assert s["jobs"] == 2 and s["stretch_max"] == pytest.approx(2.2)
+    assert s["stretch_over_2x_share"] == pytest.approx(0.5)
+    # The twin over seeds: each CPU job's median execution, jobs of every seed only.
+    m = O.mean_of([coda, O.RunMetrics(0.6, 1.0, 3, 0, 0, {}, cpu_exec_s={0: 140.0, 1: 90.0})])
+    assert m.cpu_exec_s == {0: 130.0, 1: 100.0}
+    run = {"gpu_util_effective": 0.5, "cpu_queue_delay_mean_s": 3.0, "jobs_finished": 2,
+           "jobs_unfinished": 0, "jobs_lost": 0, "jobs_started_twice": 0,
+           "jct_rel_error_median": 0.05, "start_latency_s": [0.7]}  # fmt: skip
+    sim = {"policy": "slurm", "gpu_util_effective": 0.55, "cpu_queue_delay_mean_s": 2.5,
+           "start_delay_s": 0.7, "cycle_period_s": 0.0, "seeds": [0]}  # fmt: skip
+    r = {"setting": {"jobs": 2, "trace": "t", "speed": 300.0, "load": 0.9, "cluster": "c",
+                     "seed": 0, "users": ["u"], "arrival_span_s": 5.0,
+                     "controller_period_s": 1.0, "agent_window_s": 2.0},
+         "plain": run, "coda": run, "sim": {"plain": sim, "coda": {**sim, "policy": "coda"}},
+         "gain_real": 0.1, "gain_sim": 0.1, "cpu_stretch_real": s,
+         "cpu_stretch_sim": O.cpu_stretch(plain, plain)}  # fmt: skip
+    text = markdown(r)
+    assert "real 2 jobs, p99 2.19x, max 2.20x, over 1.5x 50.0%, over 2x 50.0%" in text
+    assert "sim 3 jobs, p99 1.00x, max 1.00x, over 1.5x 0.0%, over 2x 0.0%" in text

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import CG, fake_v1_driver, tick_until
+from fakes import CG, LOOSE_HARM, fake_v1_driver, tick_until
 
 from coda.policy.framework import SetCores, SetQuota
 from coda.runtime.agent import AgentConfig, Managed, NodeAgent
@@ -273,7 +273,7 @@ def test_a_restarted_progress_count_gives_no_rate_and_stops_nothing(env, gpus: i
 
 def test_dnn_job_reclaims_cores_from_cpu_jobs(env) -> None:
     tmp, drv, store, new_agent = env
-    agent = new_agent()
+    agent = new_agent(tune=LOOSE_HARM)  # the hog is seconds old: a loose budget
     hog = submit(store, ["sleep", "60"], name="hog", cores=4)
     agent.tick()
     # IdleGpuReserve: a 4-core CPU job cannot fit beside the idle GPU's reserve, so it
@@ -290,7 +290,7 @@ def test_dnn_job_reclaims_cores_from_cpu_jobs(env) -> None:
 
 def test_shrink_before_preempt(env) -> None:
     tmp, drv, store, new_agent = env
-    agent = new_agent()
+    agent = new_agent(tune=LOOSE_HARM)
     hog = submit(store, ["sleep", "60"], name="hog", cores=4)
     agent.tick()
     dnn = submit(store, ["sleep", "60"], name="train", cores=2, gpus=1)
@@ -761,7 +761,7 @@ def test_a_failed_cpuset_change_leaves_kernel_and_books_as_they_were(env) -> Non
 # ------------------------------------------------------------------ reclaim edge cases
 def test_reclaim_requeues_only_the_cpu_jobs_it_needs_and_loses_none(env) -> None:
     tmp, drv, store, new_agent = env
-    agent = new_agent(cpus=list(range(4)), gpus=2, reclaim="requeue")
+    agent = new_agent(cpus=list(range(4)), gpus=2, reclaim="requeue", tune=LOOSE_HARM)
     j2 = submit(store, ["sleep", "60"], name="j2", cores=2)
     agent.tick()
     j1 = submit(store, ["sleep", "60"], name="j1", cores=1, time_limit_s=60.0)

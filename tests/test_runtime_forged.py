@@ -28,6 +28,7 @@ import pytest
 from coda.cli.node_commands import spawn_agent
 from coda.runtime.cgroups import CgroupError, detect
 from coda.runtime.store import Store
+from tests.fakes import LOOSE_HARM
 from tests.test_runtime_kernel import as_user, clear_parent
 
 
@@ -60,7 +61,9 @@ def agent(tmp_path: Path) -> Iterator[tuple[Path, str, Store]]:
     log = tmp_path / "agent.log"
     args = ["--cgroup-parent", parent, "--gpus", "1", "--period", "0.2", "--window", "0.5",
             "--tune", f"eliminator.victim_share={SHARE}",
-            "--tune", f"eliminator.victim_grace_core_s={GRACE}"]  # fmt: skip
+            "--tune", f"eliminator.victim_grace_core_s={GRACE}",
+            # The victim's allowance is what binds here, not its harm budget.
+            *(a for k, v in LOOSE_HARM.items() for a in ("--tune", f"{k}={v}"))]  # fmt: skip
     proc = spawn_agent(base / "state", args, log)
     store = Store(base / "state" / "coda.db")
     try:

@@ -25,6 +25,7 @@ from coda.runtime.cgroups import CgroupError, detect, parse_cpus
 from coda.runtime.jobrow import FINAL as FINAL_STATES
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
+from tests.fakes import LOOSE_HARM
 
 
 def _real() -> tuple[str | None, int]:
@@ -86,6 +87,9 @@ class Agent:
             "0.5",
             "--stall",
             "10",
+            # The eliminator and reclaim on the real kernel, on jobs seconds old: a loose
+            # harm budget (its own tests: tests/test_harm_budget.py).
+            *(a for k, v in LOOSE_HARM.items() for a in ("--tune", f"{k}={v}")),
         ]
         self.proc = spawn_agent(self.state, args, self.log)
 

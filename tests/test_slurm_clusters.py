@@ -115,7 +115,13 @@ def test_two_test_clusters_run_side_by_side_and_go_down_alone(
     jb = b.running_job()
     for c in (a, b):
         if CPUSET.is_dir():  # cgroup v1: Slurm names each node's group after the node
-            assert (CPUSET / f"slurm_{c.nodes[0]}").is_dir()
+            # slurmd makes it as the job's step starts, which may be just after squeue
+            # says RUNNING (seen on a loaded machine).
+            group = CPUSET / f"slurm_{c.nodes[0]}"
+            deadline = time.monotonic() + 30
+            while not group.is_dir() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert group.is_dir()
     a_pids = a.pids()
     down = a.script("down")
     assert down.returncode == 0, down.stderr

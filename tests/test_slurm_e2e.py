@@ -69,15 +69,19 @@ class Daemons:
     """The controller and the node agents, as processes this test started (PIDs
     tracked; never killed by name)."""
 
-    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], tmp: Path, controller_tune: tuple[str, ...] = ()
+    ) -> None:
         self.env = env
         self.tmp = tmp
+        self.controller_tune = controller_tune  # --tune PART.FIELD=VALUE of the controller
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _argv(self, name: str) -> list[str]:
         coda = [sys.executable, "-m", "coda.cli", "slurm"]
         if name == "controller":
-            return [*coda, "controller", "--state-dir", str(self.tmp / "ctl")]
+            tunes = [a for t in self.controller_tune for a in ("--tune", t)]
+            return [*coda, "controller", "--state-dir", str(self.tmp / "ctl"), *tunes]
         # Short comparisons: the test's model has a flat curve, decided in a few windows.
         tune = ["--tune", "allocator.peak_windows=3", "--tune", "allocator.max_windows=6"]
         return [

@@ -20,6 +20,7 @@ import os
 import time
 from pathlib import Path
 
+from fakes import LOOSE_HARM
 from test_slurm_e2e import Daemons, Submitter, _wait, split_nodes
 
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
@@ -41,7 +42,11 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
     node_cpus = {n.name: n.cpus for n in slurm.nodes()}
     gpu_nodes, cpu_nodes = split_nodes(slurm)
     ask = str(node_cpus[gpu_nodes[0]])  # a whole node's cores
-    daemons = Daemons(env, tmp_path)
+    # A day's harm budget from each CPU job's start: the test's jobs are minutes old, and
+    # the default budget lets no requeue take so young a job (tests/test_harm_budget.py).
+    daemons = Daemons(
+        env, tmp_path, controller_tune=tuple(f"{k}={v}" for k, v in LOOSE_HARM.items())
+    )
     submit = Submitter(env)
     report: list[str] = []
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from fakes import LOOSE_HARM
 from test_one_cycle import T0, StartingSlurm
 
 from coda.slurm.client import SlurmClient, SlurmError
@@ -32,7 +33,9 @@ def _setup(tmp_path: Path, fake: StartingSlurm) -> Controller:
     fake.node("g1", 3, gpus=2)
     d = tmp_path / "ctl"
     d.mkdir(mode=0o700)
-    return Controller(SlurmClient(fake.run), d, policy="coda-no-slimming", wall=lambda: fake.now)
+    # Reclaim itself is tested here: a budget that lets it take the test's young jobs.
+    return Controller(SlurmClient(fake.run), d, policy="coda-no-slimming", wall=lambda: fake.now,
+                      tune=LOOSE_HARM)  # fmt: skip
 
 
 def _add(fake: StartingSlurm, jid: int, name: str, cpus: int, gpus: int, limit: int) -> None:

@@ -53,6 +53,7 @@ from coda.workload.cluster import parse_cluster_spec
 from coda.workload.jobs import JobTable
 from coda.workload.perf import build_workload, load_profile_set
 from tests.bench_module import load_bench
+from tests.fakes import LOOSE_HARM
 
 bench = load_bench("bench_sim", "bench_sim_for_equivalence")
 
@@ -500,6 +501,9 @@ def _random_case(seed: int) -> tuple[Any, str, str, PolicyOptions]:
         reclaim=rnd.choice(["requeue", "shrink"]),
         estimates=rnd.choice(["exact", "time-limits"]),
         default_time_limit_s=200.0,
+        # The cycle's optimisations are what is compared: reclaims as often as before
+        # the harm budget (its own tests are tests/test_harm_budget.py).
+        tune=LOOSE_HARM if policy.startswith("coda") else {},
     )
     return wl, cluster, policy, opts
 
@@ -676,7 +680,7 @@ def test_a_bucket_parked_at_first_starts_once_a_reclaim_frees_more_than_it_took(
         ("C2", 5.0, 10.0, 0, 10, 0, 1, 0),
     ]
     wl = build_workload(JobTable.from_rows(rows).sorted_by_submit(), PROFILES, 0, {"ResNet50": 1})
-    case = (wl, "1x4g16c", "coda-no-slimming", PolicyOptions(reclaim="requeue"))
+    case = (wl, "1x4g16c", "coda-no-slimming", PolicyOptions(reclaim="requeue", tune=LOOSE_HARM))
     counts = {"rejoined": 0, "groups_opened": 0}
     with counting_parks(counts):
         fast = _simulate(*case)

@@ -15,14 +15,17 @@ from coda.sim.engine import Simulator
 from coda.study.config import RunConfig, SimulationOptions
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
+from tests.fakes import LOOSE_HARM
 from tests.test_engine import PROFILES, table
 
 
 def simulate(rows, cluster: str, policy="static-separate", mix=None, seed=0, start_delay_s=0.0,
              estimates="exact", **kw):  # fmt: skip
-    """tests.test_engine's simulate, with the policy built for the same start delay."""
+    """tests.test_engine's simulate, with the policy built for the same start delay (CODA's
+    with a loose harm budget: these tests take young CPU jobs back on purpose)."""
     wl = build_workload(table(rows), PROFILES, seed, mix or {"VGG16": 1.0})
-    opts = PolicyOptions(start_delay_s=start_delay_s, estimates=estimates)
+    tune = LOOSE_HARM if policy.startswith("coda") else {}
+    opts = PolicyOptions(start_delay_s=start_delay_s, estimates=estimates, tune=tune)
     sim = Simulator(wl, parse_cluster_spec(cluster), make_policy(policy, opts),
                     check_invariants=True, start_delay_s=start_delay_s, **kw)  # fmt: skip
     return sim, sim.run()

@@ -64,6 +64,12 @@ def fmt_number(value: Any) -> str:
     return f"{x:g}"
 
 
+def fmt_times(value: Any) -> str:
+    """A ratio such as a slowdown: two decimals and an x."""
+    x = finite(value)
+    return MISSING if x is None else f"{x:.2f}x"
+
+
 def relative_change(value: Any, base: Any) -> float | None:
     """(value - base) / base in percent; None where it is undefined (missing or zero base)."""
     v, b = finite(value), finite(base)

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from coda.cli.cpu_harm_command import cpu_harm
 from coda.cli.eliminator_command import eliminator
 from coda.cli.headline_command import headline
 from coda.cli.paper_command import paper
@@ -136,6 +137,7 @@ main.add_command(simulate)
 main.add_command(compare)
 main.add_command(trace_group)
 main.add_command(list_policies)
+experiment.add_command(cpu_harm)
 experiment.add_command(headline)
 experiment.add_command(eliminator)
 experiment.add_command(paper)

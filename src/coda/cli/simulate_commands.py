@@ -66,6 +66,7 @@ def compare(policies: str, out: str, **kw: Any) -> None:
     default the paper's setting on the bundled trace: fifo, drf and coda on the paper's
     cluster (GPU servers with scarce cores, shared by both kinds of job)."""
     from coda.report import comparison_table, write_comparison
+    from coda.sim.cpu_harm import cpu_stretch
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     _check_policies(names)
@@ -74,6 +75,9 @@ def compare(policies: str, out: str, **kw: Any) -> None:
     with user_errors():
         prepared = prepare_run(run_config(kw))
         results = [run_one_policy(prepared, name) for name in names]
+        # Each CPU job's execution against the same job's under the baseline (the first).
+        for result in results[1:]:
+            result.summary["cpu_stretch"] = cpu_stretch(result, results[0], names[0])
         paths = write_comparison(results, Path(out))
     console.print(comparison_table([r.summary for r in results]))
     console.print(f"[dim]wrote {len(paths)} files under {out}[/dim]")

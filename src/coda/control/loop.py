@@ -89,6 +89,9 @@ class ControlLoop:
         nc = self.policy.node_control
         if nc is None:
             return
+        harm = self.policy.harm
+        if harm is not None:
+            harm.advance(now)
         history = decisions_of(nc)  # the explanations it keeps, if it keeps any
         last = history[-1] if history else None
         acts = nc.control(node, now)
@@ -99,3 +102,6 @@ class ControlLoop:
             d = history[-1]
             reason = {"decision": d.get("action"), **d.get("reason", {})}
         self.sink.carry_out(acts, now, ELIMINATOR, reason)
+        if harm is not None:
+            for a in acts:  # their new quotas (as the body set them) cost from now on
+                harm.changed(a.job)

@@ -4,7 +4,7 @@ and pick over an index of nodes, and a reason for every job not started.
 
 Importable with ``coda.policy`` alone; knows nothing of the drivers."""
 
-from coda.cycle.decisions import Decision, Executor, Reclaimed, Start, describe
+from coda.cycle.decisions import Decision, Executor, Reclaimed, Returned, Start, describe
 from coda.cycle.invariant import InvariantError
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Reservation
@@ -16,6 +16,7 @@ __all__ = [
     "InvariantError",
     "Reason",
     "Reclaimed",
+    "Returned",
     "Reservation",
     "Scheduler",
     "Start",

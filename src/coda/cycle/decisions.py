@@ -33,7 +33,14 @@ class Reclaimed:
     action: Action
 
 
-Decision = Start | Reclaimed
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """Cores given back to a shrunk CPU job as they freed up (``action``: its SetCores)."""
+
+    action: SetCores
+
+
+Decision = Start | Reclaimed | Returned
 
 
 class Executor(Protocol):
@@ -56,6 +63,8 @@ def describe(d: Decision) -> tuple[Any, ...]:
     """A decision as plain values, to compare drivers (the differential test)."""
     if isinstance(d, Start):
         return ("start", d.job.job_id, tuple(n.name for n in d.nodes), d.cores_pn)
+    if isinstance(d, Returned):
+        return ("return", d.action.job.job_id, d.action.cores_pn)
     act = d.action
     detail = act.cores_pn if isinstance(act, SetCores) else None
     return ("reclaim", d.for_job.job_id, d.node.name, type(act).__name__, act.job.job_id, detail)

@@ -172,6 +172,9 @@ class NodeBook:
             self.reindex(node)
         self.book_version += 1
         self.charges.charge(job, nodes, now)
+        harm = self.policy.harm
+        if harm is not None and not job.is_dnn:
+            harm.started(job, now)
 
     def vacate(self, job: Job, now: float) -> list[Node]:
         """Take a running job off its nodes (finish, preemption, cancel)."""
@@ -191,6 +194,9 @@ class NodeBook:
             self.mark_dirty(node)
         self.book_version += 1
         self.charges.discharge(job, now)
+        harm = self.policy.harm
+        if harm is not None and not job.is_dnn:
+            harm.stopped(job, now)
         return nodes
 
     def resize(self, job: Job, cores_pn: int) -> bool:
@@ -214,6 +220,7 @@ class NodeBook:
             node.version += 1  # its jobs' projected ends moved: reservations are redone
         self.book_version += 1
         job.cores_pn = cores_pn
+        self._harm_changed(job)
         return True
 
     def resize_within_grant(self, job: Job, cores_pn: int) -> bool:
@@ -239,7 +246,13 @@ class NodeBook:
             self._grants.pop(job, None)
         else:
             self._grants[job] = grant_pn
+        self._harm_changed(job)
         return True
+
+    def _harm_changed(self, job: Job) -> None:
+        harm = self.policy.harm
+        if harm is not None and not job.is_dnn:
+            harm.changed(job)
 
     def cores(self, job: Job) -> int:
         """The cores per node job asks for now (the policy's core count decides)."""
@@ -286,7 +299,7 @@ class NodeBook:
         reclaim = self.policy.reclaim
         if reclaim is None:
             return 0
-        return sum(j.cores_pn for j in node.jobs if not j.is_dnn and reclaim.reclaimable(j))
+        return sum(reclaim.takeable(j) for j in node.jobs if not j.is_dnn)
 
     def never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         """Why the job could not run even on the empty cluster (None: it could)."""

@@ -178,7 +178,7 @@ class Reservations:
             return None
         if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
             return now
-        taken = self.policy.reclaim.reclaimable if reclaim and self.policy.reclaim else None
+        taken = self.policy.reclaim.takeable if reclaim and self.policy.reclaim else None
         end_of = self.policy.estimates.end_of
         ends = sorted((end_of(j, now), j.idx, j) for j in node.jobs)
         for t, _, j in ends:
@@ -187,7 +187,7 @@ class Reservations:
             g += j.gpus_pn
             # Cores reclaim takes back were counted as free already; a job narrowed
             # inside a fixed grant frees the whole grant.
-            c += 0 if taken is not None and not j.is_dnn and taken(j) else self.book.grant_pn(j)
+            c += self.book.grant_pn(j) - (taken(j) if taken is not None and not j.is_dnn else 0)
             m += j.mem_pn
             if g >= need_g and c >= cores_pn and (not node.mem_mib or m >= need_m):
                 return t

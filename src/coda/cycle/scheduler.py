@@ -32,7 +32,7 @@ from typing import Any
 from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
 from coda.cycle.clock import Clock
-from coda.cycle.decisions import Decision, Executor
+from coda.cycle.decisions import Decision, Executor, Returned
 from coda.cycle.every_job import EveryJobReservations
 from coda.cycle.index import PoolIndex
 from coda.cycle.invariant import InvariantError
@@ -45,7 +45,8 @@ from coda.cycle.search import NodeSearch
 from coda.cycle.shares import Shares
 from coda.cycle.starts import Starter
 from coda.cycle.tenants import rank
-from coda.policy.framework import Policy
+from coda.policy.framework import Policy, SetCores
+from coda.policy.harm_budget import HarmBudget
 from coda.policy.state import Job, Node
 
 _MAX_ROUNDS = 64  # rounds at one instant (each starts jobs or moves a reservation)
@@ -95,6 +96,9 @@ class Scheduler:
     def requeue(self, job: Job) -> None:
         """Queue a preempted job again (it keeps its preemption count): queued
         after the running round, with a full search."""
+        harm = self.policy.harm
+        if harm is not None:
+            harm.requeued(job)
         job.start = -1.0
         job.queue_key = ()  # its old entry (if any) is dead from now on
         if self._in_cycle:
@@ -107,6 +111,8 @@ class Scheduler:
         """Drop a queued job (cancelled, or gone from the cluster manager)."""
         if not self.queue.withdraw(job):
             return
+        if self.policy.harm is not None and not job.running:
+            self.policy.harm.forget(job)  # cancelled while requeued: its bucket goes
         self._carry.discard(job)
         self.shares.booked(job)  # its tenant's first job may have been this one
         self.reservations.job_left(job)
@@ -189,6 +195,7 @@ class Scheduler:
             or self.shares.unbound  # shares moved past a reservation (``Shares``)
             or self.policy.core_count.generation != self._generation
             or self.policy.pools.generation != self._pools_generation
+            or (self.policy.harm is not None and self.policy.harm.due())
         )
 
     def cycle(self, now: float, executor: Executor) -> list[Decision]:
@@ -202,6 +209,15 @@ class Scheduler:
         self.clock.cycles += 1
         self.starter.begin(executor)
         self._in_cycle = True
+        harm = self.policy.harm
+        if harm is not None:
+            harm.advance(now)
+            nodes = self.book.nodes
+            for job in harm.take_flipped():  # it may give cores it could not before
+                for node in job.placement:
+                    if nodes.get(node.idx) is node:  # this cycle's (a policy is one cycle's)
+                        self.book.mark_dirty(node)
+            self._return_cores(harm, executor)
         if self.policy.pools.generation != self._pools_generation:
             self._pools_generation = self.policy.pools.generation
             self.queue.refile()
@@ -242,6 +258,23 @@ class Scheduler:
         self.book.carry_deferred()
         self._carry = {job for job in fresh if job.start < 0 and self.queue.is_queued(job)}
         return self.starter.decisions
+
+    def _return_cores(self, harm: HarmBudget, executor: Executor) -> None:
+        """Shrunk CPU jobs get their cores back, before any start, as far as their nodes
+        have free cores (a DNN job that needs them takes them back within budget)."""
+        nodes = self.book.nodes
+        for job in list(harm.shrunk):
+            if not job.running or any(nodes.get(n.idx) is not n for n in job.placement):
+                continue
+            room = min(n.free_cores for n in job.placement)
+            want = min(job.cores_pn_req, job.cores_pn + room)
+            if want <= job.cores_pn:
+                continue
+            action = SetCores(job, want)
+            executor.apply(action)  # the simulator's says whether it freed cores
+            if job.cores_pn == want:
+                harm.counts["regrown"] += 1
+                self.starter.decisions.append(Returned(action))
 
     def _overtaken(self) -> set[Job]:
         """Each array's first job that is not the head the round settled on: under fair

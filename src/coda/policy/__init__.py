@@ -10,6 +10,7 @@ from coda.policy.coda import (
     coda_no_colocation,
     coda_no_eliminator,
     coda_no_slimming,
+    coda_unbounded,
     oracle,
 )
 from coda.policy.framework import Policy
@@ -26,6 +27,7 @@ POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
     "coda-no-slimming": coda_no_slimming,
     "coda-no-colocation": coda_no_colocation,
     "coda-no-eliminator": coda_no_eliminator,
+    "coda-unbounded": coda_unbounded,
     "oracle": oracle,
 }
 

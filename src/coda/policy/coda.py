@@ -25,11 +25,13 @@ from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
 from coda.policy.fairshare import DominantShares
 from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import (
+    CHECKPOINT_S,
     Arrays,
     Filter,
     Policy,
     Reserve,
 )
+from coda.policy.harm_budget import HarmBudget
 from coda.policy.options import PolicyOptions
 from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.plugins.oracle_cores import OracleCores
@@ -53,10 +55,13 @@ def _coda(
     slimming: bool = True,
     colocation: bool = True,
     eliminator: bool = True,
+    harm_bound: bool = True,
     description: str,
     options: PolicyOptions,
 ) -> Policy:
     book = ThroughputBook()
+    # The policy's checkpoint interval: what a requeue is assumed to lose at most.
+    harm = HarmBudget(checkpoint_s=CHECKPOINT_S) if harm_bound and colocation else None
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.
     allocator = AdaptiveAllocator(
         book,
@@ -71,7 +76,7 @@ def _coda(
     )
     period = options.control_period_s
     elim_config = EliminatorConfig() if period is None else EliminatorConfig(period_s=period)
-    control = ContentionEliminator(book, elim_config) if eliminator and colocation else None
+    control = ContentionEliminator(book, elim_config, harm) if eliminator and colocation else None
     filters: list[Filter] = [IdleGpuReserve()] if colocation else []
     arrays, shares, reserve = _ordering(options)
     return Policy(
@@ -91,7 +96,8 @@ def _coda(
         sample_period_s=(
             control.period_s if control is not None else 10.0 if period is None else period
         ),
-        reclaim=options.reclaimer() if colocation else None,
+        reclaim=options.reclaimer(harm) if colocation else None,
+        harm=harm,
         description=description,
     )
 
@@ -120,6 +126,16 @@ def coda_no_colocation(options: PolicyOptions) -> Policy:
         options=options,
         colocation=False,
         description="CODA without co-location: CPU jobs stay on CPU nodes",
+    )
+
+
+def coda_unbounded(options: PolicyOptions) -> Policy:
+    return _coda(
+        "coda-unbounded",
+        options=options,
+        harm_bound=False,
+        description="CODA without the bound on CPU jobs' harm: any CPU job may be throttled, "
+        "shrunk and preempted however long",
     )
 
 

@@ -34,7 +34,11 @@ their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md
   ``victim_grace_core_s``, to quotas below 1; a job past that goes back to full
   quota and is not throttled again until its allowance catches up
   (``budget_release``). A user's training job may cost that user's own CPU jobs
-  without bound.
+  without bound;
+- a bound on every CPU job (the policy's harm budget, coda.policy.harm_budget, where
+  it keeps one): a job whose bucket is dry is not throttled, and one that runs dry
+  while throttled goes back to full quota (``dry_release``), whoever's job it is and
+  whatever counters the node has.
 
 Pure decision code: samples come from the ThroughputBook, time from the caller.
 """
@@ -48,6 +52,7 @@ from typing import Any
 
 from coda.policy.feedback import ThroughputBook
 from coda.policy.framework import Action, SetQuota
+from coda.policy.harm_budget import HarmBudget
 from coda.policy.state import CPU, DNN, Job, Node
 
 _EPS = 1e-9
@@ -173,9 +178,15 @@ def _noise(ratios: list[float]) -> float:
 class ContentionEliminator:
     """Throttles co-located CPU jobs while training jobs run slower than their reference."""
 
-    def __init__(self, book: ThroughputBook, config: EliminatorConfig | None = None) -> None:
+    def __init__(
+        self,
+        book: ThroughputBook,
+        config: EliminatorConfig | None = None,
+        harm: HarmBudget | None = None,
+    ) -> None:
         self.book = book
         self.config = config or EliminatorConfig()
+        self.harm = harm
         self.period_s = self.config.period_s
         self.decisions: deque[dict[str, Any]] = deque(maxlen=self.config.history)
         self._nodes: dict[Node, _NodeState] = {}
@@ -194,6 +205,7 @@ class ContentionEliminator:
         self._counts["probe_ticks"] = 0
         self._counts["probe_timeouts"] = 0
         self._counts["budget_releases"] = 0
+        self._counts["dry_releases"] = 0  # CPU jobs whose harm budget ran dry
 
     # ------------------------------------------------------------- protocol
     def watching(self, node: Node) -> bool:
@@ -224,6 +236,8 @@ class ContentionEliminator:
         the node unchanged the next restore would only relapse again. And: nothing
         held after a revert, nothing being judged."""
         st = self._nodes.get(node)
+        if self.harm is not None and any(j.kind == CPU and j.quota < 1.0 - _EPS for j in node.jobs):
+            return False  # a CPU job held low may run dry: its bucket must be watched
         if self._probe_due(node):
             return False  # a training job's reference waits for its solo probe
         if node.bw_gbps <= 0 and self._billed(node):
@@ -270,6 +284,15 @@ class ContentionEliminator:
         for j in cpu:  # throttled by nobody we know (a forgotten state): adopt it
             if j.quota < 1.0 - _EPS and j not in self._holders:
                 self._hold(node, st, j)
+        if self.harm is not None:
+            # Jobs whose harm budget is dry are not the eliminator's to slow: those held
+            # low go back to full quota; the rest are left out of every decision.
+            dry = [j for j in cpu if not self.harm.may_slow(j)]
+            if dry:
+                released = self._dry_release(node, st, now, dry)
+                cpu = [j for j in cpu if self.harm.may_slow(j)]
+                if released or not cpu:
+                    return released
         if node.bw_gbps <= 0:
             # Nothing the training jobs cannot forge agrees: what another user's claim
             # may cost each CPU job is bounded.
@@ -682,6 +705,25 @@ class ContentionEliminator:
             self._counts["budget_releases"] += 1
             lost = {a.job.job_id: round(self._cost[a.job][1], 1) for a in acts}
             self._log(now, node, "budget_release", acts, {"lost_core_s": lost})
+        return acts
+
+    def _dry_release(self, node: Node, st: _NodeState, now: float, dry: list[Job]) -> list[Action]:
+        """CPU jobs whose harm budget is dry: those held low back to full quota, and
+        none of them in any judgement or probe."""
+        acts: list[Action] = []
+        for j in dry:
+            if j.quota < 1.0 - _EPS and self._only(j, node):
+                acts.append(SetQuota(j, 1.0))
+            self._unhold(node, st, j)
+            self._strip(st, j)
+            if st.probe is not None:
+                st.probe.prior.pop(j, None)
+        if acts:
+            self._acted(st, now, "dry_release", None)
+            self._counts["dry_releases"] += 1
+            if self.harm is not None:
+                self.harm.counts["ran_dry"] += len(acts)
+            self._log(now, node, "dry_release", acts, {})
         return acts
 
     # ------------------------------------------------------------- helpers

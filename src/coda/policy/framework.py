@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from coda.policy.harm_budget import HarmBudget
 from coda.policy.learned_profiles import LearnedProfiles
 from coda.policy.state import Job, Node
 
@@ -235,15 +236,16 @@ class Reclaim(Protocol):
     """Frees cores that CPU jobs hold on a node so that a DNN job can start there.
 
     Called only when the node has the DNN job's GPUs and memory free and enough
-    cores once its CPU jobs are counted out (``reclaimable`` of them). Must return
-    actions (shrink with ``SetCores`` where ``shrinks``, or ``Preempt``) that free at
-    least ``cores_needed`` cores. ``reclaimable(job)``: whether this CPU job's cores
-    may be taken (Slurm: only jobs it may requeue).
+    cores once what its CPU jobs may give is counted (``takeable`` of each). Must
+    return actions (shrink with ``SetCores`` where ``shrinks``, or ``Preempt``) that
+    free at least ``cores_needed`` cores. ``takeable(job)``: the cores per node this
+    CPU job may give now, 0 for none (Slurm: only jobs it may requeue; with a harm
+    budget, only what the job's bucket allows).
     """
 
     shrinks: bool
 
-    def reclaimable(self, job: Job) -> bool: ...
+    def takeable(self, job: Job) -> int: ...
 
     def reclaim(self, job: Job, node: Node, cores_needed: int, now: float) -> list[Action]: ...
 
@@ -314,6 +316,9 @@ NODE_ORDERS = ("best-fit", "fewest-cores")
 PLAN_TIMES = ("exact", "slurm-windows")
 
 
+CHECKPOINT_S = 600.0  # a policy's default checkpoint interval of CPU jobs
+
+
 @dataclass
 class Policy:
     """A named bundle of plugins plus the cycle's knobs for backfill and scoring.
@@ -336,9 +341,12 @@ class Policy:
     sample_period_s: float = 10.0
     # Cores CPU jobs hold on GPU nodes count as free for DNN jobs, reclaimed on start.
     reclaim: Reclaim | None = None
+    # Each CPU job's harm budget, which reclaim and the node control ask before they
+    # slow it (coda.policy.harm_budget); the drivers' shared code tells it what changes.
+    harm: HarmBudget | None = None
     # Tenants' order (DRF) over the queue sort; None: the queue sort alone.
     fair_share: FairShare | None = None
-    checkpoint_s: float = 600.0  # a preempted CPU job loses at most this much work
+    checkpoint_s: float = CHECKPOINT_S  # a preempted CPU job loses at most this much work
     # Upper-bound runs only: the driver leaves out interference between co-runners.
     ideal_isolation: bool = False
     backfill_depth: int = 500  # jobs examined per array per cycle (Slurm: bf_max_job_test)

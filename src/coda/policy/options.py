@@ -16,6 +16,7 @@ from typing import Any
 from coda.policy.allocator_config import START_POINTS
 from coda.policy.estimates import ESTIMATES, ExactProjection, NoEstimates, TimeLimits
 from coda.policy.framework import Filter, Reclaim, RuntimeEstimate
+from coda.policy.harm_budget import HarmBudget
 
 RECLAIMS = ("shrink", "requeue")  # what a simulation or a node's agent may be asked for
 # ... and "none": nothing is ever taken back (Slurm's node agent: Slurm owns the grants).
@@ -113,9 +114,10 @@ class PolicyOptions:
             return TimeLimits(self.default_time_limit_s)
         return NoEstimates()
 
-    def reclaimer(self) -> Reclaim | None:
+    def reclaimer(self, harm: HarmBudget | None = None) -> Reclaim | None:
+        """The reclaim asked for, within ``harm``'s budgets where given."""
         from coda.policy.plugins.reclaim import RequeueOnly, ShrinkThenPreempt
 
         if self.reclaim == "none":
             return None
-        return ShrinkThenPreempt() if self.reclaim == "shrink" else RequeueOnly()
+        return ShrinkThenPreempt(harm=harm) if self.reclaim == "shrink" else RequeueOnly(harm=harm)

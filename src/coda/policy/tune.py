@@ -12,6 +12,7 @@ from typing import Any
 from coda.policy.allocator import AdaptiveAllocator
 from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import Policy
+from coda.policy.harm_budget import HarmBudget
 
 
 def tune_policy(policy: Policy, tune: Mapping[str, str]) -> None:
@@ -19,13 +20,18 @@ def tune_policy(policy: Policy, tune: Mapping[str, str]) -> None:
     ``{"eliminator.step_down": "0.5", "allocator.max_windows": "24"}``: the defaults
     suit the simulator's noise; a real node may need others. Values are checked by the
     configs' own validation; unknown names are errors."""
-    targets = {"allocator": policy.job_control, "eliminator": policy.node_control}
+    targets = {
+        "allocator": policy.job_control,
+        "eliminator": policy.node_control,
+        "harm": policy.harm,
+    }
     for key, raw in tune.items():
         part, _, name = key.partition(".")
         obj = targets.get(part)
-        if not isinstance(obj, (AdaptiveAllocator, ContentionEliminator)):
+        if not isinstance(obj, (AdaptiveAllocator, ContentionEliminator, HarmBudget)):
             raise ValueError(f"{key}: the policy {policy.name!r} has no {part!r} to tune "
-                             f"(use allocator.<field> or eliminator.<field>)")  # fmt: skip
+                             f"(use allocator.<field>, eliminator.<field> or "
+                             f"harm.<field>)")  # fmt: skip
         fields_ = {f.name: f for f in dataclasses.fields(obj.config)}
         if name not in fields_:
             raise ValueError(f"{key}: unknown field; {part} has {', '.join(sorted(fields_))}")

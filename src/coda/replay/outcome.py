@@ -116,6 +116,8 @@ class RunMetrics:
     jobs_started_twice: int
     jct_s: dict[int, float]
     jobs_unfinished: int = 0  # still queued or running when the run stopped (not lost)
+    # Each finished CPU job's execution: its first start (its own start line) to its end.
+    cpu_exec_s: dict[int, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,7 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
     gpu_work = 0.0
     delays: list[float] = []
     jct: dict[int, float] = {}
+    cpu_exec: dict[int, float] = {}
     lost = twice = unfinished = 0
     for job in jobs:
         o = outcomes.get(job.idx) or Outcome(job.idx)
@@ -152,6 +155,8 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
             lost += 1  # Slurm ended it (or forgot it) before its work was done
         else:
             jct[job.idx] = o.end - job.submit_s
+            if job.kind == "cpu" and o.first_start is not None:
+                cpu_exec[job.idx] = o.end - o.first_start
         # A start Slurm's requeues do not explain: the job ran again on its own.
         if len(o.starts) > 1 + o.slurm_restarts:
             twice += 1
@@ -159,7 +164,7 @@ def real_metrics(jobs: list[ReplayJob], outcomes: dict[int, Outcome], gpus: int)
         gpu_util_effective=gpu_work / (gpus * span),
         cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
         jobs_finished=len(jct), jobs_lost=lost, jobs_started_twice=twice, jct_s=jct,
-        jobs_unfinished=unfinished,
+        jobs_unfinished=unfinished, cpu_exec_s=cpu_exec,
     )  # fmt: skip
 
 
@@ -180,10 +185,16 @@ def sim_metrics(
         if j.kind == "cpu" and np.isfinite(start[j.idx])
     ]
     jct = {j.idx: float(end[j.idx] - submit[j.idx]) for j in jobs if np.isfinite(end[j.idx])}
+    cpu_exec = {
+        j.idx: float(end[j.idx] - start[j.idx] - start_delay_s)
+        for j in jobs
+        if j.kind == "cpu" and np.isfinite(end[j.idx]) and np.isfinite(start[j.idx])
+    }
     return RunMetrics(
         gpu_util_effective=float(summary["gpu_util_effective"]),
         cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
         jobs_finished=len(jct), jobs_lost=len(jobs) - len(jct), jobs_started_twice=0, jct_s=jct,
+        cpu_exec_s=cpu_exec,
     )  # fmt: skip
 
 
@@ -196,11 +207,13 @@ def mean_of(runs: list[RunMetrics]) -> RunMetrics:
     delays = [r.cpu_queue_delay_mean_s for r in runs if r.cpu_queue_delay_mean_s is not None]
     common = set(runs[0].jct_s).intersection(*(r.jct_s for r in runs[1:]))
     jct = {i: statistics.median(r.jct_s[i] for r in runs) for i in sorted(common)}
+    ran = set(runs[0].cpu_exec_s).intersection(*(r.cpu_exec_s for r in runs[1:]))
+    cpu_exec = {i: statistics.median(r.cpu_exec_s[i] for r in runs) for i in sorted(ran)}
     return RunMetrics(
         gpu_util_effective=statistics.fmean(r.gpu_util_effective for r in runs),
         cpu_queue_delay_mean_s=statistics.fmean(delays) if delays else None,
         jobs_finished=len(jct), jobs_lost=max(r.jobs_lost for r in runs),
-        jobs_started_twice=0, jct_s=jct,
+        jobs_started_twice=0, jct_s=jct, cpu_exec_s=cpu_exec,
     )  # fmt: skip
 
 
@@ -208,6 +221,16 @@ def jct_rel_error_median(real: RunMetrics, sim: RunMetrics) -> float | None:
     """Median over jobs both finished of |real - sim| / real JCT."""
     errs = [abs(r - sim.jct_s[i]) / r for i, r in real.jct_s.items() if i in sim.jct_s and r > 0]
     return statistics.median(errs) if errs else None
+
+
+def cpu_stretch(base: RunMetrics, other: RunMetrics) -> dict[str, Any]:
+    """Each CPU job finished in both runs: its execution in ``other`` over its execution
+    in ``base`` (coda.sim.cpu_harm's figures)."""
+    from coda.sim.cpu_harm import stretch_stats
+
+    pairs = [(x, base.cpu_exec_s[i]) for i, x in other.cpu_exec_s.items() if i in base.cpu_exec_s]
+    ratio = np.array([x / b for x, b in pairs if b > 0], dtype=np.float64)
+    return stretch_stats(ratio)
 
 
 def gain(base: RunMetrics, coda: RunMetrics) -> float | None:

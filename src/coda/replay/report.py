@@ -32,6 +32,17 @@ def _seeds(r: dict[str, Any]) -> str:
             "those seeds of each seed's median over jobs (its range in brackets).")  # fmt: skip
 
 
+def _stretch(s: dict[str, Any]) -> str:
+    if not s.get("jobs"):
+        return "no CPU job finished in both"
+    return (
+        f"{s['jobs']} jobs, p99 {_f(s['stretch_p99'], '.2f')}x, "
+        f"max {_f(s['stretch_max'], '.2f')}x, "
+        f"over 1.5x {_f(s['stretch_over_1_5x_share'], '.1%')}, "
+        f"over 2x {_f(s['stretch_over_2x_share'], '.1%')}"
+    )
+
+
 def markdown(r: dict[str, Any]) -> str:
     s = r["setting"]
     lines = [
@@ -72,6 +83,11 @@ def markdown(r: dict[str, Any]) -> str:
             f"CODA over plain Slurm, effective GPU utilisation: real "
             f"{_f(r['gain_real'], '+.1%')}, simulated {_f(r['gain_sim'], '+.1%')}." + _seeds(r),
         ]
+    if "cpu_stretch_real" in r:
+        lines += ["", "Each CPU job's execution (its start line to its end) under CODA over "
+                  "the same job's under plain Slurm: " + "; ".join(
+                      f"{side} {_stretch(r[f'cpu_stretch_{side}'])}" for side in ("real", "sim")
+                  ) + "."]  # fmt: skip
     choice = r.get("plain", {}).get("node_choice") or []
     if choice:
         same = sum(1 for c in choice if c["slurm"] == c["twin"])

@@ -430,6 +430,9 @@ def replay(cfg: ReplayConfig, log: Callable[[str], None] = print) -> dict[str, A
     if "plain" in reals and "coda" in reals:
         result["gain_real"] = O.gain(reals["plain"], reals["coda"])
         result["gain_sim"] = O.gain(sims["plain"], sims["coda"])
+        # What CODA's co-location cost each CPU job against plain Slurm, on both sides.
+        result["cpu_stretch_real"] = O.cpu_stretch(reals["plain"], reals["coda"])
+        result["cpu_stretch_sim"] = O.cpu_stretch(sims["plain"], sims["coda"])
     result["jobs_lost"] = {m: result[m]["jobs_lost"] for m in reals}
     result["jobs_started_twice"] = {m: result[m]["jobs_started_twice"] for m in reals}
     write_report(result, cfg.out)

@@ -24,6 +24,7 @@ from coda.values import (
     fmt_pct,
     fmt_rate,
     fmt_relative,
+    fmt_times,
     lookup,
 )
 
@@ -174,6 +175,32 @@ def _scalar_subkeys(summaries: Sequence[dict[str, Any]], *keys: str) -> list[str
     return list(seen)
 
 
+def _harm_rows(summaries: Sequence[dict[str, Any]]) -> list[_Row]:
+    """What co-location cost CPU jobs (coda.sim.cpu_harm): the tail beside the mean."""
+    rows = [_Row("CPU jobs' harm (execution: first start to end)")]
+    if any(isinstance(s.get("cpu_stretch"), dict) for s in summaries):
+        rows += [
+            _Row("stretch vs baseline, mean", _key("cpu_stretch", "stretch_mean"), fmt_times),
+            _Row("stretch vs baseline, p99", _key("cpu_stretch", "stretch_p99"), fmt_times),
+            _Row("stretch vs baseline, max", _key("cpu_stretch", "stretch_max"), fmt_times),
+            _Row("over 1.5x baseline", _key("cpu_stretch", "stretch_over_1_5x_share"), fmt_pct),
+            _Row("over 2x baseline", _key("cpu_stretch", "stretch_over_2x_share"), fmt_pct),
+        ]
+    rows += [
+        _Row("slowdown vs alone, mean", _key("paper", "cpu_slowdown_mean"), fmt_times),
+        _Row("slowdown vs alone, p99", _key("paper", "cpu_slowdown_p99"), fmt_times),
+        _Row("slowdown vs alone, max", _key("paper", "cpu_slowdown_max"), fmt_times),
+        _Row("over 2x slower than alone", _key("paper", "cpu_slowed_over_2x_share"), fmt_pct),
+        _Row("throttled, mean", _key("paper", "cpu_throttled_s_mean"), fmt_duration),
+        _Row("throttled, max", _key("paper", "cpu_throttled_s_max"), fmt_duration),
+        _Row("shrunk, mean", _key("paper", "cpu_shrunk_s_mean"), fmt_duration),
+        _Row("shrunk, max", _key("paper", "cpu_shrunk_s_max"), fmt_duration),
+        _Row("work lost (core-s), mean", _key("paper", "cpu_lost_core_s_mean"), fmt_count),
+        _Row("work lost (core-s), max", _key("paper", "cpu_lost_core_s_max"), fmt_count),
+    ]
+    return rows
+
+
 def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ()) -> list[_Row]:
     rows: list[_Row] = []
     if context_keys:
@@ -237,6 +264,8 @@ def _rows(summaries: Sequence[dict[str, Any]], context_keys: Sequence[str] = ())
                 "user p99 queuing, median", _key("paper", "user_queue_p99_median_s"), fmt_duration
             ),
         ]
+    if any(isinstance(s.get("paper"), dict) for s in summaries):
+        rows += _harm_rows(summaries)
     if any(lookup(s, "preemption", "count") for s in summaries):
         rows.append(_Row("Preemption (CPU jobs, for DNN jobs)"))
         rows += [

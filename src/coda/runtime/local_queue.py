@@ -179,6 +179,9 @@ class LocalQueue:
                 )
                 continue
             self.queued[r.id] = job
+        harm = self.host.policy.harm
+        if harm is not None:
+            harm.advance(now)  # a bucket that allows more by now makes the cycle due
         if sched.pending():
             sched.cycle(now, self)
         # Only reasons that changed are written (a row's update rewrites its whole spec).
@@ -231,6 +234,10 @@ class LocalQueue:
             [action], self.host.clock(), "reclaim", reason={"for": "a DNN job's start"}
         )
         if isinstance(action, SetCores):
+            # Its cpuset was narrowed outside the node book: its bucket learns it here.
+            harm = self.host.policy.harm
+            if harm is not None:
+                harm.changed(job)
             return bool(job.cores_pn == action.cores_pn)
         return not job.placement
 

@@ -5,6 +5,7 @@ TICK = 1  # node control (the eliminator)
 SAMPLE = 2  # throughput samples for the job control (the allocator)
 LAUNCH = 3  # a started job begins to work (after the start delay)
 CYCLE = 4  # a periodic scheduler's next pass (the cycle period)
+BUDGET = 5  # a CPU job's harm budget allows more (a queued DNN job may now fit)
 EPS = 1e-9
 # An interference episode: a DNN job runs this much below its speed from cores
 # because of memory-bandwidth pressure (the eliminator's detect/recover times).

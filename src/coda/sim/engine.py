@@ -34,8 +34,8 @@ from coda.cycle import Scheduler
 from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Policy
 from coda.policy.options import MIN_CONTROL_PERIOD_S, checked_seconds
-from coda.policy.state import Node
-from coda.sim.constants import CYCLE, FINISH, GRANTS, LAUNCH, TICK
+from coda.policy.state import DNN, Node
+from coda.sim.constants import BUDGET, CYCLE, FINISH, GRANTS, LAUNCH, TICK
 from coda.sim.executor import ClusterExecutor
 from coda.sim.gauges import Gauges
 from coda.sim.kernel import EventKernel
@@ -166,6 +166,7 @@ class Simulator:
             "cycle_period_s", cycle_period_s, at_least=MIN_CONTROL_PERIOD_S, or_zero=True
         )
         self._cycle_armed = False  # a CYCLE event is in the heap
+        self._budget_at = math.inf  # the BUDGET event in the heap (inf: none)
         self._cycle_due = False  # this instant is one of the periodic cycle's
 
         self.kernel = EventKernel(min(self.submit[0], w0) if self.n else 0.0)
@@ -225,6 +226,7 @@ class Simulator:
         controls = self.controls
         armed = controls.armed
         control = self.policy.node_control
+        harm = self.policy.harm
         report_every = max(1, n // 200)
         sched = self.sched
         retired = kernel.retired
@@ -258,6 +260,11 @@ class Simulator:
                 elif kind == CYCLE:
                     self._cycle_armed = False
                     self._cycle_due = True
+                elif kind == BUDGET:
+                    if t == self._budget_at:
+                        self._budget_at = math.inf
+                    if harm is not None:
+                        harm.advance(t)  # its due buckets make the scheduler look again
                 else:
                     kernel.events += 1
                     armed[kind] = False
@@ -295,6 +302,14 @@ class Simulator:
                     if self.check:
                         sched.check_no_waiting_fit()
             self._cycle_due = False
+            if harm is not None and sched.queued[DNN]:
+                # A DNN job waits: wake when some CPU job's bucket next allows more (a
+                # real body's periodic cycle finds it then too).
+                nxt = harm.next_due()
+                # One due already waits for the periodic cycle's next pass (armed above).
+                if kernel.now < nxt < self._budget_at:
+                    self._budget_at = nxt
+                    kernel.push(nxt, BUDGET, None, 0)
         # Stopped by the horizon or out of events: integrate up to where we stopped.
         w1 = self.meters.w1
         self._advance(self.horizon if math.isfinite(self.horizon) else max(kernel.now, w1))

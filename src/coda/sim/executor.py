@@ -107,6 +107,8 @@ class ClusterExecutor:
             self.outcomes.unschedulable[i] = True
             self.outcomes.wait_reason[i] = never.token
             return None
+        if not job.is_dnn:  # alone, with the cores it asked: its work, after its launch
+            self.outcomes.alone_s[i] = job.work + self.start_delay
         return job
 
     # ------------------------------------------------------- start / finish
@@ -152,6 +154,7 @@ class ClusterExecutor:
         g.cores_alloc += cores_pn * job.nodes
         g.cores_useful += speed.useful_cores(job)
         speed.refresh(nodes)
+        out.note_cpu_spells(job, now)
         if job.is_dnn:
             self.loop.start(job, now)
         for node in nodes:
@@ -185,6 +188,7 @@ class ClusterExecutor:
         if speed.launching.pop(job, None) is not None:
             g.gpu_launching -= job.gpus
         nodes = self.sched.vacate(job, self.kernel.now)
+        self.outcomes.note_cpu_spells(job, self.kernel.now)
         for node in nodes:
             node.bw_used -= job.bw_pn
             if not node.jobs:
@@ -234,6 +238,7 @@ class ClusterExecutor:
         lost = done - self.speed.ckpt.pop(job, (now, done))[1]
         job.remaining += lost
         out.lost_core_s += lost * job.cores_pn_req * job.nodes
+        out.job_lost_core_s[job.idx] += lost * job.cores_pn_req * job.nodes
         nodes = self.release(job)
         job.preemptions += 1
         out.preempted[job.idx] += 1
@@ -260,6 +265,7 @@ class ClusterExecutor:
                 speed.detected(job)
             g.cores_useful -= speed.useful_cores(job)
             job.quota = action.quota
+            self.outcomes.note_cpu_spells(job, self.kernel.now)
             g.cores_useful += speed.useful_cores(job)
             speed.rebandwidth(job)
             return False
@@ -275,6 +281,7 @@ class ClusterExecutor:
             return False
         delta = new - old
         self.outcomes.settled[job.idx] = new * job.nodes
+        self.outcomes.note_cpu_spells(job, self.kernel.now)
         if delta < 0 and not job.is_dnn:
             job.shrinks += 1
             self.outcomes.shrunk[job.idx] += 1

@@ -176,6 +176,7 @@ class Meters:
         for name, part in (
             ("allocator", self.policy.job_control),
             ("eliminator", self.policy.node_control),
+            ("harm", self.policy.harm),
         ):
             # The StatsSource capability (framework.py): whatever the plugin's class (a
             # compiled Protocol cannot be checked with isinstance).
@@ -218,6 +219,7 @@ class Meters:
         while self.sample_i < len(self.sample_times):
             self.sample(self.sample_i)
             self.sample_i += 1
+        out.close_spells(now)
         for job, since in out.requeued_at.items():  # preempted, not restarted by the end
             out.waited[job.idx] += max(0.0, now - since)
         for job, reason in self.sched.waiting():  # still queued at the end: why
@@ -300,6 +302,10 @@ class Meters:
             "shrinks": out.shrunk,
             "unschedulable": out.unschedulable,
             "queued_s": queued_s(out, submit, now),
+            "alone_s": out.alone_s,
+            "throttled_s": out.throttled_s,
+            "shrunk_s": out.shrunk_s,
+            "lost_core_s": out.job_lost_core_s,
         }
         return SimResult(summary=summary, timeseries=self.series, jobs=jobs)
 

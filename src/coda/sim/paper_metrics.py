@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from coda.sim.cpu_harm import cpu_harm
 from coda.sim.result import SimResult
 
 NO_QUEUE_S = 1.0  # "did not queue at all": started within a second of arriving
@@ -198,6 +199,7 @@ def paper_metrics(result: SimResult) -> dict[str, Any]:
         out[f"cpu_{what}_max"] = int(per_job.max()) if per_job.size else None
     out["cpu_preempted_share"] = _share(c["preemptions"] > 0, cpu)
     out["cpu_shrunk_share"] = _share(c["shrinks"] > 0, cpu)
+    out.update(cpu_harm(result, counted))
 
     per_user = group_percentile(c["user"][counted], queued[counted], USER_QUANTILE)
     p99s = np.array(list(per_user.values()))

@@ -285,17 +285,22 @@ class SlurmJobs:
         if job.kind == CPU:
             node.cpu_job_cores += sign * len(m.cpus)
         node.version += 1
+        harm = self.host.policy.harm
         if sign > 0:
             job.placement = [node]
             job.cores_pn = len(m.cpus)
             node.jobs[job] = None
             for r in self.host.policy.reserve:
                 r.reserve(job, [node], self.host.clock())
+            if harm is not None and job.kind == CPU:
+                harm.started(job, self.host.clock())  # the eliminator asks its bucket
         else:
             node.jobs.pop(job, None)
             job.placement = []
             for r in self.host.policy.reserve:
                 r.unreserve(job, self.host.clock())
+            if harm is not None:
+                harm.forget(job)  # Slurm requeues or ends it: this node's part is over
 
     # ------------------------------------------------------------ progress
     def books_changed(self, grew: bool) -> None:

@@ -402,6 +402,9 @@ class Controller:
         if self.mirror.sync(snodes, jobs, queued, now, delta):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
         self._mirror_current = True
+        harm = self.policy.harm
+        if harm is not None:
+            harm.advance(now)  # a bucket that allows more by now makes the cycle due
         self._decisions = self.sched.cycle(now, self) if self.sched.pending() else []
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
@@ -422,6 +425,9 @@ class Controller:
             raise ValueError(f"Slurm cannot carry out {type(action).__name__}")
         self.mirror.touched.update(n.name for n in action.job.placement)
         self.sched.vacate(action.job, self.wall())
+        harm = self.policy.harm
+        if harm is not None:
+            harm.requeued(action.job)  # its lost work, and its wait from now
         started = [s for s in self._starts if s.job is action.job]
         if started:  # placed earlier in this cycle and not written yet: just not placed
             self._starts = [s for s in self._starts if s.job is not action.job]

@@ -238,6 +238,9 @@ class SlurmView:
                 self.sched.charge(job, job.placement, now)
             else:
                 self.sched.discharge(job, now)
+            harm = self.sched.policy.harm
+            if harm is not None and running and not job.is_dnn:
+                harm.started(job, now)  # its bucket, from its start (Slurm's record)
             for x in names:
                 self._held[x][0] += held_g
                 self._held[x][1] += held_c
@@ -279,6 +282,9 @@ class SlurmView:
     def _drop_usage(self, jid: int, changed: set[str]) -> None:
         use = self._usage.pop(jid)
         self.sched.discharge(use.job, self._now)
+        harm = self.sched.policy.harm
+        if harm is not None:
+            harm.stopped(use.job, self._now)  # ended, unless the controller requeued it
         for x in use.names:
             if x in self._held:
                 self._held[x][0] -= use.held_g

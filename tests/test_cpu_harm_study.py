@@ -1,0 +1,54 @@
+"""`coda experiment cpu-harm`: the workloads it builds, the report and its verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from coda.cli import main
+from coda.experiment.cpu_harm_study import POLICIES, cpu_twice
+from coda.workload.traces import bundled_trace_path, load_trace
+
+
+def test_every_cpu_only_pod_is_submitted_twice() -> None:
+    once = load_trace(bundled_trace_path()).jobs
+    twice = cpu_twice(bundled_trace_path())
+    n_cpu = int((np.asarray(once.gpus) == 0).sum())
+    assert len(twice) == len(once) + n_cpu
+    assert len(set(twice.ids)) == len(twice)  # ids stay unique
+    again = [i for i in twice.ids if i.endswith("#again")]
+    assert len(again) == n_cpu
+    assert np.all(np.diff(np.asarray(twice.submit)) >= 0)
+
+
+def test_a_small_month_reports_every_policy_and_the_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "h"
+    argv = ["experiment", "cpu-harm", "--cases", "paper-month", "--jobs", "400"]
+    result = CliRunner().invoke(main, [*argv, "--workers", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    assert "--cases paper-month" in res["command"] and "--jobs 400" in res["command"]
+    (case,) = res["cases"]
+    assert case["name"] == "paper-month" and case["runs"] == 1
+    assert list(case["policies"]) == list(POLICIES)
+    fifo = case["policies"]["fifo"]
+    assert fifo["stretch_max"] == pytest.approx(1.0) and fifo["cpu_jct_ratio"] == pytest.approx(1)
+    for m in case["policies"].values():
+        assert 0.0 <= m["stretch_over_2x_share"] <= m["stretch_over_1_5x_share"] <= 1.0
+    assert len(case["verdict"]) == 4
+    report = (out / "report.md").read_text()
+    assert "## the paper's month" in report and "`coda-unbounded`" in report
+
+
+def test_an_unknown_workload_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["experiment", "cpu-harm", "--cases", "helios", "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code != 0
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "unknown 'helios'" in errors[0], result.output
+    assert "Traceback" not in result.output
