@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,13 +287,20 @@ class ContentionEliminator:
                 self._hold(node, st, j)
         if self.harm is not None:
             # Jobs whose harm budget is dry are not the eliminator's to slow: those held
-            # low go back to full quota; the rest are left out of every decision.
-            dry = [j for j in cpu if not self.harm.may_slow(j)]
-            if dry:
-                released = self._dry_release(node, st, now, dry)
-                cpu = [j for j in cpu if self.harm.may_slow(j)]
-                if released or not cpu:
-                    return released
+            # low go back to full quota. A job at full quota is throttled only if its
+            # bucket covers a whole period at the floor (else each throttle would cost
+            # a period for a moment's earnings, and the bound would slip by that much
+            # every time); the rest are left out of every decision.
+            harm = self.harm
+            dry = [j for j in cpu if not harm.may_slow(j)]
+            released = self._dry_release(node, st, now, dry) if dry else []
+            tick = self.period_s
+            cpu = [
+                j for j in cpu
+                if harm.may_slow(j) and (j.quota < 1.0 - _EPS or harm.may_slow(j, tick))
+            ]  # fmt: skip
+            if released or not cpu:
+                return released
         if node.bw_gbps <= 0:
             # Nothing the training jobs cannot forge agrees: what another user's claim
             # may cost each CPU job is bounded.
@@ -692,14 +700,7 @@ class ContentionEliminator:
         self, node: Node, st: _NodeState, now: float, spent: set[Job]
     ) -> list[Action]:
         """CPU jobs past their allowance back to full quota, out of every judgement."""
-        acts: list[Action] = []
-        for j in spent:
-            if j.quota < 1.0 - _EPS and self._only(j, node):
-                acts.append(SetQuota(j, 1.0))
-            self._unhold(node, st, j)
-            self._strip(st, j)
-            if st.probe is not None:
-                st.probe.prior.pop(j, None)
+        acts = self._let_go(node, st, spent)
         if acts:
             self._acted(st, now, "budget_release", None)
             self._counts["budget_releases"] += 1
@@ -710,20 +711,26 @@ class ContentionEliminator:
     def _dry_release(self, node: Node, st: _NodeState, now: float, dry: list[Job]) -> list[Action]:
         """CPU jobs whose harm budget is dry: those held low back to full quota, and
         none of them in any judgement or probe."""
-        acts: list[Action] = []
-        for j in dry:
-            if j.quota < 1.0 - _EPS and self._only(j, node):
-                acts.append(SetQuota(j, 1.0))
-            self._unhold(node, st, j)
-            self._strip(st, j)
-            if st.probe is not None:
-                st.probe.prior.pop(j, None)
+        acts = self._let_go(node, st, dry)
         if acts:
             self._acted(st, now, "dry_release", None)
             self._counts["dry_releases"] += 1
             if self.harm is not None:
                 self.harm.counts["ran_dry"] += len(acts)
             self._log(now, node, "dry_release", acts, {})
+        return acts
+
+    def _let_go(self, node: Node, st: _NodeState, jobs: Iterable[Job]) -> list[Action]:
+        """These CPU jobs back to full quota (where this node alone holds them low), out
+        of every judgement and probe."""
+        acts: list[Action] = []
+        for j in jobs:
+            if j.quota < 1.0 - _EPS and self._only(j, node):
+                acts.append(SetQuota(j, 1.0))
+            self._unhold(node, st, j)
+            self._strip(st, j)
+            if st.probe is not None:
+                st.probe.prior.pop(j, None)
         return acts
 
     # ------------------------------------------------------------- helpers

@@ -170,9 +170,10 @@ class HarmBudget:
             return 0.0
         return self._tokens_at(acct, self.now)
 
-    def may_slow(self, job: Job) -> bool:
-        """Whether a throttle or shrink may be asked of the job now."""
-        return job.is_dnn or self.left(job) > _EPS
+    def may_slow(self, job: Job, for_s: float = 0.0) -> bool:
+        """Whether a throttle or shrink may be asked of the job now (and, with ``for_s``,
+        kept up that long at the most harm: one second a second)."""
+        return job.is_dnn or self.left(job) > max(_EPS, for_s)
 
     def lost(self, job: Job) -> float:
         """The work a requeue now would lose: its run since its start, at most one
