@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from coda.cli import main
-from coda.experiment.cpu_harm_study import POLICIES, cpu_twice
+from coda.experiment.cpu_harm_study import POLICIES, HarmStudyConfig, build_cases, cpu_twice
 from coda.workload.traces import bundled_trace_path, load_trace
 
 
@@ -23,6 +23,18 @@ def test_every_cpu_only_pod_is_submitted_twice() -> None:
     again = [i for i in twice.ids if i.endswith("#again")]
     assert len(again) == n_cpu
     assert np.all(np.diff(np.asarray(twice.submit)) >= 0)
+
+
+def test_the_half_checkpointing_month_runs_the_day_long_jobs_with_half_checkpointing(
+    tmp_path: Path,
+) -> None:
+    cfg = HarmStudyConfig(out=tmp_path, jobs=300, cases=("paper-month-cpu-days-half-ckpt",))
+    cfg.validate()
+    (case,) = build_cases(cfg)
+    config = case.config(0)
+    assert config.cpu_checkpoint_share == 0.5
+    assert config.trace == str(tmp_path / "paper-month-cpu-days-seed0.csv")
+    assert Path(config.trace).is_file()  # written though its own case was not asked for
 
 
 def test_a_small_month_reports_every_policy_and_the_verdict(tmp_path: Path) -> None:

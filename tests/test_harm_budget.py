@@ -206,6 +206,51 @@ def test_in_the_simulator_a_start_takes_only_what_the_bucket_allows() -> None:
     assert old.jobs["shrinks"][0] == 0
 
 
+@pytest.mark.parametrize("dnn_at", [10.0, 7300.0])
+def test_in_the_simulator_a_job_that_does_not_checkpoint_keeps_its_cores(dnn_at) -> None:
+    from coda.policy import make_policy
+    from coda.sim.engine import Simulator
+    from coda.workload.cluster import parse_cluster_spec
+    from coda.workload.perf import build_workload, load_profile_set
+    from tests.test_engine import table
+
+    rows = [(0, 20000, 0, 6), (dnn_at, 3000, 1, 4)]
+    wl = build_workload(table(rows), load_profile_set("coda"), 0, {"AlexNet": 1.0},
+                        checkpoint_share=0.0)  # fmt: skip
+    assert not wl.checkpoints[0] and wl.checkpoints[1]
+    res = Simulator(wl, parse_cluster_spec("1x1g8c"), make_policy("coda"),
+                    check_invariants=True).run()  # fmt: skip
+    # A requeue would throw its whole run away, more than its bucket ever holds: the
+    # training job, with no other node to go to, waits for it to end.
+    assert res.summary["preemption"]["count"] == 0
+    assert res.jobs["lost_core_s"][0] == 0
+    assert res.jobs["end"][0] == pytest.approx(20000)
+    assert res.jobs["start"][1] == pytest.approx(20000)
+    # Unbounded, CODA takes the cores back (a shrink covers it) at the arrival.
+    res = Simulator(wl, parse_cluster_spec("1x1g8c"), make_policy("coda-unbounded"),
+                    check_invariants=True).run()  # fmt: skip
+    assert res.jobs["shrinks"][0] == 1
+    assert res.jobs["start"][1] == pytest.approx(dnn_at)
+
+
+def test_the_checkpoint_share_draws_after_everything_else() -> None:
+    from coda.workload.perf import build_workload, load_profile_set
+    from tests.test_engine import table
+
+    rows = [(i, 100, i % 2, 4) for i in range(400)]
+    profiles = load_profile_set("coda")
+    every = build_workload(table(rows), profiles, 3)
+    half = build_workload(table(rows), profiles, 3, checkpoint_share=0.5)
+    assert every.checkpoints.all()
+    cpu = every.model < 0
+    assert (half.model == every.model).all()
+    assert (half.cpu_bw_per_core == every.cpu_bw_per_core).all()
+    assert half.checkpoints[~cpu].all()
+    assert 0.35 < half.checkpoints[cpu].mean() < 0.65
+    with pytest.raises(ValueError, match="checkpoint"):
+        build_workload(table(rows), profiles, 3, checkpoint_share=1.5)
+
+
 def test_each_job_has_one_live_flip_however_often_it_changes() -> None:
     b = HarmBudget(HarmBudgetConfig(share=0.25))
     node = Node(0, "n", 1, 8, 0, 0.0)
@@ -263,3 +308,25 @@ def test_a_periodic_scheduler_waits_for_its_pass_not_forever() -> None:
     # later, at 7,207 s; the next pass is at 7,210 s.
     assert res.jobs["start"][0] == pytest.approx(7.0)
     assert res.jobs["start"][1] == pytest.approx(7210.0)
+
+
+def test_a_job_that_does_not_checkpoint_is_requeued_only_while_young() -> None:
+    # It would lose its whole run: 300 s at the start cover a requeue for 180 s of
+    # run (300 + 0.25 t >= t + 120), never again, and no flip is scheduled for it.
+    cfg = HarmBudgetConfig(share=0.25, cap_s=900.0, restart_s=120.0, initial_s=300.0)
+    b = HarmBudget(cfg, checkpoint_s=600.0)
+    node = Node(0, "n", 1, 8, 0, 0.0)
+    job = cpu_job()
+    job.checkpoints = False
+    place(job, node, 0.0, b)
+    b.advance(200.0)
+    assert b.lost(job) == pytest.approx(200.0)
+    assert b.may_preempt(job) == (300.0 + 0.25 * 200.0 >= 200.0 + 120.0)
+    b.advance(240.0)
+    assert b.may_preempt(job)
+    b.advance(241.0)
+    assert not b.may_preempt(job)
+    assert b.next_due() == math.inf
+    b.advance(1e6)
+    assert not b.may_preempt(job) and b.lost(job) == pytest.approx(1e6)
+    assert b.may_slow(job)  # a shrink or throttle still may: it loses no work

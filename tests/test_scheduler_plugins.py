@@ -19,11 +19,15 @@ from coda.policy import POLICIES, make_policy
 from coda.policy.allocator import AdaptiveAllocator
 from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import Action, Policy, Preempt, Reclaim, SetCores, SetQuota
+from coda.policy.harm_budget import HarmBudget, HarmBudgetConfig
+from coda.policy.options import PolicyOptions
+from coda.policy.plugins.bus_headroom import BusHeadroom
 from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.plugins.oracle_cores import OracleCores
 from coda.policy.plugins.pools import ArrayPools
 from coda.policy.plugins.queue_sort import PreemptedFirst
 from coda.policy.plugins.reclaim import RequeueOnly, ShrinkThenPreempt
+from coda.policy.plugins.returns_cheaply import ReturnsCheaply, gives_back_cheaply
 from coda.policy.plugins.spread_pcie import SpreadPcieHeavy
 from coda.policy.state import CPU_POOL, GPU_POOL, Job, Node
 from coda.workload.perf import load_profile_set
@@ -344,6 +348,102 @@ def test_reclaim_of_a_gang_cpu_job_frees_it_on_every_node():
         assert_books(node)
 
 
+# ---------------------------------------------------------------- BusHeadroom
+def harm_with(**config: float) -> HarmBudget:
+    return HarmBudget(HarmBudgetConfig(**config))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bw_used=st.floats(0.0, 200.0),
+    bw_gbps=st.sampled_from([0.0, 50.0, 100.0]),
+    share=st.floats(0.05, 1.0),
+    cpu_cores=st.integers(0, 8),
+)
+def test_bus_headroom_keeps_cpu_jobs_off_busy_buses(bw_used, bw_gbps, share, cpu_cores):
+    node = Node(0, "g0", 4, 32, 0, bw_gbps)
+    node.bw_used = bw_used
+    node.cpu_job_cores = cpu_cores
+    f = BusHeadroom(harm_with(bus_share=share))
+    busy = bw_gbps > 0 and bw_used >= share * bw_gbps
+    assert f.filter(cpu_job(0, 4), node, 4) is (not busy)
+    assert f.most_cores("cpu", node) == (0 if busy else node.cores)
+    # Training jobs and CPU nodes pass whatever the bus carries.
+    assert f.filter(dnn_job(1, 1, 4), node, 4) is True
+    assert f.most_cores("dnn", node) == node.cores
+    cnode = Node(1, "c1", 0, 32, 0, bw_gbps)
+    cnode.bw_used = bw_used
+    assert f.filter(cpu_job(0, 4), cnode, 4) is True
+    # The score: a training job prefers a calmer bus where CPU jobs run, and has no
+    # preference where none do.
+    want = 0.0 if cpu_cores == 0 or bw_gbps == 0 else -min(1.0, bw_used / bw_gbps)
+    assert f.score(dnn_job(1, 1, 4), node, 4) == want
+    assert f.score(cpu_job(0, 4), node, 4) == 0.0
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1000.5, math.nan, math.inf])
+def test_the_bus_share_is_checked(bad):
+    with pytest.raises(ValueError, match="bus_share"):
+        HarmBudgetConfig(bus_share=bad)
+
+
+def test_a_tuned_bus_share_takes_effect():
+    policy = make_policy("coda", PolicyOptions(tune={"harm.bus_share": "0.9"}))
+    node = Node(0, "g0", 4, 32, 0, 100.0)
+    node.bw_used = 60.0
+    assert policy.allows(cpu_job(0, 4), node, 4)
+    assert not make_policy("coda").allows(cpu_job(0, 4), node, 4)
+
+
+def test_a_training_job_goes_where_its_traffic_slows_cpu_jobs_least():
+    policy = make_policy("coda")
+    calm, busy, empty = (Node(i, f"g{i}", 4, 32, 0, 100.0) for i in range(3))
+    calm.bw_used, calm.cpu_job_cores = 20.0, 8
+    busy.bw_used, busy.cpu_job_cores = 60.0, 8
+    empty.bw_used = 90.0  # no CPU job there: its bus is the training jobs' business
+    assert policy.pick(dnn_job(9, 1, 4), [busy, calm], 4, 1) == [calm]
+    assert policy.pick(dnn_job(9, 1, 4), [empty, busy], 4, 1) == [empty]
+    assert not policy.allows(cpu_job(8, 4), busy, 4)
+    assert policy.allows(cpu_job(8, 4), calm, 4)
+    assert make_policy("coda-unbounded").allows(cpu_job(8, 4), busy, 4)
+
+
+# ---------------------------------------------------------------- ReturnsCheaply
+@pytest.mark.parametrize(
+    ("preemptible", "checkpoints", "limit", "cheap"),
+    [
+        (True, True, math.inf, True),
+        (True, False, math.inf, False),
+        (True, False, 900.0, True),
+        (True, False, 901.0, False),
+        (False, True, 60.0, False),
+    ],
+)
+def test_which_cpu_jobs_give_cores_back_cheaply(preemptible, checkpoints, limit, cheap):
+    job = cpu_job(0, 4)
+    job.preemptible, job.checkpoints, job.time_limit = preemptible, checkpoints, limit
+    assert gives_back_cheaply(job, 900.0) is cheap
+    harm = harm_with(cap_s=900.0)
+    # Where a CPU node can host it, a dear job goes there only; a cheap one anywhere.
+    pools = ArrayPools(harm=harm)
+    pools.observe_cluster([cpu_node(0, cores=8), gpu_node(1)])
+    assert pools.pools(job) == ((CPU_POOL, GPU_POOL) if cheap else (CPU_POOL,))
+    # Without a CPU node that can host it, it is not kept waiting for one.
+    pools.observe_cluster([cpu_node(0, cores=2), gpu_node(1)])
+    assert pools.pools(job) == (CPU_POOL, GPU_POOL)
+    # Without a harm budget every CPU job may borrow.
+    unbounded = ArrayPools()
+    unbounded.observe_cluster([cpu_node(0, cores=8), gpu_node(1)])
+    assert unbounded.pools(job) == (CPU_POOL, GPU_POOL)
+    # On GPU nodes a dear job prefers the one with fewer idle GPUs.
+    score = ReturnsCheaply(harm)
+    idle, busy = gpu_node(0), gpu_node(1)
+    busy.free_gpus = 0
+    assert score.score(job, busy, 4) == 0.0
+    assert score.score(job, idle, 4) == (0.0 if cheap else -1.0)
+    assert score.score(dnn_job(2), idle, 4) == 0.0
+
+
 # ---------------------------------------------------------------- IdleGpuReserve
 @pytest.mark.parametrize(
     ("free_gpus", "cores_pn", "ok"),
@@ -558,7 +658,11 @@ def test_common_parts(name):
     p = make_policy(name)
     assert isinstance(p.queue_sort, PreemptedFirst)
     assert isinstance(p.pools, ArrayPools)
-    assert [type(s) for s, _ in p.scores] == [SpreadPcieHeavy]
+    bounded = p.harm is not None  # the harm bound keeps CPU jobs and busy buses apart
+    assert [type(s) for s, _ in p.scores] == [SpreadPcieHeavy] + [
+        BusHeadroom,
+        ReturnsCheaply,
+    ] * bounded
     assert p.candidates_to_score == 4
     assert p.pools.pools(dnn_job(0)) == (GPU_POOL,)
 
@@ -571,7 +675,7 @@ def test_coda_parts():
     assert p.node_control.book is p.core_count.book  # one book, shared by both loops
     assert p.sample_period_s == p.node_control.period_s
     assert isinstance(p.reclaim, ShrinkThenPreempt)
-    assert [type(f) for f in p.filters] == [IdleGpuReserve]
+    assert [type(f) for f in p.filters] == [IdleGpuReserve, BusHeadroom]
     assert p.pools.colocate and p.pools.pools(cpu_job(0, 2)) == (CPU_POOL, GPU_POOL)
     assert not p.ideal_isolation
 

@@ -414,11 +414,25 @@ def test_a_placed_job_that_starts_between_the_reads_keeps_its_cores(tmp_path: Pa
 
     ctl = Controller(SlurmClient(run), tmp_path, wall=lambda: 1000.0)
     assert {p.job.idx: p.nodes[0].name for p in ctl.cycle()} == {1: "c1", 2: "c1"}
-    fake.job(3, "prep", 1)
+    fake.job(3, "prep", 1)["requeue"] = True  # may be taken back: it may borrow g1's cores
     start_after_first_read = True
     done = ctl.cycle()
     assert not start_after_first_read, "the jobs started during the cycle"
     assert {p.job.idx: p.nodes[0].name for p in done} == {3: "g1"}, "c1 is full"
+
+
+def test_a_cpu_job_that_may_not_be_requeued_waits_for_a_cpu_node(tmp_path: Path) -> None:
+    # Nothing could take a GPU node's cores back from it: it waits for the CPU node.
+    fake = FakeSlurm()
+    fake.node("c1", 2)
+    fake.node("g1", 4, gpus=1)
+    fake.job(
+        1, "prep", 2, state="RUNNING", nodes="c1", comment="coda:placed,req=2,grant=2,nodes=c1"
+    )
+    fake.job(2, "prep", 1)
+    fake.job(3, "prep", 1)["requeue"] = True
+    ctl = Controller(SlurmClient(fake.run), tmp_path, wall=lambda: 1000.0)
+    assert {p.job.idx: p.nodes[0].name for p in ctl.cycle()} == {3: "g1"}
 
 
 def test_interrupted_placement_is_released_not_replanned(fake: FakeSlurm, tmp_path: Path) -> None:

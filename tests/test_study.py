@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -53,13 +54,19 @@ def test_the_summary_config_is_flat_in_its_old_order() -> None:
         "fractional", "censored", "horizon", "warmup", "samples", "noise", "perturb",
         "estimates", "default_time_limit_s", "order", "gpu_subarrays", "allocator_start",
         "start_delay_s", "control_period_s", "cycle_period_s", "reclaim", "grants",
-        "settle_windows",
+        "settle_windows", "cpu_checkpoint_share",
     ]  # fmt: skip
     assert flat["seed"] == 3 and flat["horizon"] == 10.0 and flat["grants"] == "fixed"
     assert flat["estimates"] == "time-limits" and flat["reclaim"] == "requeue"
     assert json.loads(json.dumps(flat)) == flat
     tuned = config.varied(policy={"tune": {"eliminator.step_down": "0.5"}})
     assert tuned.as_dict()["tune"] == {"eliminator.step_down": "0.5"}
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, math.nan, math.inf, True, "0.5"])
+def test_the_checkpoint_share_is_checked(bad) -> None:
+    with pytest.raises(ValueError, match="cpu_checkpoint_share"):
+        RunConfig(cpu_checkpoint_share=bad)
 
 
 def test_varied_replaces_nested_knobs_at_once_and_checks_the_result() -> None:

@@ -66,7 +66,8 @@ from coda.workload.limits import MAX_TRACE_JOBS
     "--cases",
     default=None,
     help="Comma-separated workloads to run (default: every one): openb-1.0, "
-    "openb-1.5, openb-cpu-twice-1.5, paper-month, paper-month-cpu-days, trace.",
+    "openb-1.5, openb-cpu-twice-1.5, paper-month, paper-month-cpu-days, "
+    "paper-month-cpu-days-half-ckpt (half the CPU jobs never checkpoint), trace.",
 )
 @click.option(
     "--workers",

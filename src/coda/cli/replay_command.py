@@ -43,17 +43,22 @@ from coda.params import AsciiIntRange, FiniteFloat
               "the report gives their mean, and the JCT error's median over them.")  # fmt: skip
 @click.option("--drain", type=FiniteFloat(min=10, max=86400), default=300.0, show_default=True,
               help="Seconds to wait, after the last arrival, for the jobs to end.")  # fmt: skip
+@click.option("--repeat", type=AsciiIntRange(1, 20), default=1, show_default=True,
+              help="Run the whole replay this many times (each into rep-K/); report.md then "
+              "gives every repetition's figures and their spread.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True,
               help="Folder for the replay's report and records.")  # fmt: skip
 @click.option("--cluster-dir", type=click.Path(file_okay=False), default="/var/tmp/coda-replay",
               show_default=True, help="Where the test cluster lives.")  # fmt: skip
 def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: float, nodes: int,
            gpus: int, cores: int, users: int, seed: int, faults: bool, probes: int,
-           sim_seeds: int, drain: float, out: str, cluster_dir: str) -> None:  # fmt: skip
+           sim_seeds: int, drain: float, repeat: int, out: str,
+           cluster_dir: str) -> None:  # fmt: skip
     """Replay a trace on a real Slurm test cluster twice, plain Slurm and CODA, and in
     the simulator with the matching policies; write report.md and replay.json. Needs
     root and Slurm's packages (deploy/slurm-test-cluster install)."""
     from coda.replay.plan import ClusterShape
+    from coda.replay.repeats import replay_repeated
     from coda.replay.run import ReplayConfig
     from coda.replay.run import replay as run_replay
     from coda.replay.stack import StackError
@@ -65,7 +70,11 @@ def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: fl
                            out=Path(out), cluster_dir=Path(cluster_dir), faults=faults,
                            drain_timeout_s=drain, probes=probes,
                            sim_seeds=sim_seeds)  # fmt: skip
-        result = run_replay(cfg, log=lambda m: click.echo(m, err=True))
+        log = lambda m: click.echo(m, err=True)  # noqa: E731
+        if repeat == 1:
+            result = run_replay(cfg, log=log)
+        else:
+            result = replay_repeated(cfg, repeat, run_replay, log=log)
     except (ValueError, OSError, StackError, SlurmError) as e:
         raise click.ClickException(str(e)) from None
     click.echo((Path(out) / "report.md").read_text())

@@ -183,6 +183,7 @@ def run_config(kw: dict[str, Any]) -> RunConfig:
         censored=kw["censored"],
         warmup=kw["warmup"],
         perturb=kw.get("perturb", 0.0),
+        cpu_checkpoint_share=kw.get("cpu_checkpoint_share", 1.0),
         policy=policy,
         simulation=simulation,
     )
@@ -281,6 +282,14 @@ def model_options(f: F) -> F:
         help="What backfill plans with: exact (the simulator's projection), time-limits "
         "(what Slurm knows: requested times, else --default-time-limit) or none (no "
         "backfill: strict FIFO per array).",
+    )(f)
+    f = click.option(
+        "--cpu-checkpoint-share",
+        type=FiniteFloat(0.0, 1.0),
+        default=1.0,
+        show_default=True,
+        help="Share of CPU jobs that checkpoint (each drawn, seeded): a requeue keeps "
+        "their work up to the last checkpoint; the rest lose their whole run.",
     )(f)
     f = click.option(
         "--perturb",

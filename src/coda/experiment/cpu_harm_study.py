@@ -16,15 +16,14 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from coda.experiment.paper import PaperConfig
+from coda.experiment.pool import run_each
 from coda.sim.cpu_harm import cpu_stretch
 from coda.study.config import MAX_SEED, RunConfig
 from coda.workload.generate import generate
@@ -34,7 +33,8 @@ from coda.workload.traces.generic_csv import write_csv
 POLICIES = ("fifo", "drf", "coda-unbounded", "coda")
 # The workloads, by name (``trace``: the user's --trace).
 CASES = ("openb-1.0", "openb-1.5", "openb-cpu-twice-1.5", "paper-month", "paper-month-cpu-days",
-         "trace")  # fmt: skip
+         "paper-month-cpu-days-half-ckpt", "trace")  # fmt: skip
+HALF = 0.5  # the share of CPU jobs that checkpoint in the "-half-ckpt" workload
 GAIN_NOISE = 1e-9  # a gain this close to 0 judges nothing
 BASELINE = "fifo"
 BEFORE, AFTER = "coda-unbounded", "coda"
@@ -163,10 +163,11 @@ def build_cases(cfg: HarmStudyConfig, write: bool = True) -> list[HarmCase]:
     def openb(load: float) -> Callable[[int], RunConfig]:
         return lambda seed: RunConfig(cluster="paper", load=load, seed=seed)
 
-    def generated(prefix: str) -> Callable[[int], RunConfig]:
+    def generated(prefix: str, checkpoint_share: float = 1.0) -> Callable[[int], RunConfig]:
         return lambda seed: RunConfig(
-            trace=str(out / f"{prefix}-seed{seed}.csv"), cluster="paper", load=None, seed=seed
-        )
+            trace=str(out / f"{prefix}-seed{seed}.csv"), cluster="paper", load=None, seed=seed,
+            cpu_checkpoint_share=checkpoint_share,
+        )  # fmt: skip
 
     cases = [
         HarmCase("openb-1.0", "openb, load 1.0", openb(1.0)),
@@ -183,7 +184,12 @@ def build_cases(cfg: HarmStudyConfig, write: bool = True) -> list[HarmCase]:
             "paper-month-cpu-days",
             "the paper's month, CPU jobs a day long",
             generated("paper-month-cpu-days"),
-        ),  # fmt: skip
+        ),
+        HarmCase(
+            "paper-month-cpu-days-half-ckpt",
+            "the paper's month, CPU jobs a day long, half of them never checkpointing",
+            generated("paper-month-cpu-days", HALF),
+        ),
     ]
     if cfg.trace is not None:
         tc = cfg.trace_config(cfg.first_seed)
@@ -197,9 +203,12 @@ def build_cases(cfg: HarmStudyConfig, write: bool = True) -> list[HarmCase]:
         if "openb-cpu-twice-1.5" in names:
             write_csv(cpu_twice(bundled_trace_path()), doubled)
         seeds = range(cfg.first_seed, cfg.first_seed + cfg.seeds)
-        for name, params in (("paper-month", month.params()),
-                             ("paper-month-cpu-days", _days_params(cfg))):  # fmt: skip
-            if name in names:
+        days = {"paper-month-cpu-days", "paper-month-cpu-days-half-ckpt"}
+        for wanted, name, params in (
+            ({"paper-month"}, "paper-month", month.params()),
+            (days, "paper-month-cpu-days", _days_params(cfg)),
+        ):
+            if wanted & names:
                 for seed in seeds:
                     write_csv(generate(params, seed), out / f"{name}-seed{seed}.csv")
     return cases
@@ -270,21 +279,15 @@ def run_all(
     runs: Sequence[HarmRun], workers: int, on_done: Callable[[HarmRecord, int, int], None]
 ) -> list[HarmRecord]:
     records: list[HarmRecord] = []
-    if min(workers, len(runs)) <= 1:
-        for run in runs:
-            records.append(run_case(run))
-            on_done(records[-1], len(records), len(runs))
-        return records
-    with ProcessPoolExecutor(min(workers, len(runs)), mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_case, r): r for r in runs}
-        for future in as_completed(futures):
-            run = futures[future]
-            try:
-                rec = future.result()
-            except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
-                rec = HarmRecord(run.case, run.seed, 0.0, error=f"{type(exc).__name__}: {exc}")
-            records.append(rec)
-            on_done(rec, len(records), len(runs))
+
+    def failed(run: HarmRun, exc: Exception) -> HarmRecord:
+        return HarmRecord(run.case, run.seed, 0.0, error=f"{type(exc).__name__}: {exc}")
+
+    def done(_i: int, rec: HarmRecord) -> None:
+        records.append(rec)
+        on_done(rec, len(records), len(runs))
+
+    run_each(runs, run_case, workers, failed, done)
     return records
 
 

@@ -15,14 +15,13 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from coda.experiment.pool import run_each
 from coda.sim.paper_metrics import paper_metrics
 from coda.study.config import DEFAULT_POLICY, MAX_LOAD, MAX_SEED, RunConfig
 from coda.study.run import prepare, run_policy
@@ -281,22 +280,11 @@ def run_many(runs: Sequence[Run], workers: int, on_done: Callable[[int, RunRecor
     """Run each of ``runs`` inline (workers 1) or in a spawn process pool; ``on_done(i,
     record)`` is called in this process as run ``i`` finishes (in any order). A worker
     that dies is recorded as that run's one-line error and the others go on."""
-    workers = min(workers, len(runs))
-    if workers <= 1:
-        for i, run in enumerate(runs):
-            on_done(i, run_one(run))
-        return
-    # spawn, not fork: the caller runs threads (the progress bar's refresher).
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, r): i for i, r in enumerate(runs)}
-        for future in as_completed(futures):
-            i = futures[future]
-            try:
-                rec = future.result()
-            except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
-                run = runs[i]
-                rec = RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
-            on_done(i, rec)
+
+    def failed(run: Run, exc: Exception) -> RunRecord:
+        return RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
+
+    run_each(runs, run_one, workers, failed, on_done)
 
 
 L = TypeVar("L")

@@ -10,9 +10,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 
 from coda.experiment.analysis import Analysis, analyse
 from coda.experiment.config import (
@@ -20,6 +18,7 @@ from coda.experiment.config import (
     robustness_policies,
     split_policies,
 )
+from coda.experiment.pool import run_each
 from coda.experiment.records import RunRecord
 from coda.study.config import RunConfig
 from coda.study.run import prepare, run_policy
@@ -156,21 +155,19 @@ def run_experiment(
 
     workers = min(cfg.workers or os.cpu_count() or 1, max(len(groups), 1))
     records: list[RunRecord] = []
-    if workers <= 1:
+
+    def failed(group: Group, exc: Exception) -> list[RunRecord]:
+        return [_error_record(group, p, exc) for p in group.policies]
+
+    def finished(_i: int, got: list[RunRecord]) -> None:
+        records.extend(got)
+        tick(len(got))
+
+    if workers <= 1:  # inline: progress after each run, not each group
         for group in groups:
             records += run_group(group, on_run=tick)
     else:
-        # spawn, not fork: the caller may run threads (the progress bar's refresher).
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(run_group, g): g for g in groups}
-            for future in as_completed(futures):
-                group = futures[future]
-                try:
-                    got = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died: record, go on
-                    got = [_error_record(group, p, exc) for p in group.policies]
-                records += got
-                tick(len(got))
+        run_each(groups, run_group, workers, failed, finished)
     records.sort(key=_sort_key(cfg))
     analysis = analyse(records, cfg, policies)
     return ExperimentResult(cfg, policies, skipped, records, time.perf_counter() - start, analysis)

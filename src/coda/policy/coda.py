@@ -30,13 +30,16 @@ from coda.policy.framework import (
     Filter,
     Policy,
     Reserve,
+    Score,
 )
 from coda.policy.harm_budget import HarmBudget
 from coda.policy.options import PolicyOptions
+from coda.policy.plugins.bus_headroom import BusHeadroom
 from coda.policy.plugins.idle_gpu_reserve import IdleGpuReserve
 from coda.policy.plugins.oracle_cores import OracleCores
 from coda.policy.plugins.pools import ArrayPools
 from coda.policy.plugins.queue_sort import PreemptedFirst
+from coda.policy.plugins.returns_cheaply import ReturnsCheaply
 from coda.policy.plugins.spread_pcie import SpreadPcieHeavy
 
 
@@ -78,6 +81,13 @@ def _coda(
     elim_config = EliminatorConfig() if period is None else EliminatorConfig(period_s=period)
     control = ContentionEliminator(book, elim_config, harm) if eliminator and colocation else None
     filters: list[Filter] = [IdleGpuReserve()] if colocation else []
+    # The harm bound keeps CPU jobs off busy memory buses and away from the cores
+    # training jobs will want back unless they give them back cheaply.
+    scores: list[tuple[Score, float]] = [(SpreadPcieHeavy(), 1.0)]
+    if harm is not None:
+        bus = BusHeadroom(harm)
+        filters.append(bus)
+        scores += [(bus, 1.0), (ReturnsCheaply(harm), 1.0)]
     arrays, shares, reserve = _ordering(options)
     return Policy(
         name=name,
@@ -86,10 +96,10 @@ def _coda(
         reserve=reserve,
         estimates=options.runtime_estimate(),
         queue_sort=PreemptedFirst(),
-        pools=ArrayPools(colocate=colocation),
+        pools=ArrayPools(colocate=colocation, harm=harm),
         core_count=allocator,  # without slimming it grants the request
         filters=filters + list(options.filters),
-        scores=[(SpreadPcieHeavy(), 1.0)],
+        scores=scores,
         candidates_to_score=4,
         node_control=control,
         job_control=allocator,

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from coda.policy.state import Job
 
 _EPS = 1e-9
+# A bus share over 1 refuses only a bus oversubscribed that many times: a body that
+# reads no bandwidth counters sees none busy (coda replay's twin says so with 1000).
+MAX_BUS_SHARE = 1000.0
 _TOKENS, _SINCE, _RATE = 0, 1, 2
 
 
@@ -39,16 +42,22 @@ class HarmBudgetConfig:
     before one;
     ``initial_s``: what a CPU job's bucket holds at its first start (0: it may be
     slowed only by what its own run has earned; more loosens the bound on short jobs
-    by that many seconds)."""
+    by that many seconds). Where CPU jobs may start: ``bus_share``, no GPU node whose
+    memory bus carries this share of its bandwidth or more (BusHeadroom); a job that
+    does not give cores back cheaply (not checkpointing, a time limit over ``cap_s``
+    or none) only on CPU nodes where one can host it (ArrayPools)."""
 
     share: float = 0.1
     cap_s: float = 900.0
     restart_s: float = 120.0
     initial_s: float = 0.0
+    bus_share: float = 0.45
 
     def __post_init__(self) -> None:
         if not 0.0 < self.share < 1.0:
             raise ValueError(f"share must be in (0, 1), got {self.share}")
+        if not 0.0 < self.bus_share <= MAX_BUS_SHARE:
+            raise ValueError(f"bus_share must be in (0, {MAX_BUS_SHARE:g}], got {self.bus_share}")
         for name in ("cap_s", "restart_s", "initial_s"):
             v = getattr(self, name)
             if not 0.0 <= v < float("inf"):
@@ -177,10 +186,14 @@ class HarmBudget:
 
     def lost(self, job: Job) -> float:
         """The work a requeue now would lose: its run since its start, at most one
-        checkpoint interval (what the policy assumes of every CPU job)."""
+        checkpoint interval where the job checkpoints."""
         if job.start < 0:
             return 0.0
-        return min(self.checkpoint_s, max(0.0, self.now - job.start))
+        return min(self._every(job), max(0.0, self.now - job.start))
+
+    def _every(self, job: Job) -> float:
+        """How far back a requeue of the job may throw its work."""
+        return self.checkpoint_s if job.checkpoints else math.inf
 
     def may_preempt(self, job: Job) -> bool:
         """Whether the job's bucket covers a requeue now: the work it loses and its
@@ -233,18 +246,19 @@ class HarmBudget:
         cap = max(tokens0, cfg.cap_s)
         t_cap = t0 + (cap - tokens0) / net
         start = job.start if job.start >= 0 else self.now
-        t_ckpt = start + self.checkpoint_s
+        every = self._every(job)
+        t_ckpt = start + every
 
         def tokens(t: float) -> float:
             return min(cap, tokens0 + net * (t - t0))
 
         def gap(t: float) -> float:  # >= 0: a preemption is allowed at t
-            return tokens(t) - min(self.checkpoint_s, max(0.0, t - start)) - cfg.restart_s
+            return tokens(t) - min(every, max(0.0, t - start)) - cfg.restart_s
 
         best = math.inf
         if tokens(self.now) <= _EPS:  # a shrink: once the bucket is above 0
             best = t0 + (_EPS - tokens0) / net
-        points = sorted({self.now, *(b for b in (t_cap, t_ckpt) if b > self.now)})
+        points = sorted({self.now, *(b for b in (t_cap, t_ckpt) if self.now < b < math.inf)})
         points.append(math.inf)
         refused = gap(self.now) < 0.0
         for a, b in zip(points, points[1:], strict=False):

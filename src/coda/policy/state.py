@@ -34,7 +34,7 @@ class Job:
         "bw_pn", "core_speed_now", "gpus", "start", "cores_pn_req", "gpus_pn", "queue_key",
         "mem_pn", "end", "estimate", "bw_per_core", "model", "job_id", "submit", "cores",
         "mem_mib", "preemptions", "shrinks", "user", "works_from", "time_limit",
-        "preemptible", "pcie_heavy", "wait", "wait_cycle",
+        "preemptible", "pcie_heavy", "wait", "wait_cycle", "checkpoints",
     )  # fmt: skip
 
     def __init__(
@@ -54,6 +54,7 @@ class Job:
         preemptible: bool = True,
         pcie_heavy: bool | None = None,
         user: str = "",
+        checkpoints: bool = True,
     ) -> None:
         # Fields in the order the hot loops read them (a compiled build lays them out
         # so): a sample, tick or speed change of a job touches its first two or three
@@ -104,6 +105,9 @@ class Job:
         # and its PCIe class (from the profile by model name, or learned).
         self.time_limit = time_limit
         self.preemptible = preemptible
+        # Whether a requeue keeps its work up to its last checkpoint (one every policy
+        # checkpoint interval) or loses its whole run since it last started.
+        self.checkpoints = checkpoints
         self.pcie_heavy = bool(perf.pcie_heavy) if pcie_heavy is None and perf else bool(pcie_heavy)
         self.wait: object = None  # why it waits (a coda.cycle.Reason), set by the cycle
         self.wait_cycle = -1  # the cycle that set it

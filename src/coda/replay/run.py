@@ -70,6 +70,10 @@ SIM_ALLOCATOR_START = {"plain": "request", "coda": "request"}
 #   not 2 (6 s in the agents' logs of the full replays): the twin's allocator leaves one
 #   window out after each change.
 SIM_SETTLE_WINDOWS = {"plain": 0, "coda": 1}
+# - bandwidth: the controller reads no node's memory bandwidth, so to it no bus is ever
+#   busy (plugins/bus_headroom.py); the twin's bus share is set past any oversubscription
+#   its jobs can reach, while its physics still slows jobs on a saturated bus.
+SIM_TUNE: dict[str, dict[str, str]] = {"plain": {}, "coda": {"harm.bus_share": "1000"}}
 
 if TYPE_CHECKING:
     from coda.sim.result import SimResult
@@ -338,6 +342,7 @@ def run_sim(
             "reclaim": SIM_RECLAIM[mode],
             "allocator_start": SIM_ALLOCATOR_START[mode],
             "settle_windows": SIM_SETTLE_WINDOWS[mode],
+            "tune": {**prepared.config.policy.tune, **SIM_TUNE[mode]},
         },
         simulation={"cycle_period_s": timing.cycle_period_s, "grants": SIM_GRANTS[mode]},
         seed=prepared.config.seed if seed is None else seed,

@@ -180,24 +180,29 @@ def _harm_rows(summaries: Sequence[dict[str, Any]]) -> list[_Row]:
     rows = [_Row("CPU jobs' harm (execution: first start to end)")]
     if any(isinstance(s.get("cpu_stretch"), dict) for s in summaries):
         rows += [
-            _Row("stretch vs baseline, mean", _key("cpu_stretch", "stretch_mean"), fmt_times),
-            _Row("stretch vs baseline, p99", _key("cpu_stretch", "stretch_p99"), fmt_times),
-            _Row("stretch vs baseline, max", _key("cpu_stretch", "stretch_max"), fmt_times),
+            _Row(f"stretch vs baseline, {stat}", _key("cpu_stretch", f"stretch_{stat}"), fmt_times)
+            for stat in ("mean", "p99", "max")
+        ]
+        rows += [
             _Row("over 1.5x baseline", _key("cpu_stretch", "stretch_over_1_5x_share"), fmt_pct),
             _Row("over 2x baseline", _key("cpu_stretch", "stretch_over_2x_share"), fmt_pct),
         ]
     rows += [
-        _Row("slowdown vs alone, mean", _key("paper", "cpu_slowdown_mean"), fmt_times),
-        _Row("slowdown vs alone, p99", _key("paper", "cpu_slowdown_p99"), fmt_times),
-        _Row("slowdown vs alone, max", _key("paper", "cpu_slowdown_max"), fmt_times),
-        _Row("over 2x slower than alone", _key("paper", "cpu_slowed_over_2x_share"), fmt_pct),
-        _Row("throttled, mean", _key("paper", "cpu_throttled_s_mean"), fmt_duration),
-        _Row("throttled, max", _key("paper", "cpu_throttled_s_max"), fmt_duration),
-        _Row("shrunk, mean", _key("paper", "cpu_shrunk_s_mean"), fmt_duration),
-        _Row("shrunk, max", _key("paper", "cpu_shrunk_s_max"), fmt_duration),
-        _Row("work lost (core-s), mean", _key("paper", "cpu_lost_core_s_mean"), fmt_count),
-        _Row("work lost (core-s), max", _key("paper", "cpu_lost_core_s_max"), fmt_count),
+        _Row(f"slowdown vs alone, {stat}", _key("paper", f"cpu_slowdown_{stat}"), fmt_times)
+        for stat in ("mean", "p99", "max")
     ]
+    rows.append(
+        _Row("over 2x slower than alone", _key("paper", "cpu_slowed_over_2x_share"), fmt_pct)
+    )
+    for label, key, fmt in (
+        ("throttled", "cpu_throttled_s", fmt_duration),
+        ("shrunk", "cpu_shrunk_s", fmt_duration),
+        ("work lost (core-s)", "cpu_lost_core_s", fmt_count),
+    ):
+        rows += [
+            _Row(f"{label}, {stat}", _key("paper", f"{key}_{stat}"), fmt)
+            for stat in ("mean", "max")
+        ]
     return rows
 
 

@@ -101,6 +101,7 @@ class ClusterExecutor:
             bw_per_core=float(w.cpu_bw_per_core[i]),
             time_limit=self.limits[i] if self.limits is not None else math.inf,
             user=self.outcomes.users[i],
+            checkpoints=bool(w.checkpoints[i]),
         )
         never = self.sched.submit(job)
         if never is not None:
@@ -228,7 +229,8 @@ class ClusterExecutor:
 
     def preempt(self, job: Job) -> None:
         """Stop a CPU job and queue it again; it keeps the work up to its last
-        checkpoint (one every ``policy.checkpoint_s`` seconds of its run)."""
+        checkpoint (one every ``policy.checkpoint_s`` seconds of its run; none for a
+        job that does not checkpoint)."""
         if job.is_dnn:
             raise ValueError(f"only CPU jobs are preempted, not {job}")
         now = self.kernel.now

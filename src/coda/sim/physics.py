@@ -185,7 +185,7 @@ class SpeedModel:
     def settle(self, job: Job) -> None:
         now = self.kernel.now
         if now > job.last_update:
-            if self.checkpoints and job in self.ckpt:
+            if self.checkpoints and job.checkpoints and job in self.ckpt:
                 self.checkpoint(job, now)
             job.remaining -= job.speed * (now - job.last_update)
             job.last_update = now

@@ -143,7 +143,7 @@ _SUMMARY_ORDER = (
     "fractional", "censored", "horizon", "warmup", "samples", "noise", "perturb",
     "estimates", "default_time_limit_s", "order", "gpu_subarrays", "allocator_start",
     "start_delay_s", "control_period_s", "cycle_period_s", "reclaim", "grants",
-    "settle_windows",
+    "settle_windows", "cpu_checkpoint_share",
 )  # fmt: skip
 
 
@@ -167,6 +167,10 @@ class RunConfig:
     censored: str = "keep"
     warmup: float = DEFAULT_WARMUP  # share of first arrivals left out of the window
     perturb: float = 0.0  # scale every profile value by U(1-p, 1+p) (robustness)
+    # Each CPU job checkpoints with this probability (ASSUMPTION, ours: 1.0, every one
+    # does, once per the policy's checkpoint interval); the rest lose their whole run
+    # when requeued.
+    cpu_checkpoint_share: float = 1.0
     policy: PolicyOptions = DEFAULT_POLICY
     simulation: SimulationOptions = field(default_factory=SimulationOptions)
 
@@ -175,6 +179,8 @@ class RunConfig:
             _number("run config", "load", self.load, 0.0, MAX_LOAD, True, False)
         _number("run config", "warmup", self.warmup, 0.0, 1.0, False, True)
         _number("run config", "perturb", self.perturb, 0.0, 1.0, False, True)
+        _number("run config", "cpu_checkpoint_share", self.cpu_checkpoint_share, 0.0, 1.0,
+                False, False)  # fmt: skip
         _integer("run config", "seed", self.seed, 0, MAX_SEED)
         # The loaders' own check of their options (coda.workload.traces); imported here
         # since the loaders load numpy, which importing this module must not.

@@ -92,7 +92,7 @@ def prepare(config: RunConfig) -> Prepared:
             f"{flags['censored']} jobs were still running at the trace end (duration = lower bound)"
         )
     mix = parse_mix(config.mix, profiles) if config.mix else None
-    workload = build_workload(jobs, profiles, config.seed, mix)
+    workload = build_workload(jobs, profiles, config.seed, mix, config.cpu_checkpoint_share)
     horizon = config.simulation.horizon
     if horizon is not None and len(workload.jobs):
         w0, _ = window_bounds(workload.jobs.submit, config.warmup)

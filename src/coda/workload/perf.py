@@ -51,6 +51,9 @@ class Workload:
     model: np.ndarray  # int16 index into model_names; -1 for CPU jobs
     model_names: tuple[str, ...]
     cpu_bw_per_core: np.ndarray  # float64 GB/s per core; 0.0 for DNN jobs
+    # bool: whether a requeue keeps the job's work up to its last checkpoint (CPU jobs;
+    # True for DNN jobs, which are never requeued)
+    checkpoints: np.ndarray
     work: np.ndarray  # float64 seconds at full speed (DNN: duration * speed(requested))
     profiles: ProfileSet
     seed: int
@@ -84,12 +87,18 @@ def _given_models(
 
 
 def build_workload(
-    jobs: JobTable, profiles: ProfileSet, seed: int, mix: dict[str, float] | None = None
+    jobs: JobTable,
+    profiles: ProfileSet,
+    seed: int,
+    mix: dict[str, float] | None = None,
+    checkpoint_share: float = 1.0,
 ) -> Workload:
     """Assign models to DNN jobs and bandwidth to CPU jobs; convert durations to work.
 
     Deterministic for a seed: models are drawn first (DNN jobs in table order), then
-    the CPU jobs' bandwidth. A DNN job's trace duration is taken as its run at the
+    the CPU jobs' bandwidth, then (where ``checkpoint_share`` < 1) which CPU jobs
+    checkpoint: each does with that probability, the rest lose their whole run when
+    requeued. A DNN job's trace duration is taken as its run at the
     cores it asked for, ceil(cores / nodes) per node, so its work at full speed is
     duration * core_speed(requested), with GPUs per node = ceil(gpus / nodes).
     """
@@ -115,6 +124,12 @@ def build_workload(
         if np.any(given < 0) or np.any(np.isinf(given)):
             raise ValueError("job table: cpu_bw must be finite and >= 0 GB/s per core")
         cpu_bw[cpu] = np.where(np.isnan(given), cpu_bw[cpu], given)
+    if not 0.0 <= checkpoint_share <= 1.0:
+        raise ValueError(f"the share of CPU jobs that checkpoint must be in [0, 1], got "
+                         f"{checkpoint_share!r}")  # fmt: skip
+    checkpoints = np.ones(n, dtype=bool)
+    if checkpoint_share < 1.0:
+        checkpoints[cpu] = rng.random(cpu.size) < checkpoint_share
 
     work = np.asarray(jobs.duration, dtype=np.float64).copy()
     if dnn.size:
@@ -143,6 +158,7 @@ def build_workload(
         model=model,
         model_names=names,
         cpu_bw_per_core=cpu_bw,
+        checkpoints=checkpoints,
         work=work,
         profiles=profiles,
         seed=seed,
