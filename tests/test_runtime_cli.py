@@ -214,6 +214,23 @@ def test_submit_time_from_a_spec_file_and_the_option_over_it(tmp_path: Path) -> 
     store.close()
 
 
+def test_a_job_says_it_checkpoints_in_its_spec_or_with_the_option(tmp_path: Path) -> None:
+    from coda.runtime.row_job import job_of
+
+    sd = tmp_path / "s"
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"argv": ["true"], "checkpoints": True}))
+    for args in (("--spec", str(spec)), ("--checkpoints", "--", "true"), ("--", "true")):
+        code, out = run("submit", "--state-dir", str(sd), *args)
+        assert code == 0, out
+    store = Store(sd / "coda.db")
+    rows = store.jobs()
+    assert [r.checkpoints for r in rows] == [1, 1, 0]
+    # What the policies see: a job that said nothing loses its whole run when requeued.
+    assert [job_of(r).checkpoints for r in rows] == [True, True, False]
+    store.close()
+
+
 def test_spec_file_errors_and_env_options_name_their_place(tmp_path: Path) -> None:
     sd = str(tmp_path / "s")
     spec = tmp_path / "j.json"

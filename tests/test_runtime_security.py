@@ -142,9 +142,10 @@ def test_a_newer_or_foreign_database_is_refused(tmp_path: Path) -> None:
 
 # The columns each older schema lacks (what its agent left behind).
 OLDER_SCHEMAS = {
-    1: ("uid", "gid", "groups", "time_limit_s", "wait_reason", "spec_bytes"),
-    2: ("time_limit_s", "wait_reason", "spec_bytes"),
-    3: ("spec_bytes",),
+    1: ("uid", "gid", "groups", "time_limit_s", "wait_reason", "spec_bytes", "checkpoints"),
+    2: ("time_limit_s", "wait_reason", "spec_bytes", "checkpoints"),
+    3: ("spec_bytes", "checkpoints"),
+    4: ("checkpoints",),
 }
 
 
@@ -159,19 +160,21 @@ def test_an_older_database_is_upgraded_in_place_and_keeps_its_jobs(
     store.update(running, state="running")
     store.close()
     con = sqlite3.connect(db)
-    for index in ("jobs_queue", "jobs_user", "jobs_ended", "decisions_job"):  # version 4's
-        con.execute(f"DROP INDEX {index}")
-    con.execute("CREATE INDEX jobs_state ON jobs (state)")
+    if version < 4:
+        for index in ("jobs_queue", "jobs_user", "jobs_ended", "decisions_job"):  # version 4's
+            con.execute(f"DROP INDEX {index}")
+        con.execute("CREATE INDEX jobs_state ON jobs (state)")
     for col in OLDER_SCHEMAS[version]:
         con.execute(f"ALTER TABLE jobs DROP COLUMN {col}")
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(version),))
     con.commit()
     con.close()
     store = Store(db)
-    assert store.meta("schema") == "4"
+    assert store.meta("schema") == "5"
     row = store.job(jid)
     assert row is not None and row.state == "queued" and row.argv == ["true"]
     assert row.time_limit_s is None and row.wait_reason == ""  # no limit, no reason yet
+    assert row.checkpoints == 0  # an old job said nothing: it is taken not to checkpoint
     if version == 1:
         assert row.uid is None and row.owner is None  # the agent's user, as before
     else:
@@ -180,8 +183,11 @@ def test_an_older_database_is_upgraded_in_place_and_keeps_its_jobs(
     store.set_wait_reasons({jid: "cores", running: "cores"})
     assert store.job(jid).wait_reason == "cores"  # type: ignore[union-attr]
     assert store.job(running).wait_reason == ""  # type: ignore[union-attr]
-    later = store.submit(JobSpec(argv=["true"], cwd=str(tmp_path), time_limit_s=60))
+    later = store.submit(
+        JobSpec(argv=["true"], cwd=str(tmp_path), time_limit_s=60, checkpoints=True)
+    )
     assert store.job(later).time_limit_s == 60.0  # type: ignore[union-attr]
+    assert store.job(later).checkpoints == 1  # type: ignore[union-attr]
     # The old rows' specs are counted against their user's cap (their size as stored).
     if version > 1:
         assert store.usage(os.geteuid()) == (
@@ -189,8 +195,8 @@ def test_an_older_database_is_upgraded_in_place_and_keeps_its_jobs(
             3 * len(json.dumps(["true"]) + "{}" + str(tmp_path)),
         )
     store.close()
-    store = Store(db)  # a second open finds version 4 and changes nothing
-    assert store.meta("schema") == "4" and len(store.jobs()) == 3
+    store = Store(db)  # a second open finds version 5 and changes nothing
+    assert store.meta("schema") == "5" and len(store.jobs()) == 3
     store.close()
 
 
@@ -255,6 +261,8 @@ def test_any_json_spec_is_a_spec_or_a_spec_error(data) -> None:
         ({"argv": ["true"], "time_limit_s": 10**400}, "'time_limit_s' must be seconds"),
         ({"argv": ["true"], "time_limit_s": 366 * 86400 + 1}, "'time_limit_s' must be seconds"),
         ({"argv": ["true"], "time_limit_s": [60]}, "'time_limit_s' must be seconds"),
+        ({"argv": ["true"], "checkpoints": 1}, "'checkpoints' must be true or false"),
+        ({"argv": ["true"], "checkpoints": "yes"}, "'checkpoints' must be true or false"),
         ([1, 2], "JSON object"),
     ],
 )

@@ -87,11 +87,20 @@ def spec_options(f: F) -> F:
             "(SIGTERM, then SIGKILL).",
         ),
         click.option(
+            "--checkpoints",
+            is_flag=True,
+            default=None,
+            help="The job checkpoints: taken back for a DNN job's cores, it loses only its "
+            "work since its last checkpoint (CODA may then lend it a GPU node's spare cores; "
+            "a job that does not say so loses its whole run).",
+        ),
+        click.option(
             "--spec",
             "spec_file",
             type=click.Path(exists=True, dir_okay=False),
             default=None,
-            help="Job spec as JSON: {argv, name, cores, gpus, model, cwd, env, time_limit_s}.",
+            help="Job spec as JSON: {argv, name, cores, gpus, model, cwd, env, time_limit_s, "
+            "checkpoints}.",
         ),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
@@ -155,6 +164,7 @@ def build_spec(kw: dict[str, Any]) -> JobSpec:
         ("model", "model"),
         ("cwd", "cwd"),
         ("time_limit_s", "time_limit_s"),
+        ("checkpoints", "checkpoints"),
     ):
         if kw.get(opt) not in (None, ""):
             setattr(spec, key, kw[opt])

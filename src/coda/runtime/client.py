@@ -53,9 +53,9 @@ def socket_path(state_dir: str | os.PathLike[str]) -> Path:
 
 
 _ROW_FIELDS = {f.name for f in fields(JobRow)}
-# Fields an agent from before schema version 3 does not send (it still runs after an
-# upgrade until restarted): their defaults, not a malformed answer.
-_LATER_FIELDS = {"time_limit_s": None, "wait_reason": ""}
+# Fields an agent from before schema version 3 (5: checkpoints) does not send (it still
+# runs after an upgrade until restarted): their defaults, not a malformed answer.
+_LATER_FIELDS = {"time_limit_s": None, "wait_reason": "", "checkpoints": 0}
 _DECISION_TYPES: dict[str, type | tuple[type, ...]] = {
     "id": int,
     "t": (int, float),

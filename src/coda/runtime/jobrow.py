@@ -90,6 +90,7 @@ class JobRow:
     groups: list[int] = field(default_factory=list)
     time_limit_s: float | None = None  # None: no limit (and databases before version 3)
     wait_reason: str = ""  # why a queued job waits, as the last cycle said; '' otherwise
+    checkpoints: int = 0  # 1: its spec says it checkpoints (databases before version 5: 0)
 
     @classmethod
     def from_sql(cls, r: sqlite3.Row) -> JobRow:
@@ -149,6 +150,8 @@ class JobRow:
             raise bad("time_limit_s") from None
         if clean_reason(self.wait_reason) != self.wait_reason:  # too long, or not one line
             raise bad("wait_reason")
+        if type(self.checkpoints) is not int or self.checkpoints not in (0, 1):
+            raise bad("checkpoints")
 
     @property
     def owner(self) -> Owner | None:

@@ -78,6 +78,9 @@ class JobSpec:
     cwd: str = ""
     env: dict[str, str] = field(default_factory=dict)
     time_limit_s: float | None = None  # None: no limit
+    # The job says it checkpoints: a requeue (for a DNN job's cores) loses only its work
+    # since its last checkpoint. Otherwise CODA assumes it loses its whole run.
+    checkpoints: bool = False
 
     @property
     def kind(self) -> str:
@@ -123,6 +126,8 @@ class JobSpec:
         _whole(self.cores, "cores", 1, MAX_CORES)
         _whole(self.gpus, "gpus", 0, MAX_GPUS)
         self.time_limit_s = checked_time_limit(self.time_limit_s, "the time limit")
+        if not isinstance(self.checkpoints, bool):
+            raise SpecError(f"checkpoints must be true or false, got {self.checkpoints!r}")
         if node_cores is not None and self.cores > node_cores:
             raise SpecError(f"asks for {self.cores} cores but this node has {node_cores}")
         if node_gpus is not None and self.gpus > node_gpus:
@@ -163,7 +168,8 @@ class JobSpec:
         """A spec from a JSON object, with clear errors for unknown or mistyped keys."""
         if not isinstance(d, dict):
             raise SpecError("a job spec must be a JSON object")
-        known = {"argv", "name", "cores", "gpus", "model", "cwd", "env", "time_limit_s"}
+        known = {"argv", "name", "cores", "gpus", "model", "cwd", "env", "time_limit_s",
+                 "checkpoints"}  # fmt: skip
         extra = sorted(repr(k) for k in set(d) - known)
         if extra:
             raise SpecError(f"unknown key(s) in job spec: {', '.join(extra)}")
@@ -184,7 +190,10 @@ class JobSpec:
             cwd=d.get("cwd", ""),
             env=dict(env),
             time_limit_s=checked_time_limit(d.get("time_limit_s"), "'time_limit_s'"),
+            checkpoints=d.get("checkpoints", False),
         )
+        if not isinstance(spec.checkpoints, bool):
+            raise SpecError(f"'checkpoints' must be true or false, got {spec.checkpoints!r}")
         # Types now, so that a wrong one is this error and never a crash further on.
         for what in ("name", "model", "cwd"):
             if not isinstance(getattr(spec, what), str):

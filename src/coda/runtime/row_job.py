@@ -29,6 +29,7 @@ def job_of(r: JobRow) -> Job:
         user=str(r.uid if r.uid is not None else os.geteuid()),
         time_limit=r.time_limit_s if r.time_limit_s is not None else math.inf,
         pcie_heavy=pcie_heavy(model, r.gpus) if r.gpus else False,
+        checkpoints=bool(r.checkpoints),
     )
     job.preemptions = r.preemptions
     return job

@@ -74,8 +74,9 @@ __all__ = [
 # 2: jobs.uid/gid/groups (who submitted, as the kernel said);
 # 3: jobs.time_limit_s (the user's limit) and jobs.wait_reason (why a queued job waits);
 # 4: jobs.spec_bytes (what the row's spec holds, for the per-user cap) and the indexes
-#    that let the agent and status read the queue without its specs
-SCHEMA_VERSION = 4
+#    that let the agent and status read the queue without its specs;
+# 5: jobs.checkpoints (the job says a requeue loses only its work since a checkpoint)
+SCHEMA_VERSION = 5
 MAX_JOB_ID = 2**63 - 1  # SQLite's INTEGER
 
 _SCHEMA = """
@@ -112,7 +113,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     groups TEXT NOT NULL DEFAULT '[]',
     time_limit_s REAL,
     wait_reason TEXT NOT NULL DEFAULT '',
-    spec_bytes INTEGER NOT NULL DEFAULT 0
+    spec_bytes INTEGER NOT NULL DEFAULT 0,
+    checkpoints INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -130,6 +132,7 @@ _ADDED = {
     2: ("uid INTEGER", "gid INTEGER", "groups TEXT NOT NULL DEFAULT '[]'"),
     3: ("time_limit_s REAL", "wait_reason TEXT NOT NULL DEFAULT ''"),
     4: ("spec_bytes INTEGER NOT NULL DEFAULT 0",),
+    5: ("checkpoints INTEGER NOT NULL DEFAULT 0",),
 }
 
 # Made once every column is there. Covering indexes: the queue, a user's usage and the
@@ -264,8 +267,8 @@ class Store:
         argv, env = json.dumps(spec.argv), json.dumps(spec.env)
         cur = self._db.execute(
             "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
-            "uid, gid, groups, time_limit_s, spec_bytes) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "uid, gid, groups, time_limit_s, spec_bytes, checkpoints) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 spec.name,
                 spec.kind,
@@ -281,6 +284,7 @@ class Store:
                 json.dumps(list(owner.groups)),
                 spec.time_limit_s,
                 stored_bytes(argv, env, spec.cwd),
+                int(spec.checkpoints),
             ),
         )
         assert cur.lastrowid is not None  # set by every successful INSERT
