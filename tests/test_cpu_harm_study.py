@@ -56,6 +56,33 @@ def test_a_small_month_reports_every_policy_and_the_verdict(tmp_path: Path) -> N
     assert "## the paper's month" in report and "`coda-unbounded`" in report
 
 
+def test_a_helios_trace_of_the_users_runs_beside_the_bundled_workloads(tmp_path: Path) -> None:
+    # Helios' own columns: GPU jobs of hours and CPU jobs of days, as its CPU jobs are.
+    header = (
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,"
+        "duration,queue"
+    )
+    rows = []
+    for i in range(80):
+        gpu = i % 3 != 0
+        submit = 600 * i
+        duration = 3 * 3600 + 60 * i if gpu else 2 * 86400 + 600 * i
+        rows.append(f"{i},u{i % 5},vc1,{8 if gpu else 0},{16 if gpu else 24},1,COMPLETED,"
+                    f"{submit},{submit + 5},{submit + 5 + duration},{duration},5")  # fmt: skip
+    trace = tmp_path / "helios.csv"
+    trace.write_text("\n".join([header, *rows]) + "\n")
+    out = tmp_path / "h"
+    argv = ["experiment", "cpu-harm", "--cases", "trace", "--trace", str(trace),
+            "--cluster", "4x8g48c", "--load", "1.5", "--workers", "1",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads((out / "results.json").read_text())["cases"]
+    assert case["name"] == "trace" and "helios.csv on 4x8g48c, load 1.5" in case["label"]
+    assert list(case["policies"]) == list(POLICIES)
+    assert case["policies"]["coda"]["stretch_jobs"] > 0
+
+
 def test_an_unknown_workload_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["experiment", "cpu-harm", "--cases", "helios", "--out", str(tmp_path / "x")]
