@@ -288,6 +288,65 @@ def test_dnn_job_reclaims_cores_from_cpu_jobs(env) -> None:
     assert "preempt" in acts
 
 
+# Writes its checkpoint (argv[1]) and stops on SIGTERM, or (argv[3] "ignore") ignores
+# it; says it is ready (argv[2]) once its handler is in place.
+CHECKPOINTER = (
+    "import pathlib, signal, sys, time\n"
+    "def stop(*_):\n"
+    "    pathlib.Path(sys.argv[1]).write_text('saved')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[3] == 'ignore' else stop)\n"
+    "pathlib.Path(sys.argv[2]).write_text('ready')\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("stops", [True, False])
+def test_a_job_that_checkpoints_is_told_before_it_is_taken_back(env, tmp_path, stops) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent(tune=LOOSE_HARM, kill_grace_s=3.0)
+    saved, ready = tmp_path / f"ckpt-{stops}", tmp_path / f"ready-{stops}"
+    argv = py("-c", CHECKPOINTER, str(saved), str(ready), "stop" if stops else "ignore")
+    hog = submit(store, argv, name="hog", cores=4, checkpoints=True)
+    agent.tick()
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:  # its handler is in place
+        time.sleep(0.02)
+    dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    # Told, not stopped: the DNN job waits for its cores.
+    acts = [d["action"] for d in store.decisions(limit=20, job_id=hog)]
+    assert "preempt-warned" in acts and "preempt" not in acts, store.job(hog)
+    assert store.job(dnn).state == "queued" and store.job(hog).state == "running"
+    tick_until(agent, lambda: store.job(dnn).state == "running", timeout=10)
+    row = store.job(hog)
+    assert row.state == "queued" and row.preemptions == 1  # requeued, never "done"
+    assert saved.exists() is stops  # the one that handled it wrote its checkpoint
+    at = {d["action"]: d["detail"]["mono"] for d in store.decisions(limit=20, job_id=hog)}
+    assert "finish" not in at
+    # The cores came back when it stopped, or at the end of its grace if it did not.
+    waited = at["preempt"] - at["preempt-warned"]
+    assert waited < 3.0 if stops else waited >= 3.0
+
+
+def test_a_job_told_to_checkpoint_can_still_be_cancelled(env, tmp_path) -> None:
+    tmp, drv, store, new_agent = env
+    agent = new_agent(tune=LOOSE_HARM, kill_grace_s=3.0)
+    saved, ready = tmp_path / "ckpt", tmp_path / "ready"
+    hog = submit(store, py("-c", CHECKPOINTER, str(saved), str(ready), "ignore"), name="hog",
+                 cores=4, checkpoints=True)  # fmt: skip
+    agent.tick()
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert "preempt-warned" in [d["action"] for d in store.decisions(limit=20, job_id=hog)]
+    store.request_cancel(hog)
+    tick_until(agent, lambda: store.job(hog).state == "cancelled", timeout=15)
+    assert store.job(hog).preemptions == 0  # its owner's cancel wins: not requeued
+
+
 def test_shrink_before_preempt(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent(tune=LOOSE_HARM)

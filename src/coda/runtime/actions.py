@@ -187,13 +187,26 @@ class Actuator:
             m.mb = pct
 
     def preempt(self, m: Managed, now: float, source: str, reason: dict[str, Any] | None) -> None:
-        """Stop a CPU job at once and queue it again (it restarts from scratch: its own
-        checkpoints are its business). Killed before the database says queued, so a
-        crash in between leaves it 'lost', never running twice."""
+        """Stop a CPU job and queue it again. A job that says it checkpoints is told
+        first, as Slurm tells a job it requeues: SIGTERM, and its cores come back once
+        it stops or ``kill_grace_s`` later (meanwhile the DNN job waits); any other job
+        is stopped at once (it restarts from scratch). Killed before the database says
+        queued, so a crash in between leaves it 'lost', never running twice."""
         agent = self.node
         if not agent.source.preempts:  # its source could not queue it again: never kill it
             agent.decisions.record(now, m.row_id, source, "preempt-refused", {"why": "no requeue"})
             return
+        grace = self.config.kill_grace_s
+        if m.job.checkpoints and grace > 0 and m.kill_at is None:
+            if m.warned_at is None:
+                agent.processes.signal(m, signal.SIGTERM)
+                m.warned_at = now
+                detail = {"signal": "SIGTERM", "grace_s": grace, **(reason or {})}
+                agent.decisions.record(now, m.row_id, source, "preempt-warned", detail)
+                self.log(f"job {m.row_id}: told to checkpoint before a preemption ({source})")
+                return
+            if now < m.warned_at + grace and agent.processes.pids(m):
+                return  # still writing its checkpoint
         agent.processes.kill_until_gone(m)
         if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
             send_signal(m.shim_pid, signal.SIGKILL)

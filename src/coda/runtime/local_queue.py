@@ -111,13 +111,37 @@ class LocalQueue:
 
     def intake(self, now: float) -> None:
         self.supervisor.reap(now)
+        if self._warned_done(now):
+            self.books_changed(grew=True)  # the cycle asks again: the preemption completes
         self.supervisor.cancels(now)
         self.supervisor.time_limits(now)
         self.admit(now)
         self.purge()
 
+    def _warned_done(self, now: float, stopped: bool = True) -> list[Managed]:
+        """Jobs told to checkpoint for a preemption whose grace is over, or (with
+        ``stopped``) that have stopped; never those being cancelled or stopped at their
+        limit."""
+        host = self.host
+        grace = host.config.kill_grace_s
+        return [
+            m
+            for m in host.jobs.running.values()
+            if m.warned_at is not None
+            and m.kill_at is None
+            and (now >= m.warned_at + grace or (stopped and not host.processes.pids(m)))
+        ]
+
     def after_control(self, now: float) -> None:
-        """Nothing: the database rows the agent writes are this queue's whole report."""
+        """Requeue each job told to checkpoint whose grace is over and that the cycle
+        did not take back itself (the DNN job that asked went elsewhere): a job told to
+        stop does not run on as though never told. One that stopped early waits for its
+        grace to end here: the cycle takes it back first where the DNN job still waits
+        (intake asks it to look), so the cores go to that job, not to the requeued one.
+        Otherwise nothing: the database rows the agent writes are this queue's whole
+        report."""
+        for m in self._warned_done(now, stopped=False):
+            self.host.actuator.preempt(m, now, "agent", {"after": "checkpoint warning"})
 
     def leave(self, stop_jobs: bool, now: float) -> None:
         """With ``stop_jobs``, SIGKILL every job and wait (10 s at most) for them to end

@@ -21,7 +21,7 @@ class AgentConfig:
     reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue | none
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
-    kill_grace_s: float = 5.0  # cancel: SIGTERM, then SIGKILL after this long
+    kill_grace_s: float = 5.0  # cancel, time limit, checkpoint: SIGTERM, SIGKILL this long after
     # Policy knobs for this node, e.g. {"eliminator.step_down": "0.5"} (see tune_policy).
     tune: dict[str, str] = field(default_factory=dict)
     # What users may store and cost: spec and per-user bytes, how long finished jobs stay.
@@ -55,6 +55,9 @@ class Managed:
     stalled: bool = False
     throughput: float | None = None
     kill_at: float | None = None  # cancel in progress: SIGKILL at this time
+    # Told (SIGTERM) to write its checkpoint before a preemption: it is requeued once it
+    # stops, or kill_grace_s after this time.
+    warned_at: float | None = None
     dirty: bool = True  # DB row needs the latest cpus/quota/throughput
     mb: int | None = None  # MBA percent set through resctrl
     uid: int | None = None  # the user the job runs as (owns its progress file)

@@ -109,6 +109,8 @@ class Supervisor:
         for m in list(self.jobs.running.values()):
             if m.popen is not None:
                 m.popen.poll()  # reap our own child, so it is not a zombie
+            if m.warned_at is not None and m.kill_at is None and final_state is None:
+                continue  # stopping for a preemption: requeued (LocalQueue), not finished
             code = self.exit_code(m)
             if code is None:
                 if m.shim_pid is not None and alive(m.shim_pid, m.shim_start):
