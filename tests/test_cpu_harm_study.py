@@ -83,6 +83,21 @@ def test_a_helios_trace_of_the_users_runs_beside_the_bundled_workloads(tmp_path:
     assert case["policies"]["coda"]["stretch_jobs"] > 0
 
 
+def test_a_tuned_coda_is_measured_and_a_bad_knob_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    argv = ["experiment", "cpu-harm", "--cases", "paper-month", "--jobs", "300", "--workers",
+            "1", "--tune", "harm.bus_share=0.9", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    res = json.loads((out / "results.json").read_text())
+    assert "--tune harm.bus_share=0.9" in res["command"]
+    for bad in ("harm.bus_share=7000", "harm.nope=1", "bus_share"):
+        result = CliRunner().invoke(main, [*argv[:-4], "--tune", bad, "--out", str(out)])
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+        assert len(errors) == 1 and "tune" in errors[0], result.output
+
+
 def test_an_unknown_workload_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["experiment", "cpu-harm", "--cases", "helios", "--out", str(tmp_path / "x")]

@@ -353,27 +353,38 @@ def harm_with(**config: float) -> HarmBudget:
     return HarmBudget(HarmBudgetConfig(**config))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     bw_used=st.floats(0.0, 200.0),
     bw_gbps=st.sampled_from([0.0, 50.0, 100.0]),
     share=st.floats(0.05, 1.0),
+    per_core=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+    cores=st.integers(1, 40),
     cpu_cores=st.integers(0, 8),
 )
-def test_bus_headroom_keeps_cpu_jobs_off_busy_buses(bw_used, bw_gbps, share, cpu_cores):
+def test_bus_headroom_keeps_cpu_jobs_off_busy_buses(
+    bw_used, bw_gbps, share, per_core, cores, cpu_cores
+):
     node = Node(0, "g0", 4, 32, 0, bw_gbps)
     node.bw_used = bw_used
     node.cpu_job_cores = cpu_cores
-    f = BusHeadroom(harm_with(bus_share=share))
-    busy = bw_gbps > 0 and bw_used >= share * bw_gbps
-    assert f.filter(cpu_job(0, 4), node, 4) is (not busy)
-    assert f.most_cores("cpu", node) == (0 if busy else node.cores)
+    f = BusHeadroom(harm_with(bus_share=share, bus_gbps_per_core=per_core))
+    cap = share * bw_gbps
+    draw = per_core * cores
+    # A job too large for even an idle bus under the rule passes: it must not wait for ever.
+    fits = bw_gbps == 0 or draw >= cap or bw_used + draw < cap
+    assert f.filter(cpu_job(0, cores), node, cores) is fits
+    # The core bound: no job larger than it passes.
+    most = f.most_cores("cpu", node)
+    assert 0 <= most <= node.cores
+    if cores <= node.cores and fits:
+        assert cores <= most
     # Training jobs and CPU nodes pass whatever the bus carries.
-    assert f.filter(dnn_job(1, 1, 4), node, 4) is True
+    assert f.filter(dnn_job(1, 1, cores), node, cores) is True
     assert f.most_cores("dnn", node) == node.cores
     cnode = Node(1, "c1", 0, 32, 0, bw_gbps)
     cnode.bw_used = bw_used
-    assert f.filter(cpu_job(0, 4), cnode, 4) is True
+    assert f.filter(cpu_job(0, cores), cnode, cores) is True
     # The score: a training job prefers a calmer bus where CPU jobs run, and has no
     # preference where none do.
     want = 0.0 if cpu_cores == 0 or bw_gbps == 0 else -min(1.0, bw_used / bw_gbps)
@@ -385,25 +396,34 @@ def test_bus_headroom_keeps_cpu_jobs_off_busy_buses(bw_used, bw_gbps, share, cpu
 def test_the_bus_share_is_checked(bad):
     with pytest.raises(ValueError, match="bus_share"):
         HarmBudgetConfig(bus_share=bad)
+    if bad != 0.0:
+        with pytest.raises(ValueError, match="bus_gbps_per_core"):
+            HarmBudgetConfig(bus_gbps_per_core=bad)
 
 
 def test_a_tuned_bus_share_takes_effect():
-    policy = make_policy("coda", PolicyOptions(tune={"harm.bus_share": "0.9"}))
+    # 100 GB/s, 68 used: a 4-core job (4 GB/s expected) fits under 0.9, not under 0.7.
     node = Node(0, "g0", 4, 32, 0, 100.0)
-    node.bw_used = 60.0
+    node.bw_used = 68.0
+    policy = make_policy("coda", PolicyOptions(tune={"harm.bus_share": "0.9"}))
     assert policy.allows(cpu_job(0, 4), node, 4)
     assert not make_policy("coda").allows(cpu_job(0, 4), node, 4)
+    heavy = make_policy("coda", PolicyOptions(tune={"harm.bus_gbps_per_core": "10"}))
+    node.bw_used = 40.0
+    assert make_policy("coda").allows(cpu_job(0, 4), node, 4)  # 40 + 4 < 70
+    assert not heavy.allows(cpu_job(0, 4), node, 4)  # 40 + 40 >= 70
+    assert heavy.allows(cpu_job(0, 8), node, 8)  # 80 alone: no bus would let it in
 
 
 def test_a_training_job_goes_where_its_traffic_slows_cpu_jobs_least():
     policy = make_policy("coda")
     calm, busy, empty = (Node(i, f"g{i}", 4, 32, 0, 100.0) for i in range(3))
     calm.bw_used, calm.cpu_job_cores = 20.0, 8
-    busy.bw_used, busy.cpu_job_cores = 60.0, 8
+    busy.bw_used, busy.cpu_job_cores = 68.0, 8
     empty.bw_used = 90.0  # no CPU job there: its bus is the training jobs' business
     assert policy.pick(dnn_job(9, 1, 4), [busy, calm], 4, 1) == [calm]
     assert policy.pick(dnn_job(9, 1, 4), [empty, busy], 4, 1) == [empty]
-    assert not policy.allows(cpu_job(8, 4), busy, 4)
+    assert not policy.allows(cpu_job(8, 4), busy, 4)  # 68 + 4 >= 70
     assert policy.allows(cpu_job(8, 4), calm, 4)
     assert make_policy("coda-unbounded").allows(cpu_job(8, 4), busy, 4)
 

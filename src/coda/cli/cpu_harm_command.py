@@ -75,6 +75,9 @@ from coda.workload.limits import MAX_TRACE_JOBS
     default=None,
     help="Parallel processes (default min(2, CPUs)); 1 runs inline.",
 )
+@click.option("--tune", "tunes", multiple=True, metavar="PART.FIELD=VALUE",
+              help="Override a knob of `coda` (not of the others), e.g. harm.bus_share=0.8: "
+              "the report then measures that variant.")  # fmt: skip
 @click.option("--out", type=OutDir(), default="out/cpu-harm", show_default=True,
               help="Folder for the report, its data and the generated traces.")  # fmt: skip
 def cpu_harm(
@@ -87,11 +90,13 @@ def cpu_harm(
     load: float | None,
     cases: str | None,
     workers: int | None,
+    tunes: tuple[str, ...],
     out: str,
 ) -> None:
     """What co-location costs each CPU job: FIFO, DRF and CODA without and with its harm
     budget on the bundled trace (loads 1.0 and 1.5, CPU-only pods twice), the paper's
     month and that month with day-long CPU jobs; report.md, results.json."""
+    from coda.cli.node_daemon import parse_tunes
     from coda.experiment.cpu_harm_study import (
         HarmStudyConfig,
         build_cases,
@@ -108,7 +113,7 @@ def cpu_harm(
         cfg = HarmStudyConfig(
             out=Path(out), seeds=seeds, first_seed=first_seed, jobs=n_jobs, trace=trace,
             format=fmt, cluster=cluster, load=load, cases=names,
-            workers=workers or default_workers(),
+            workers=workers or default_workers(), tune=parse_tunes(tunes),
         )  # fmt: skip
         cfg.validate()
         built = build_cases(cfg)
@@ -125,7 +130,8 @@ def cpu_harm(
         res = summarise(cfg, built, records)
         given = [("--trace", trace), ("--format", fmt), ("--cluster", cluster),
                  ("--load", None if load is None else repr(load)),
-                 ("--cases", None if names is None else ",".join(names))]  # fmt: skip
+                 ("--cases", None if names is None else ",".join(names)),
+                 *(("--tune", t) for t in tunes)]  # fmt: skip
         command = (
             f"coda experiment cpu-harm --seeds {seeds}"
             + (f" --first-seed {first_seed}" if first_seed else "")

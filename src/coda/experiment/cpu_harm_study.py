@@ -50,6 +50,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("gpu_util_effective", "GPU work done", "share"),
     ("gpu_util_busy", "busy share of active GPUs", "share"),
     ("cpu_jct_ratio", "CPU JCT mean, x FIFO", "x"),
+    ("cpu_within_180s_share", "CPU jobs placed within 3 min", "share"),
     ("stretch_p99", "stretch vs FIFO p99", "x"),
     ("stretch_max", "stretch vs FIFO max", "x"),
     ("stretch_over_1_5x_share", "over 1.5x FIFO", "share"),
@@ -86,6 +87,7 @@ class HarmStudyConfig:
     load: float | None = None  # --trace's offered GPU load (None: 1.5)
     cases: tuple[str, ...] | None = None  # only these (by name); None: every one
     workers: int = 1
+    tune: dict[str, str] = field(default_factory=dict)  # AFTER's knobs (``coda`` only)
 
     def validate(self) -> None:
         """Every option, and --trace and --cluster read once, before any run."""
@@ -98,6 +100,13 @@ class HarmStudyConfig:
             )
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.tune:
+            from coda.policy import PolicyOptions, make_policy
+
+            try:  # checked once here: a bad knob stops before any run
+                make_policy(AFTER, PolicyOptions(tune=self.tune))
+            except ValueError as e:
+                raise ValueError(f"--tune: {e}") from None
         if self.trace is None:
             for name, v in (("--format", self.format), ("--cluster", self.cluster),
                             ("--load", self.load)):  # fmt: skip
@@ -229,6 +238,7 @@ class HarmRun:
     case: str
     seed: int
     config: RunConfig
+    tune: dict[str, str] = field(default_factory=dict)  # AFTER's knobs only
 
 
 @dataclass
@@ -251,8 +261,14 @@ def run_case(run: HarmRun) -> HarmRecord:
         base = run_policy(prepared, BASELINE)
         out: dict[str, dict[str, Any]] = {}
         base_jct = base.summary["paper"].get("cpu_jct_mean_s")
+        tuned = dataclasses.replace(
+            prepared, config=prepared.config.varied(policy={"tune": run.tune})
+        )
         for name in POLICIES:
-            res = base if name == BASELINE else run_policy(prepared, name)
+            if name == BASELINE:
+                res = base
+            else:
+                res = run_policy(tuned if name == AFTER and run.tune else prepared, name)
             paper = res.summary["paper"]
             m = {k: paper.get(k) for k, _, _ in KEYS if k in paper}
             m["gpu_util_effective"] = res.summary.get("gpu_util_effective")
@@ -272,7 +288,7 @@ def run_case(run: HarmRun) -> HarmRecord:
 
 def plan(cfg: HarmStudyConfig, cases: Sequence[HarmCase]) -> list[HarmRun]:
     seeds = range(cfg.first_seed, cfg.first_seed + cfg.seeds)
-    return [HarmRun(c.name, s, c.config(s)) for c in cases for s in seeds]
+    return [HarmRun(c.name, s, c.config(s), dict(cfg.tune)) for c in cases for s in seeds]
 
 
 def run_all(

@@ -43,7 +43,8 @@ class HarmBudgetConfig:
     ``initial_s``: what a CPU job's bucket holds at its first start (0: it may be
     slowed only by what its own run has earned; more loosens the bound on short jobs
     by that many seconds). Where CPU jobs may start: ``bus_share``, no GPU node whose
-    memory bus carries this share of its bandwidth or more (BusHeadroom); a job that
+    memory bus would carry this share of its bandwidth or more with the job's expected
+    draw, ``bus_gbps_per_core`` a core, added (BusHeadroom); a job that
     does not give cores back cheaply (not checkpointing, a time limit over ``cap_s``
     or none) only on CPU nodes where one can host it (ArrayPools)."""
 
@@ -51,11 +52,16 @@ class HarmBudgetConfig:
     cap_s: float = 900.0
     restart_s: float = 120.0
     initial_s: float = 0.0
-    bus_share: float = 0.45
+    bus_share: float = 0.7
+    bus_gbps_per_core: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.share < 1.0:
             raise ValueError(f"share must be in (0, 1), got {self.share}")
+        if not 0.0 <= self.bus_gbps_per_core < MAX_BUS_SHARE:
+            raise ValueError(
+                f"bus_gbps_per_core must be in [0, {MAX_BUS_SHARE:g}), got {self.bus_gbps_per_core}"
+            )
         if not 0.0 < self.bus_share <= MAX_BUS_SHARE:
             raise ValueError(f"bus_share must be in (0, {MAX_BUS_SHARE:g}], got {self.bus_share}")
         for name in ("cap_s", "restart_s", "initial_s"):
