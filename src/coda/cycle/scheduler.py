@@ -170,6 +170,11 @@ class Scheduler:
     def grant_pn(self, job: Job) -> int:
         return self.book.grant_pn(job)
 
+    def node_eased(self, node: Node) -> None:
+        """Something a filter reads of a node besides its capacity eased (its memory
+        bus calmed): retry queued jobs on it."""
+        self.book.mark_dirty(node)
+
     def node_capacity_changed(self, node: Node, grew: bool) -> None:
         self.book.node_capacity_changed(node, grew)
 

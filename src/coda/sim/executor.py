@@ -62,6 +62,8 @@ class ClusterExecutor:
         self.fixed_grants = fixed_grants
         self.check = check
         self.busy: dict[Node, None] = {}  # nodes with at least one job
+        # A filter reads the nodes' memory traffic: a node whose bus calms is retried.
+        self.reads_bandwidth = any(getattr(f, "reads_bandwidth", False) for f in policy.filters)
         self.loop = ControlLoop(policy, self)  # the control loop every body runs
         # When the loop's job and node controls run (they ask it whom to watch).
         self.controls = Controls(policy, kernel, speed, noise, rng, self.loop)
@@ -250,6 +252,18 @@ class ClusterExecutor:
         for node in nodes:
             self.controls.rewatch(node)
 
+    def rebandwidth(self, job: Job) -> None:
+        """The job's draw changed with its cores or quota: its nodes' buses with it, and
+        a node whose bus calmed is retried for the jobs queued on it."""
+        if not self.reads_bandwidth:
+            self.speed.rebandwidth(job)
+            return
+        before = [n.bw_used for n in job.placement]
+        self.speed.rebandwidth(job)
+        for node, used in zip(job.placement, before, strict=True):
+            if node.bw_used < used:
+                self.sched.node_eased(node)
+
     def apply(self, action: Action) -> bool:
         """Apply a control action; returns True if it freed cores."""
         job = action.job
@@ -269,7 +283,7 @@ class ClusterExecutor:
             job.quota = action.quota
             self.outcomes.note_cpu_spells(job, self.kernel.now)
             g.cores_useful += speed.useful_cores(job)
-            speed.rebandwidth(job)
+            self.rebandwidth(job)
             return False
         new = int(action.cores_pn)
         old = job.cores_pn
@@ -291,7 +305,7 @@ class ClusterExecutor:
         if not self.fixed_grants:
             g.cores_alloc += delta * job.nodes
         g.cores_useful += speed.useful_cores(job)
-        speed.rebandwidth(job)
+        self.rebandwidth(job)
         if self.check:
             self.check_nodes(job.placement)
         return delta < 0 and not self.fixed_grants

@@ -25,6 +25,9 @@ class BusHeadroom(CoreBound):
     harm: HarmBudget  # its config's knobs, read live (a tune may change them)
     static = False  # depends on the node's traffic now
     by_shape = True  # and on the job only through its kind and cores
+    # A driver whose nodes' traffic changes (the simulator) retries queued jobs on a
+    # node whose bus calmed (Scheduler.node_eased): a job it refused may fit now.
+    reads_bandwidth = True
 
     def _cap(self, node: Node) -> float | None:
         """The draw the rule lets a node's bus carry (GB/s); None where it says nothing."""
