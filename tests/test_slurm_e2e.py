@@ -205,9 +205,11 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     model = f"tiny-{os.getpid()}-{int(time.time())}"
 
     def sbatch(kind: str, seconds: int, *args: str) -> int:
-        # CPU jobs here may not be requeued: this run checks that every job runs exactly
-        # once (test_slurm_e2e_cycle.py checks reclaim by requeue).
-        keep = ("--no-requeue",) if kind == "cpu" else ()
+        # CPU jobs may be requeued (CODA lends a GPU node's cores only to jobs that give
+        # them back cheaply), yet no DNN job here needs a CPU job's cores back: this run
+        # checks that every job runs exactly once (test_slurm_e2e_cycle.py checks reclaim
+        # by requeue).
+        keep = ("--requeue",) if kind == "cpu" else ()
         return submit(f"--export=ALL,KIND={kind},SECS={seconds}", *keep, *args, str(job_sh))
 
     def job(jid: int) -> SlurmJob:
