@@ -186,13 +186,17 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     runs.touch()
     runs.chmod(0o666)
     job_sh = jobs_dir / "job.sh"
+    # Small images (2 ms of preparation a batch here against a 40 ms step) and a GPU
+    # step that stretches with the test's waits: under software emulation a loader is
+    # ten times slower or more, and a one-worker loader must still keep up with ease.
+    gpu_ms = round(40 * TIME_SCALE)
     # A batch script: one start and one end line per run, the payload in between.
     job_sh.write_text(
         "#!/bin/bash\n"
         f"export PYTHONPATH={pypath}\n"
         f'echo "start $SLURM_JOB_ID $SLURMD_NODENAME $(date +%s.%N)" >> {runs}\n'
         f'if [ "$KIND" = dnn ]; then {py} -m coda.runtime.workloads.train --workers 1 '
-        f"--gpu off --gpu-ms 40 --batch-images 8 --seconds $SECS --quiet; "
+        f"--gpu off --gpu-ms {gpu_ms} --batch-images 8 --image-px 64 --seconds $SECS --quiet; "
         f"else {py} -m coda.runtime.workloads.spin --rate 100 --seconds $SECS --quiet; fi\n"
         "rc=$?\n"
         f'echo "end $SLURM_JOB_ID $SLURMD_NODENAME $(date +%s.%N) $rc" >> {runs}\n'
@@ -242,7 +246,8 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
             60,
         )
         settled = int(lj.mark["settled"])  # type: ignore[union-attr,index]
-        assert settled < node_cpus, "a one-worker loader with a 40 ms GPU step needs one core"
+        one_core = f"a one-worker loader with a {gpu_ms} ms GPU step needs one core"
+        assert settled < node_cpus, one_core
         assert len(cpuset(lj)) == settled, "its cpuset was narrowed within the grant"
         # Both daemons' metrics (the file every period; --metrics-port serves the same).
         where = lj.nodes[0]

@@ -7,8 +7,10 @@ with this machine's CPUs).
    one (its mark says ``wait=reservation:<head>``), a short job with a limit may, and
    starts at once, past the blocked head.
 2. Reclaim by requeue: with every core taken by CPU jobs, a DNN job's start requeues
-   the CPU job on its GPU node (``scontrol requeuehold``); the DNN job runs there,
-   and the CPU job is placed again and completes once cores are free.
+   the CPU job on its GPU node (``scontrol requeuehold``); Slurm sends that job
+   SIGTERM first, and its trap writes a checkpoint line before the DNN job starts;
+   the DNN job runs there, and the CPU job is placed again and completes once cores
+   are free.
 
 Needs root and a cluster, like test_slurm_e2e.py (CI has both).
 """
@@ -103,7 +105,18 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
             for j in (head, endless, first, short)), 60)  # fmt: skip
 
         # ---- 2. reclaim by requeue
-        hogs = [sbatch(f"cpu-hog{i}", 90, "-c", ask, "-t", "5") for i in range(4)]
+        # Each CPU job checkpoints on SIGTERM: Slurm's requeue sends it (then SIGKILL
+        # KillWait later), so a job that says it gives cores back cheaply is told first.
+        told = submit.dir / "checkpoints.log"
+        told.touch()
+        told.chmod(0o666)
+        checkpointing = (
+            f"trap 'echo \"$SLURM_JOB_ID $(date +%s.%N)\" >> {told}; exit 0' TERM; sleep 90 & wait"
+        )
+        hogs = [
+            submit("-J", f"cpu-hog{i}", "-c", ask, "-t", "5", "--requeue", "--wrap", checkpointing)
+            for i in range(4)
+        ]
         _wait("four CPU jobs to fill every node", lambda: all(running(j) for j in hogs), 60)
         on = {j: job(j).nodes[0] for j in hogs}
         assert set(on.values()) == {*gpu_nodes, *cpu_nodes}, on
@@ -116,10 +129,16 @@ def test_backfill_and_reclaim_by_requeue_on_real_slurm(
         requeued = [d for d in _decisions(tmp_path / "ctl") if d["action"] == "requeue"]
         assert [d["job"] for d in requeued] == [victim]
         assert requeued[0]["lost_core_s"] > 0
+        started = job(dnn).start_time
+        said = [line.split() for line in told.read_text().splitlines()]
+        assert [int(w[0]) for w in said] == [victim], said
+        assert started and float(said[0][1]) <= started + 1, (said, started)
         report.append(
             f"- {at()}: every core held by CPU jobs {', '.join(map(str, hogs))}; DNN job {dnn} "
             f"was placed on {where} by requeueing CPU job {victim} (`scontrol requeuehold`, "
-            f"{requeued[0]['lost_core_s']:.0f} core-seconds of work lost) and ran there."
+            f"{requeued[0]['lost_core_s']:.0f} core-seconds of work lost) and ran there. "
+            f"CPU job {victim} was told first: Slurm's requeue sent it SIGTERM, and its "
+            "trap wrote a checkpoint line before the DNN job started."
         )
         _wait("the requeued CPU job to run again", lambda: running(victim), 120, step=1.0)
         rerun = job(victim)
