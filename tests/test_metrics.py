@@ -60,7 +60,9 @@ def fake_agent(*jobs: Any, node: bool = True) -> Any:
     return SimpleNamespace(
         ticks=7,
         last_tick_s=0.25,
-        node=SimpleNamespace(cores=16, free_cores=10, gpus=2, free_gpus=1) if node else None,
+        node=SimpleNamespace(cores=16, free_cores=10, gpus=2, free_gpus=1, bw_gbps=0.0, bw_used=0.0)
+        if node
+        else None,
         jobs=SimpleNamespace(running={m.row_id: m for m in jobs}),
         decisions=SimpleNamespace(
             counters={"scheduler:start": 3, "allocator:set_cores": 2, "quota_up": 9}
@@ -620,6 +622,7 @@ def test_the_metrics_doc_names_every_family_the_daemons_export(tmp_path: Path) -
 
     agent = fake_agent(fake_job(1, "bert#1", "dnn", 3, throughput=2.0))
     agent.source.info = {1: SimpleNamespace(grant=[0, 1, 2, 3])}
+    agent.node.bw_gbps = 10.0  # a bus measured and declared: its gauge too
     exported = families(generate_latest(slurm_agent_registry(agent)).decode())
     assert {n: f.type for n, f in exported.items()} == {
         n.removesuffix("_total"): t for n, t in _doc_table("agent").items()

@@ -87,6 +87,21 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
 )
 @click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
 @click.option(
+    "--bus-gbps",
+    type=FiniteFloat(min=0, max=100000),
+    default=0.0,
+    show_default=True,
+    help="The node's memory bandwidth in GB/s. Where resctrl counts memory traffic (MBM), "
+    "the bus rules act on it: CPU jobs start on a GPU node only while the bus has room, "
+    "and the eliminator's bandwidth gates apply (0: they stand aside).",
+)
+@click.option(
+    "--resctrl-root",
+    default="/sys/fs/resctrl",
+    show_default=True,
+    help="Where resctrl is mounted (a fake tree's, for tests).",
+)
+@click.option(
     "--cgroup-version",
     "cg_version",
     type=click.Choice(["auto", "1", "2"]),
@@ -177,6 +192,8 @@ def agent(
     stall: float,
     gpus: int | None,
     cpu_list: str | None,
+    bus_gbps: float,
+    resctrl_root: str,
     cg_version: str,
     old_cg_version: str | None,
     cgroup_parent: str,
@@ -248,11 +265,12 @@ def agent(
         policy=policy,
         gpus=gpus,
         cpus=_parse_cpu_list(cpu_list),
+        bus_gbps=bus_gbps,
         tune=tune,
         limits=limits,
     )
     try:
-        node_agent = local_agent(store, cg, sd, cfg, resctrl=Resctrl(), log=say)
+        node_agent = local_agent(store, cg, sd, cfg, resctrl=Resctrl(resctrl_root), log=say)
     except ValueError as e:
         store.close()
         lock.release()

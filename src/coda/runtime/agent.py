@@ -38,6 +38,7 @@ from coda.policy.framework import (
 )
 from coda.policy.state import Job, Node
 from coda.runtime.actions import Actuator
+from coda.runtime.bus_meter import BusMeter
 from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_source import AgentHost, JobSource
@@ -97,6 +98,7 @@ class NodeAgent(Generic[S]):
         self.decisions = DecisionLog(store, wall)
         self.processes = JobProcesses(cgroups)
         self.actuator = Actuator(self, cgroups, self.resctrl, self.config, self.log)
+        self.bus = BusMeter(self.resctrl, min_span_s=self.config.period_s / 2)
         self.sampler = Sampler(self, self.config, self.policy, self.loop)
         self.learned = LearnedStore(store, self.learner, self.log)
         self.source: S = source(self)
@@ -118,6 +120,13 @@ class NodeAgent(Generic[S]):
     def start(self) -> None:
         """The node from the source, learned profiles loaded, running jobs found again."""
         self.node = self.source.open()
+        if self.config.bus_gbps > 0:
+            if not self.bus.counting:
+                self.log(
+                    "no memory-traffic counters here (resctrl monitoring): the bus rules "
+                    f"stand aside, whatever the bus's {self.config.bus_gbps:g} GB/s"
+                )
+            self.bus.read(self.clock())  # the first tick has a rate
         self.policy.observe_cluster([self.node])
         self.learned.load()
         self.source.resume(self.clock())
@@ -167,12 +176,22 @@ class NodeAgent(Generic[S]):
             t0 = time.perf_counter()
             now = self.clock()
             self.ticks += 1
+            self.meter_bus(now)
             self.source.intake(now)
             self.sampler.sample(now)
             self.sampler.control(now)
             self.flush()
             self.source.after_control(now)
             self.last_tick_s = time.perf_counter() - t0
+
+    def meter_bus(self, now: float) -> None:
+        """The node's memory traffic onto its policy view, before the cycle and the
+        eliminator read it; a calmer bus lets the cycle retry the jobs it refused."""
+        node = self.node
+        if node is None or self.config.bus_gbps <= 0:
+            return
+        if self.bus.update(node, self.config.bus_gbps, now):
+            self.source.bus_eased()
 
     # ------------------------------------------------------------ the node's books
     def place(self, m: Managed, now: float) -> None:

@@ -32,6 +32,10 @@ class JobBooks(Protocol):
         """The node's free cores changed outside the scheduler (a cpuset resize)."""
         ...
 
+    def bus_eased(self) -> None:
+        """The node's memory bus calmed: jobs a bus rule kept waiting may fit now."""
+        ...
+
     def requeue(self, job_id: int, job: Job) -> None:
         """A preempted job queued again (asked only of a source that ``preempts``)."""
         ...

@@ -291,6 +291,10 @@ class LocalQueue:
         if self.sched is not None and self.node is not None:
             self.sched.node_capacity_changed(self.node, grew)
 
+    def bus_eased(self) -> None:
+        if self.sched is not None and self.node is not None:
+            self.sched.node_eased(self.node)
+
     def requeue(self, job_id: int, job: Job) -> None:
         """A preempted job queued again at once, as the simulator does: behind no one."""
         if self.sched is not None:

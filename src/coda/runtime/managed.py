@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ class AgentConfig:
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel, time limit, checkpoint: SIGTERM, SIGKILL this long after
+    # The node's memory bandwidth in GB/s, as the operator declares it: with resctrl's
+    # MBM counters the bus rules act on the measured traffic (0: they stand aside).
+    bus_gbps: float = 0.0
     # Policy knobs for this node, e.g. {"eliminator.step_down": "0.5"} (see tune_policy).
     tune: dict[str, str] = field(default_factory=dict)
     # What users may store and cost: spec and per-user bytes, how long finished jobs stay.
@@ -32,6 +36,8 @@ class AgentConfig:
             raise ValueError("need period_s > 0 and window_s >= period_s")
         if self.gpus < 0 or self.stall_s <= 0 or self.settle_s < 0:
             raise ValueError("need gpus >= 0, stall_s > 0, settle_s >= 0")
+        if not (math.isfinite(self.bus_gbps) and self.bus_gbps >= 0):
+            raise ValueError(f"bus_gbps must be a finite number >= 0, not {self.bus_gbps}")
 
 
 @dataclass

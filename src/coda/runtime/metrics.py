@@ -94,6 +94,12 @@ class AgentCollector(Collector):
                 ("coda_node_free_gpus", "GPUs no job holds.", node.free_gpus),
             ):
                 yield GaugeMetricFamily(name, help_, value=value)
+            if node.bw_gbps > 0:  # measured (resctrl MBM) and declared (--bus-gbps) only
+                yield GaugeMetricFamily(
+                    "coda_node_bus_gbps",
+                    "Memory traffic on the node's bus, GB/s (resctrl MBM counters).",
+                    value=node.bw_used,
+                )
         cores = GaugeMetricFamily(
             "coda_job_cores", "Cores (cpuset size) a running job holds.", labels=JOB_LABELS
         )

@@ -39,6 +39,7 @@ class ResctrlControl(Protocol):
     def assign(self, name: str, pids: Iterable[int]) -> None: ...
     def set_mb(self, name: str, percent: int) -> None: ...
     def mbm_bytes(self, name: str) -> int: ...
+    def mbm_by_group(self) -> dict[str, int] | None: ...
 
 
 class NoResctrl:
@@ -71,6 +72,9 @@ class NoResctrl:
 
     def mbm_bytes(self, name: str) -> int:
         return 0
+
+    def mbm_by_group(self) -> dict[str, int] | None:
+        return None
 
 
 class Resctrl:
@@ -170,9 +174,39 @@ class Resctrl:
         """Cumulative memory traffic of the group, summed over L3 domains (0 if unmonitored)."""
         if not self.mon_available:
             return 0
-        total = 0
-        for f in sorted((self._group(name) / "mon_data").glob("mon_L3_*/mbm_total_bytes")):
+        return _mbm_total(self._group(name))
+
+    def mbm_by_group(self) -> dict[str, int] | None:
+        """Cumulative memory traffic (bytes) of the default group ("") and of every
+        control group, None without monitoring. A control group counts its monitor
+        groups too, so these add up to the node's traffic; a group that went away
+        meanwhile is left out."""
+        if not self.mon_available:
+            return None
+        out = {"": _mbm_total(self.root)}
+        try:
+            names = sorted(e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False))
+        except OSError as e:
+            raise ResctrlError(f"list {self.root}: {os.strerror(e.errno or 0)}") from e
+        for name in names:
+            if name in ("info", "mon_data", "mon_groups"):
+                continue
+            try:
+                out[name] = _mbm_total(safe_child(self.root, name))
+            except (ResctrlError, ValueError):  # removed meanwhile, or not a group name
+                continue
+        return out
+
+
+def _mbm_total(group: Path) -> int:
+    """A group's ``mbm_total_bytes`` summed over its L3 domains; a counter that reads
+    "Unavailable" (not ready yet) or anything but digits counts nothing."""
+    total = 0
+    for f in sorted((group / "mon_data").glob("mon_L3_*/mbm_total_bytes")):
+        try:
             text = read_file(f, ResctrlError)
-            if text.isdigit():  # "Unavailable" while the counter is not ready
-                total += int(text)
-        return total
+        except UnicodeDecodeError:
+            raise ResctrlError(f"read {f}: not text") from None
+        if text.isdigit() and len(text) <= 20:
+            total += int(text)
+    return total

@@ -306,6 +306,9 @@ class SlurmJobs:
     def books_changed(self, grew: bool) -> None:
         """Nothing to tell: the controller reads the node's free cores from Slurm."""
 
+    def bus_eased(self) -> None:
+        """Nothing to retry: the controller places, from Slurm's books."""
+
     def requeue(self, job_id: int, job: Job) -> None:
         """Never asked: with no reclaim here, the agent preempts no job; Slurm requeues
         its own."""
