@@ -3,6 +3,7 @@ the bus rule acting on what it measures in a node agent."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,55 @@ def test_rate_over_every_group(tmp_path: Path) -> None:
     count(r, "job-2", 1 * GB)
     count(r, "old", 2 * GB)
     assert meter.read(3.0) == pytest.approx(1.0 + 2.0)
-    assert r.mbm_by_group() == {"": 4 * GB, "job-2": GB, "old": 2 * GB}
+    assert r.mbm_counts() == {
+        ("", "mon_L3_00"): 2 * GB,
+        ("", "mon_L3_01"): 2 * GB,
+        ("job-2", "mon_L3_00"): GB,
+        ("old", "mon_L3_00"): 2 * GB,
+    }
+    # The same group made anew (its count fell), a name no cgroup would take: the fall
+    # adds nothing, the group is counted (another tool's groups are traffic too).
+    count(r, "old", 1 * GB)
+    count(r, "a group", 3 * GB)
+    assert meter.read(4.0) == pytest.approx(3.0)
+
+
+def test_a_counter_missing_for_a_span_adds_nothing(tmp_path: Path) -> None:
+    """A domain that reads "Unavailable" (or a group that cannot be read) for one span
+    is neither counted from zero when it comes back nor taken as a fall: no spike."""
+    r = mon_tree(tmp_path)
+    big = 10**15
+    count(r, "", big, big)
+    count(r, "job", big)
+    meter = BusMeter(r)
+    meter.read(0.0)
+    count(r, "", "Unavailable", big + GB)
+    (r.root / "job" / "mon_data").rename(r.root / "job" / "hidden")
+    assert meter.read(1.0) == pytest.approx(1.0)
+    count(r, "", big + 2 * GB, big + 2 * GB)
+    (r.root / "job" / "hidden").rename(r.root / "job" / "mon_data")
+    assert meter.read(2.0) == pytest.approx(1.0)  # the domain back: nothing for it yet
+    count(r, "", big + 4 * GB, big + 3 * GB)
+    count(r, "job", big + 5 * GB)
+    assert meter.read(3.0) == pytest.approx(2 + 1 + 5)
+
+
+def test_counters_that_are_not_plain_files_are_not_read(tmp_path: Path) -> None:
+    """A fake tree may hold a pipe or a symlink where a counter should be: nothing
+    blocks, nothing outside the tree is read."""
+    r = mon_tree(tmp_path)
+    count(r, "", 0, 0, 0)
+    outside = tmp_path / "outside"
+    outside.write_text(f"{100 * GB}\n")
+    meter = BusMeter(r)
+    meter.read(0.0)
+    base = r.root / "mon_data"
+    (base / "mon_L3_00" / "mbm_total_bytes").unlink()
+    os.mkfifo(base / "mon_L3_00" / "mbm_total_bytes")
+    (base / "mon_L3_01" / "mbm_total_bytes").unlink()
+    (base / "mon_L3_01" / "mbm_total_bytes").symlink_to(outside)
+    (base / "mon_L3_02" / "mbm_total_bytes").write_text(f"{GB}\n")
+    assert meter.read(1.0) == pytest.approx(1.0)
 
 
 def test_short_spans_keep_the_last_rate(tmp_path: Path) -> None:
@@ -65,7 +114,7 @@ def test_short_spans_keep_the_last_rate(tmp_path: Path) -> None:
     assert meter.read(2.0) == pytest.approx(96.0)
 
 
-@pytest.mark.parametrize("junk", ["Unavailable", "-5", "1e9", "12" * 20, "\xff"])
+@pytest.mark.parametrize("junk", ["Unavailable", "-5", "1e9", "12" * 20, "\xff", "\u00b2", ""])
 def test_counters_that_are_not_counts_count_nothing(tmp_path: Path, junk: str) -> None:
     r = mon_tree(tmp_path)
     count(r, "", 0, 0)
@@ -73,6 +122,10 @@ def test_counters_that_are_not_counts_count_nothing(tmp_path: Path, junk: str) -
     meter.read(0.0)
     count(r, "", junk, GB)
     assert meter.read(1.0) == pytest.approx(1.0)
+    count(r, "", 7 * GB, 2 * GB)  # back to a count: from here on, as any other
+    assert meter.read(2.0) == pytest.approx(1.0)
+    count(r, "", 9 * GB, 3 * GB)
+    assert meter.read(3.0) == pytest.approx(3.0)
 
 
 def test_no_counters_no_rate(tmp_path: Path) -> None:
@@ -81,7 +134,8 @@ def test_no_counters_no_rate(tmp_path: Path) -> None:
     count(r, "", GB)
     meter = BusMeter(r)
     assert not meter.counting and meter.read(0.0) is None and meter.read(5.0) is None
-    # Counters that cannot be read (a directory where the file should be): no rate.
+    # A counter that cannot be read (a directory where the file should be) adds
+    # nothing; a tree that can no longer be listed gives no rate.
     r = mon_tree(tmp_path / "b")
     count(r, "", 0)
     meter = BusMeter(r)
@@ -89,7 +143,9 @@ def test_no_counters_no_rate(tmp_path: Path) -> None:
     f = r.root / "mon_data" / "mon_L3_00" / "mbm_total_bytes"
     f.unlink()
     f.mkdir()
-    assert meter.read(1.0) is None and meter.gbps is None
+    assert meter.read(1.0) == 0.0
+    (r.root / "info" / "L3_MON").rmdir()
+    assert meter.read(2.0) is None and meter.gbps is None
 
 
 def test_update_puts_the_bus_on_the_node(tmp_path: Path) -> None:
@@ -103,12 +159,15 @@ def test_update_puts_the_bus_on_the_node(tmp_path: Path) -> None:
     assert (node.bw_gbps, node.bw_used) == (10.0, pytest.approx(8.0))
     count(r, "", 17 * GB)
     assert not meter.update(node, 10.0, 2.0)  # busier: nothing to retry
-    count(r, "", 18 * GB)
-    assert meter.update(node, 10.0, 3.0) and node.bw_used == pytest.approx(1.0)  # calmer
+    count(r, "", 26 * GB)
+    assert not meter.update(node, 10.0, 3.0)  # 9 to 9: not calmer
+    count(r, "", 27 * GB)
+    assert meter.update(node, 10.0, 4.0) and node.bw_used == pytest.approx(1.0)  # calmer
+    assert node.bw_per_job is False  # the node's total only: no job's share is known
     # Counters gone: the rules stand aside again, and what they refused may go.
     (r.root / "info" / "L3_MON").rmdir()
-    assert meter.update(node, 10.0, 4.0) and (node.bw_gbps, node.bw_used) == (0.0, 0.0)
-    assert not meter.update(node, 10.0, 5.0)
+    assert meter.update(node, 10.0, 5.0) and (node.bw_gbps, node.bw_used) == (0.0, 0.0)
+    assert not meter.update(node, 10.0, 6.0)
 
 
 def test_bad_bus_bandwidth_is_refused() -> None:

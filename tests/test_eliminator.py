@@ -812,6 +812,20 @@ def test_a_node_with_bandwidth_counters_needs_them_to_agree():
     assert rig.changes == [] and rig.elim.stats()["budget_releases"] == 0
 
 
+def test_a_node_total_alone_leaves_the_victim_bound_in_force():
+    """A node agent's counters give the bus's total only (bw_per_job False), training
+    jobs' own traffic in it: the forger is bounded as on a node without counters, and
+    the total, below the gate as above, neither stops nor starts a throttle."""
+    cfg = EliminatorConfig(victim_share=0.25)
+    runs = []
+    for used in (10.0, 90.0, None):  # a calm bus, a busy one, no counters
+        rig = Rig([used or 0.0], config=cfg, reports_bw=used is not None)
+        rig.node.bw_per_job = False
+        Forger(rig).run(200)
+        runs.append((rig.changes, rig.elim.stats()["budget_releases"]))
+    assert runs[0] == runs[1] == runs[2] and runs[0][1] >= 1
+
+
 def test_a_released_victim_is_throttled_again_once_its_allowance_catches_up():
     cfg = EliminatorConfig(victim_grace_core_s=0.0, victim_share=0.5)
     rig = Rig([0.0], config=cfg)

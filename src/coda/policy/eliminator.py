@@ -165,6 +165,14 @@ class _NodeState:
     probe: _Probe | None = None  # a solo probe under way
 
 
+def _counted(node: Node) -> bool:
+    """The node's bandwidth is known job by job (the simulator's model): its gates and
+    the bus's share may steer throttles. A node agent's counters give only the node's
+    total, training jobs' own traffic in it: there the training jobs' throughput decides,
+    under the victim budget, as on a node without counters."""
+    return node.bw_gbps > 0 and node.bw_per_job
+
+
 def _noise(ratios: list[float]) -> float:
     """Std of one sample from the median successive difference: robust to the
     level shifts actions cause. 0 until there are enough samples."""
@@ -241,7 +249,7 @@ class ContentionEliminator:
             return False  # a CPU job held low may run dry: its bucket must be watched
         if self._probe_due(node):
             return False  # a training job's reference waits for its solo probe
-        if node.bw_gbps <= 0 and self._billed(node):
+        if not _counted(node) and self._billed(node):
             return False  # a CPU job held low is billed: its allowance must be watched
         if st is None:
             return all(j.quota >= 1.0 - _EPS for j in node.jobs if j.kind == CPU)
@@ -301,7 +309,7 @@ class ContentionEliminator:
             ]  # fmt: skip
             if released or not cpu:
                 return released
-        if node.bw_gbps <= 0:
+        if not _counted(node):
             # Nothing the training jobs cannot forge agrees: what another user's claim
             # may cost each CPU job is bounded.
             spent = self._charge(node, cpu, now)
@@ -400,7 +408,7 @@ class ContentionEliminator:
             since=min(longs),
             base=min(bases),
             severe=severe,
-            share=node.bw_used / node.bw_gbps if node.bw_gbps > 0 else None,
+            share=node.bw_used / node.bw_gbps if _counted(node) else None,
         )
 
     # ------------------------------------------------------------- decisions
@@ -523,7 +531,7 @@ class ContentionEliminator:
             q >= st.bad.get(j, math.inf) - _EPS for j, q in new.items()
         ):
             return []
-        if node.bw_gbps > 0:
+        if _counted(node):
             # Bandwidth scales with quota: do not restore onto a saturated bus.
             extra = sum(j.bw_pn * (new[j] / j.quota - 1.0) for j in mine if j.quota > 0)
             if (node.bw_used + extra) / node.bw_gbps >= cfg.bw_high:
@@ -773,12 +781,12 @@ class ContentionEliminator:
 
     def _below_gate(self, node: Node) -> bool:
         """The node reports its bandwidth and is below the gate: no throttle may start."""
-        return node.bw_gbps > 0 and node.bw_used < self.config.bw_gate * node.bw_gbps
+        return _counted(node) and node.bw_used < self.config.bw_gate * node.bw_gbps
 
     def _below_gate_at_full(self, node: Node, st: _NodeState) -> bool:
         """The bus would stay below the gate with every held job back at full quota
         (bandwidth scales with quota): what they draw is not what slows anybody."""
-        if node.bw_gbps <= 0:
+        if not _counted(node):
             return False  # no bandwidth counters: the gate says nothing
         extra = 0.0
         for j in st.held:

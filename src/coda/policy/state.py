@@ -135,8 +135,8 @@ class Node:
 
     __slots__ = (
         "jobs", "version", "idx", "free_gpus", "free_cores", "bw_used", "bw_gbps",
-        "cpu_job_cores", "pcie_heavy", "free_mem", "mem_mib", "spare_cores", "gpus", "cores",
-        "fixed_grants", "pool", "name",
+        "bw_per_job", "cpu_job_cores", "pcie_heavy", "free_mem", "mem_mib", "spare_cores",
+        "gpus", "cores", "fixed_grants", "pool", "name",
     )  # fmt: skip
 
     def __init__(self, idx: int, name: str, gpus: int, cores: int, mem_mib: int, bw_gbps: float):
@@ -148,6 +148,10 @@ class Node:
         self.free_cores = cores
         self.bw_used = 0.0  # sum of bw_pn of its jobs
         self.bw_gbps = bw_gbps
+        # Whether bw_used is the sum of its jobs' draws (bw_pn, the simulator's model), so
+        # one job's share of the bus is known; a node agent measures only the node's
+        # total (resctrl MBM), training jobs' own traffic in it, and sets this False.
+        self.bw_per_job = True
         self.cpu_job_cores = 0  # cores held by CPU jobs (reclaimable for DNN jobs)
         self.pcie_heavy: list[Job] = []  # running PCIe-heavy DNN jobs
         self.free_mem = mem_mib

@@ -38,7 +38,7 @@ from coda.policy.framework import (
 )
 from coda.policy.state import Job, Node
 from coda.runtime.actions import Actuator
-from coda.runtime.bus_meter import BusMeter
+from coda.runtime.bus_meter import FIRST_SPAN_S, BusMeter
 from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_source import AgentHost, JobSource
@@ -123,10 +123,11 @@ class NodeAgent(Generic[S]):
         if self.config.bus_gbps > 0:
             if not self.bus.counting:
                 self.log(
-                    "no memory-traffic counters here (resctrl monitoring): the bus rules "
-                    f"stand aside, whatever the bus's {self.config.bus_gbps:g} GB/s"
+                    "no memory-traffic counters here (resctrl monitoring): the bus rule "
+                    f"stands aside, whatever the bus's {self.config.bus_gbps:g} GB/s"
                 )
-            self.bus.read(self.clock())  # the first tick has a rate
+            elif self.bus.read(self.clock()) is None:
+                time.sleep(FIRST_SPAN_S)  # so that the first tick, at once, has a rate
         self.policy.observe_cluster([self.node])
         self.learned.load()
         self.source.resume(self.clock())
@@ -190,8 +191,15 @@ class NodeAgent(Generic[S]):
         node = self.node
         if node is None or self.config.bus_gbps <= 0:
             return
+        was_on = node.bw_gbps > 0
         if self.bus.update(node, self.config.bus_gbps, now):
             self.source.bus_eased()
+        if was_on != (node.bw_gbps > 0) and self.bus.counting:
+            self.log(
+                f"the bus rule acts: {node.bw_used:.1f} of {node.bw_gbps:g} GB/s in use"
+                if node.bw_gbps > 0
+                else "memory-traffic counters unreadable: the bus rule stands aside"
+            )
 
     # ------------------------------------------------------------ the node's books
     def place(self, m: Managed, now: float) -> None:

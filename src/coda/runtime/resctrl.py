@@ -12,6 +12,7 @@ import errno
 import math
 import os
 import shutil
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -39,7 +40,7 @@ class ResctrlControl(Protocol):
     def assign(self, name: str, pids: Iterable[int]) -> None: ...
     def set_mb(self, name: str, percent: int) -> None: ...
     def mbm_bytes(self, name: str) -> int: ...
-    def mbm_by_group(self) -> dict[str, int] | None: ...
+    def mbm_counts(self) -> dict[tuple[str, str], int] | None: ...
 
 
 class NoResctrl:
@@ -73,7 +74,7 @@ class NoResctrl:
     def mbm_bytes(self, name: str) -> int:
         return 0
 
-    def mbm_by_group(self) -> dict[str, int] | None:
+    def mbm_counts(self) -> dict[tuple[str, str], int] | None:
         return None
 
 
@@ -176,37 +177,73 @@ class Resctrl:
             return 0
         return _mbm_total(self._group(name))
 
-    def mbm_by_group(self) -> dict[str, int] | None:
-        """Cumulative memory traffic (bytes) of the default group ("") and of every
-        control group, None without monitoring. A control group counts its monitor
-        groups too, so these add up to the node's traffic; a group that went away
-        meanwhile is left out."""
+    def mbm_counts(self) -> dict[tuple[str, str], int] | None:
+        """Cumulative memory traffic (bytes) by (group, L3 domain), for the default group
+        ("") and every control group; None without monitoring. A control group counts
+        its monitor groups too, so these add up to the node's traffic. A counter that
+        cannot be read, or reads anything but a count ("Unavailable" while it is not
+        ready), is left out, as is a group that went away meanwhile."""
         if not self.mon_available:
             return None
-        out = {"": _mbm_total(self.root)}
+        out: dict[tuple[str, str], int] = {}
+        for domain, count in _domain_counts(self.root):
+            out[("", domain)] = count
         try:
-            names = sorted(e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False))
+            with os.scandir(self.root) as it:
+                groups = sorted(e.name for e in it if _plain_dir(e))
         except OSError as e:
             raise ResctrlError(f"list {self.root}: {os.strerror(e.errno or 0)}") from e
-        for name in names:
-            if name in ("info", "mon_data", "mon_groups"):
-                continue
-            try:
-                out[name] = _mbm_total(safe_child(self.root, name))
-            except (ResctrlError, ValueError):  # removed meanwhile, or not a group name
-                continue
+        for name in groups:
+            if name not in ("info", "mon_data", "mon_groups"):
+                for domain, count in _domain_counts(self.root / name):
+                    out[(name, domain)] = count
         return out
 
 
 def _mbm_total(group: Path) -> int:
-    """A group's ``mbm_total_bytes`` summed over its L3 domains; a counter that reads
-    "Unavailable" (not ready yet) or anything but digits counts nothing."""
-    total = 0
-    for f in sorted((group / "mon_data").glob("mon_L3_*/mbm_total_bytes")):
-        try:
-            text = read_file(f, ResctrlError)
-        except UnicodeDecodeError:
-            raise ResctrlError(f"read {f}: not text") from None
-        if text.isdigit() and len(text) <= 20:
-            total += int(text)
-    return total
+    """A group's ``mbm_total_bytes`` summed over the L3 domains that give a count."""
+    return sum(count for _, count in _domain_counts(group))
+
+
+def _plain_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _domain_counts(group: Path) -> list[tuple[str, int]]:
+    """(domain, bytes) of each ``mon_data/mon_L3_*/mbm_total_bytes`` of a group that
+    reads as a count; none if the group or its counters went away."""
+    try:
+        with os.scandir(group / "mon_data") as it:
+            domains = sorted(e.name for e in it if e.name.startswith("mon_L3_") and _plain_dir(e))
+    except OSError:
+        return []
+    out = []
+    for d in domains:
+        count = _read_count(group / "mon_data" / d / "mbm_total_bytes")
+        if count is not None:
+            out.append((d, count))
+    return out
+
+
+def _read_count(path: Path) -> int | None:
+    """A counter file's value: ASCII digits only, at most 20 of them; None for anything
+    else. Never follows a symlink nor waits on a pipe (the tree may be a fake one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 32)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    text = data.strip()
+    if not (0 < len(text) <= 20 and text.isdigit()):  # bytes.isdigit: ASCII digits only
+        return None
+    return int(text)
