@@ -360,6 +360,83 @@ def test_shrink_before_preempt(env) -> None:
     assert cg_file(tmp, hog, "cpuset", "cpuset.cpus").read_text().strip() in ("2-3", "2,3")
 
 
+# ------------------------------------------------------------------ suspend
+def suspended_hog(env, **cfg):
+    """A 4-core CPU job suspended for a 3-core DNN job of ``dnn_s`` seconds."""
+    tmp, drv, store, new_agent = env
+    agent = new_agent(tune=LOOSE_HARM, take_back="suspend", **cfg)
+    hog = submit(store, ["sleep", "60"], name="hog", cores=4)
+    tick_until(agent, lambda: store.job(hog).shim_pid is not None)
+    return agent, hog
+
+
+def test_a_suspended_job_is_frozen_and_thawed_where_it_was(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    shim = store.job(hog).shim_pid
+    dnn = submit(store, ["sleep", "1"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(dnn).state == "running"
+    row = store.job(hog)
+    assert (row.state, row.preemptions, row.cpus) == ("suspended", 1, "")
+    assert cg_file(tmp, hog, "freezer", "freezer.state").read_text().strip() == "FROZEN"
+    assert alive(shim, row.shim_start)  # kept, not killed
+    assert hog in agent.jobs.suspended and hog not in agent.jobs.running
+    assert agent.node.free_cores == 1  # its cores went to the DNN job
+    # The DNN job ends: the same process is thawed, on the cores the cycle gave it.
+    tick_until(agent, lambda: store.job(hog).state == "running")
+    row = store.job(hog)
+    assert row.shim_pid == shim and row.launches == 1 and row.cpus != ""
+    assert cg_file(tmp, hog, "freezer", "freezer.state").read_text().strip() == "THAWED"
+    acts = [d["action"] for d in store.decisions(limit=20, job_id=hog)]
+    assert "suspend" in acts and "resume" in acts and "preempt" not in acts
+
+
+def test_a_suspended_job_can_be_cancelled(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    shim, start = store.job(hog).shim_pid, store.job(hog).shim_start
+    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(hog).state == "suspended"
+    store.request_cancel(hog)
+    agent.tick()
+    assert store.job(hog).state == "cancelled" and hog not in agent.jobs.suspended
+    deadline = time.monotonic() + 5
+    while alive(shim, start) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(shim, start)
+    assert not cg_file(tmp, hog, "cpuset", "").exists()
+
+
+def test_a_suspended_job_is_found_again_by_a_restarted_agent(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    shim = store.job(hog).shim_pid
+    dnn = submit(store, ["sleep", "2"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(hog).state == "suspended"
+    again = new_agent(tune=LOOSE_HARM, take_back="suspend")  # the first one "crashed"
+    assert hog in again.jobs.suspended and store.job(hog).state == "suspended"
+    tick_until(again, lambda: store.job(dnn).state == "done")
+    tick_until(again, lambda: store.job(hog).state == "running")
+    assert store.job(hog).shim_pid == shim and store.job(hog).launches == 1
+
+
+def test_a_job_the_freezer_refuses_is_requeued(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    state = cg_file(tmp, hog, "freezer", "freezer.state")
+    state.unlink(missing_ok=True)
+    state.mkdir()  # a directory where the file should be: the freezer's write fails
+    dnn = submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(dnn).state == "running"
+    assert store.job(hog).state == "queued" and store.job(hog).preemptions == 1
+    acts = [d["action"] for d in store.decisions(limit=20, job_id=hog)]
+    assert "suspend-failed" in acts and "preempt" in acts
+
+
 # ------------------------------------------------------------------ restart
 def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     tmp, drv, store, new_agent = env

@@ -25,6 +25,7 @@ from coda.runtime.cgroups import CgroupError, detect, parse_cpus
 from coda.runtime.jobrow import FINAL as FINAL_STATES
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
+from tests.bench_module import load_bench
 from tests.fakes import LOOSE_HARM
 
 
@@ -591,3 +592,18 @@ def test_a_job_is_stopped_at_its_time_limit_even_if_it_ignores_sigterm(public_no
     assert took < 30, f"stopped after {took:.0f} s (limit 1 s, grace 5 s)"
     decisions = [d["action"] for d in store.decisions(limit=50, job_id=jid)]
     assert "time-limit" in decisions, decisions
+
+
+@pytest.mark.parametrize("mode", ["requeue", "suspend"])
+def test_a_suspended_job_loses_no_work(tmp_path: Path, mode: str) -> None:
+    """bench/take_back.py's scenario, short: a CPU job doing 3 s of CPU work has its
+    cores taken back by a DNN job 1 s in. Requeued, it runs twice and loses what it did;
+    suspended (the cgroup freezer), it runs once and loses nothing."""
+    take_back = load_bench("take_back")
+    r = take_back.one_run(mode, 3.0, 1.0 * TIME_SCALE, 2.0, tmp_path)
+    if mode == "suspend":
+        assert (r["taken_back"], r["cpu_runs"], r["cpu_launches"]) == ("suspend", 1, 1), r
+        assert r["cpu_lost_cpu_s"] == 0.0, r
+    else:
+        assert (r["taken_back"], r["cpu_runs"], r["cpu_launches"]) == ("preempt", 2, 2), r
+        assert r["cpu_lost_cpu_s"] >= 0.3, r

@@ -96,6 +96,16 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     "and the eliminator's bandwidth gates apply (0: they stand aside).",
 )
 @click.option(
+    "--take-back",
+    type=click.Choice(["requeue", "suspend"]),
+    default="requeue",
+    show_default=True,
+    help="What a preemption does to the CPU job whose cores a DNN job needs: requeue "
+    "(stopped and queued again: it restarts from its start, or its checkpoint) or "
+    "suspend (frozen with the cgroup freezer and thawed where it was once it fits again: "
+    "it loses no work but keeps its memory meanwhile).",
+)
+@click.option(
     "--resctrl-root",
     default="/sys/fs/resctrl",
     show_default=True,
@@ -193,6 +203,7 @@ def agent(
     gpus: int | None,
     cpu_list: str | None,
     bus_gbps: float,
+    take_back: str,
     resctrl_root: str,
     cg_version: str,
     old_cg_version: str | None,
@@ -266,6 +277,7 @@ def agent(
         gpus=gpus,
         cpus=_parse_cpu_list(cpu_list),
         bus_gbps=bus_gbps,
+        take_back=take_back,
         tune=tune,
         limits=limits,
     )

@@ -38,6 +38,8 @@ class ActuatedNode(Protocol):
 
     def release(self, m: Managed, now: float) -> None: ...
 
+    def suspend(self, m: Managed, now: float) -> None: ...
+
 
 class Actuator:
     """Carries actions out through the cgroup driver (and resctrl where MBA is there)."""
@@ -174,6 +176,33 @@ class Actuator:
         )
         self.log(f"job {m.row_id}: quota {old:.2f} -> {q:.2f} ({source})")
 
+    def suspend(self, m: Managed, now: float, source: str, reason: dict[str, Any] | None) -> bool:
+        """Freeze a CPU job (the cgroup freezer) and give its cores away; it loses no work
+        and is thawed where it was once the cycle starts it again. False if the freezer
+        refused: the job is then requeued as without suspension."""
+        agent = self.node
+        why = agent.source.freeze(m)
+        if why is not None:
+            agent.decisions.record(now, m.row_id, source, "suspend-failed", {"error": why})
+            self.log(f"job {m.row_id}: not frozen ({why}): requeued instead")
+            return False
+        agent.suspend(m, now)
+        row = agent.store.job(m.row_id)
+        pre = (row.preemptions if row else 0) + 1
+        m.job.preemptions = pre
+        agent.store.update(
+            m.row_id,
+            state="suspended",
+            cpus="",
+            quota=1.0,
+            preemptions=pre,
+            message=f"suspended {pre}x for a DNN job",
+        )
+        agent.source.requeue(m.row_id, m.job)
+        agent.decisions.record(now, m.row_id, source, "suspend", dict(reason or {}))
+        self.log(f"job {m.row_id}: suspended ({source})")
+        return True
+
     def write_quota(self, m: Managed) -> None:
         q = m.job.quota
         self.cg.set_quota(m.cgroup, None if q >= 1.0 else q * len(m.cpus))
@@ -196,6 +225,9 @@ class Actuator:
         if not agent.source.preempts:  # its source could not queue it again: never kill it
             agent.decisions.record(now, m.row_id, source, "preempt-refused", {"why": "no requeue"})
             return
+        if self.config.take_back == "suspend" and m.kill_at is None and m.warned_at is None:
+            if self.suspend(m, now, source, reason):
+                return
         grace = self.config.kill_grace_s
         if m.job.checkpoints and grace > 0 and m.kill_at is None:
             if m.warned_at is None:

@@ -26,9 +26,10 @@ from coda.runtime.control import (
     check_socket,
     request,
 )
+from coda.runtime.jobrow import LIVE
 from coda.runtime.limits import Limits
 from coda.runtime.statedir import owned_by_me, run_dir_of, secure_dir
-from coda.runtime.store import ACTIVE, JobRow, JobSpec, Store, StoreError, read_log
+from coda.runtime.store import JobRow, JobSpec, Store, StoreError, read_log
 
 T = TypeVar("T")
 
@@ -170,7 +171,7 @@ class LocalClient:
         elif show_all:
             rows, more = self.store.job_list(None, 50, newest=True)
         else:
-            rows, more = self.store.job_list(("queued", *ACTIVE), Limits().status_rows)
+            rows, more = self.store.job_list(LIVE, Limits().status_rows)
         return {
             "more": more,
             "jobs": rows,

@@ -32,6 +32,11 @@ class JobBooks(Protocol):
         """The node's free cores changed outside the scheduler (a cpuset resize)."""
         ...
 
+    def freeze(self, m: Managed) -> str | None:
+        """Freeze the job's processes (the cgroup freezer); None once asked of the
+        kernel, else why it could not be."""
+        ...
+
     def bus_eased(self) -> None:
         """The node's memory bus calmed: jobs a bus rule kept waiting may fit now."""
         ...

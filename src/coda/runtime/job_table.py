@@ -7,16 +7,19 @@ from coda.runtime.managed import Managed
 
 
 class JobTable:
-    """Running jobs by id, and the free CPUs and GPUs (by id) of the node."""
+    """Running jobs by id, suspended ones (frozen, holding no CPUs), and the free CPUs
+    and GPUs (by id) of the node."""
 
     def __init__(self) -> None:
         self.running: dict[int, Managed] = {}
+        self.suspended: dict[int, Managed] = {}
         self.free_cpus: set[int] = set()
         self.free_gpus: set[int] = set()
 
     def reset(self, cpus: list[int], gpus: int) -> None:
         """An empty node of these CPUs and ``gpus`` GPUs."""
         self.running.clear()
+        self.suspended.clear()
         self.free_cpus.clear()
         self.free_cpus.update(cpus)
         self.free_gpus.clear()

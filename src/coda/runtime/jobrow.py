@@ -18,9 +18,11 @@ from coda.runtime.jobspec import SpecError, checked_time_limit
 
 KINDS = ("dnn", "cpu")
 # queued -> starting -> running -> done | failed | cancelled | lost;
-# a preempted job goes back to queued
+# a preempted job goes back to queued, or (the agent's take_back "suspend") is frozen
+# as suspended and goes back to running when the cycle starts it again
 ACTIVE = ("starting", "running")
 FINAL = ("done", "failed", "cancelled", "lost", "timeout")
+LIVE = ("queued", "suspended", *ACTIVE)  # not ended: what `coda status` lists
 MAX_WAIT_REASON = 200  # characters of one wait reason (longer ones are cut)
 
 

@@ -35,6 +35,7 @@ from coda.runtime.row_job import job_of
 from coda.runtime.statedir import PUBLIC_DIR_MODE, run_dir_of, secure_dir
 from coda.runtime.store import Store
 from coda.runtime.supervisor import Supervisor
+from coda.runtime.suspensions import Suspensions
 
 
 class LocalQueue:
@@ -55,6 +56,10 @@ class LocalQueue:
         self.supervisor = Supervisor(
             host, host.store, cgroups, host.jobs, host.processes, host.decisions,
             host.config, host.state_dir, self.progress_dir, host.wall, host.log,
+        )  # fmt: skip
+        self.suspensions = Suspensions(
+            host, host.store, cgroups, host.jobs, host.processes, host.decisions,
+            self.supervisor, host.wall, host.log,
         )  # fmt: skip
         self.adoption = Adoption(
             host, host.store, cgroups, host.jobs, self.supervisor, host.actuator,
@@ -94,6 +99,8 @@ class LocalQueue:
         secure_dir(self.run_dir, PUBLIC_DIR_MODE, "run directory")
         secure_dir(self.progress_dir, PUBLIC_DIR_MODE, "progress directory")
         self.adoption.adopt_all()
+        for r in host.store.jobs(("suspended",)):
+            self.suspensions.adopt(r)
         self.adoption.remove_orphan_cgroups()
         cfg = host.config
         record = {
@@ -145,9 +152,11 @@ class LocalQueue:
 
     def leave(self, stop_jobs: bool, now: float) -> None:
         """With ``stop_jobs``, SIGKILL every job and wait (10 s at most) for them to end
-        as cancelled; without, they keep running for a later agent to re-adopt."""
+        as cancelled; without, they keep running (suspended ones frozen) for a later agent
+        to re-adopt."""
         if not stop_jobs:
             return
+        self.suspensions.end_all("cancelled", "stopped with the agent")
         jobs = self.host.jobs
         for m in list(jobs.running.values()):
             self.host.processes.signal(m, signal.SIGKILL)
@@ -181,7 +190,12 @@ class LocalQueue:
             if cancel:
                 # Cancelled while running, then preempted (or its launch interrupted and
                 # requeued): the cancel stands; it must not start again.
-                store.update(rid, state="cancelled", end_t=self.host.wall(), message="cancelled")
+                if rid in self.host.jobs.suspended:
+                    self.suspensions.end(rid, "cancelled", "cancelled")
+                else:
+                    store.update(
+                        rid, state="cancelled", end_t=self.host.wall(), message="cancelled"
+                    )
                 job = self.queued.pop(rid, None)
                 if job is not None:
                     sched.withdraw(job)
@@ -189,7 +203,7 @@ class LocalQueue:
             if rid in self.queued:
                 continue
             r = store.queue_entry(rid)
-            if r is None or r.state != "queued":
+            if r is None or r.state not in ("queued", "suspended"):
                 continue
             job = job_of(r)
             never = sched.submit(job)
@@ -241,6 +255,9 @@ class LocalQueue:
         """The cycle's start: launch the job (the cycle has booked its cores). Its row,
         spec and all, is read now, once."""
         jid = start.job.idx
+        if jid in self.host.jobs.suspended:
+            self.queued.pop(jid, None)
+            return self.suspensions.resume(jid, start.job, start.cores_pn, self.host.clock())
         r = self.host.store.job(jid)
         ok = False
         if r is not None and r.state == "queued" and not r.cancel:
@@ -290,6 +307,13 @@ class LocalQueue:
     def books_changed(self, grew: bool) -> None:
         if self.sched is not None and self.node is not None:
             self.sched.node_capacity_changed(self.node, grew)
+
+    def freeze(self, m: Managed) -> str | None:
+        try:
+            self.cg.freeze(m.cgroup)
+        except CgroupError as e:
+            return str(e)
+        return None
 
     def bus_eased(self) -> None:
         if self.sched is not None and self.node is not None:

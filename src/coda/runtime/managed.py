@@ -20,6 +20,10 @@ class AgentConfig:
     stall_s: float = 15.0  # no progress for this long: the job's samples are not trusted
     policy: str = "coda"
     reclaim: str = "shrink"  # how a DNN job's start takes cores back: shrink | requeue | none
+    # What a preemption does to the CPU job: "requeue" (stopped, queued again, restarts
+    # from its start or checkpoint) or "suspend" (frozen with the cgroup freezer, its
+    # cores given away, thawed where it was once the cycle starts it again).
+    take_back: str = "requeue"
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel, time limit, checkpoint: SIGTERM, SIGKILL this long after
@@ -36,6 +40,8 @@ class AgentConfig:
             raise ValueError("need period_s > 0 and window_s >= period_s")
         if self.gpus < 0 or self.stall_s <= 0 or self.settle_s < 0:
             raise ValueError("need gpus >= 0, stall_s > 0, settle_s >= 0")
+        if self.take_back not in ("requeue", "suspend"):
+            raise ValueError(f"take_back must be requeue or suspend, not {self.take_back!r}")
         if not (math.isfinite(self.bus_gbps) and self.bus_gbps >= 0):
             raise ValueError(f"bus_gbps must be a finite number >= 0, not {self.bus_gbps}")
 
@@ -69,3 +75,4 @@ class Managed:
     uid: int | None = None  # the user the job runs as (owns its progress file)
     started_wall: float | None = None  # its row's start_t: its time limit counts from it
     timed_out: bool = False  # stopped at its time limit
+    suspended_wall: float | None = None  # wall time it was frozen (take_back "suspend")

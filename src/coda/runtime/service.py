@@ -25,9 +25,9 @@ from typing import Any
 
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.control import Peer
+from coda.runtime.jobrow import LIVE
 from coda.runtime.limits import Limits, TimeBudget, check_spec_bytes
 from coda.runtime.store import (
-    ACTIVE,
     MAX_JOB_ID,
     MAX_LOG_TAIL,
     JobRow,
@@ -167,7 +167,7 @@ class AgentService:
             if req.get("all"):
                 rows, more = store.job_list(None, min(cap, 50), newest=True)
             else:
-                rows, more = store.job_list(("queued", *ACTIVE), cap)
+                rows, more = store.job_list(LIVE, cap)
             jobs = [visible(r, peer.uid, detail=False) for r in rows]
         return {
             "ok": True,

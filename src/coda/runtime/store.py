@@ -333,8 +333,9 @@ class Store:
         return rows, max(0, total - len(rows))
 
     def queue_index(self) -> list[tuple[int, int]]:
-        """(id, cancel) of every queued job, from an index alone (no row is read)."""
-        q = "SELECT id, cancel FROM jobs WHERE state = 'queued' ORDER BY id"
+        """(id, cancel) of every job waiting to start (queued, or suspended to be
+        resumed), from an index alone (no row is read)."""
+        q = "SELECT id, cancel FROM jobs WHERE state IN ('queued', 'suspended') ORDER BY id"
         return [(int(r[0]), int(r[1])) for r in self._db.execute(q)]
 
     def queue_entry(self, job_id: int) -> JobRow | None:
@@ -352,7 +353,7 @@ class Store:
         """(jobs queued, bytes of specs queued or running) of ``uid`` (from an index)."""
         r = self._db.execute(
             "SELECT COALESCE(SUM(state = 'queued'), 0), COALESCE(SUM(spec_bytes), 0) FROM jobs "
-            "WHERE uid IS ? AND state IN ('queued', 'starting', 'running')",
+            "WHERE uid IS ? AND state IN ('queued', 'starting', 'running', 'suspended')",
             (uid,),
         ).fetchone()
         return int(r[0]), int(r[1])
@@ -458,7 +459,7 @@ class Store:
             return
         q = (
             "UPDATE jobs SET wait_reason = ? "
-            "WHERE id = ? AND state = 'queued' AND wait_reason IS NOT ?"
+            "WHERE id = ? AND state IN ('queued', 'suspended') AND wait_reason IS NOT ?"
         )
         if self._db.in_transaction:  # the caller's transaction: one with the rest of it
             self._db.executemany(q, rows)
@@ -480,7 +481,7 @@ class Store:
                     cancel=1,
                     message="cancelled before it started",
                 )
-            elif row.state in ACTIVE:
+            elif row.state in ACTIVE or row.state == "suspended":
                 self.update(job_id, cancel=1)
             row = self.job(job_id)  # in the transaction: a purge cannot take it between
         assert row is not None

@@ -306,6 +306,10 @@ class SlurmJobs:
     def books_changed(self, grew: bool) -> None:
         """Nothing to tell: the controller reads the node's free cores from Slurm."""
 
+    def freeze(self, m: Managed) -> str | None:
+        """Never asked (the agent preempts no job here); Slurm suspends its own jobs."""
+        return "Slurm's jobs are suspended by Slurm"
+
     def bus_eased(self) -> None:
         """Nothing to retry: the controller places, from Slurm's books."""
 

@@ -1,0 +1,133 @@
+"""Jobs the node agent suspended for a DNN job (``take_back = "suspend"``): frozen with
+the cgroup freezer, holding no CPUs, their rows ``suspended`` and their places in the
+queue kept. The cycle starts such a job as any queued one; here it is thawed where it
+was, on the CPUs the cycle gave it, having lost no work. A cancel, the agent's stop with
+its jobs, or a restart (the frozen job found again) end or keep it here too."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+from coda.policy.state import Job
+from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
+from coda.runtime.decision_log import DecisionLog
+from coda.runtime.job_table import JobTable
+from coda.runtime.managed import Managed
+from coda.runtime.processes import JobProcesses, quietly
+from coda.runtime.row_job import job_of
+from coda.runtime.shim import alive
+from coda.runtime.store import JobRow, Store
+from coda.runtime.supervisor import BookedNode, Supervisor, uid_of
+
+
+class Suspensions:
+    """Resumes, ends and re-adopts the node's suspended jobs (``JobTable.suspended``)."""
+
+    def __init__(
+        self,
+        books: BookedNode,
+        store: Store,
+        cgroups: CgroupDriver,
+        jobs: JobTable,
+        processes: JobProcesses,
+        decisions: DecisionLog,
+        supervisor: Supervisor,
+        wall: Callable[[], float],
+        log: Callable[[str], None],
+    ) -> None:
+        self.books = books
+        self.store = store
+        self.cg = cgroups
+        self.jobs = jobs
+        self.processes = processes
+        self.decisions = decisions
+        self.supervisor = supervisor
+        self.wall = wall
+        self.log = log
+
+    def resume(self, job_id: int, job: Job, cores: int, now: float) -> bool:
+        """Thaw a suspended job on ``cores`` free CPUs (the cycle booked them); False if
+        the kernel refused (it stays suspended and queued; the next tick tries again).
+        Its time limit does not count the time it was frozen."""
+        m = self.jobs.suspended[job_id]
+        cpus = self.jobs.take_cpus(cores, job.kind)
+        try:
+            self.cg.set_cpus(m.cgroup, cpus)  # before the thaw: never a moment on others'
+            self.cg.set_quota(m.cgroup, None)
+            self.cg.thaw(m.cgroup)
+        except (CgroupError, OSError) as e:
+            self.jobs.give_back(cpus, [])
+            quietly(lambda: self.cg.freeze(m.cgroup))
+            self.decisions.record(now, job_id, "agent", "resume-failed", {"error": str(e)})
+            self.log(f"job {job_id}: not resumed: {e}")
+            return False
+        del self.jobs.suspended[job_id]
+        wall = self.wall()
+        frozen_s = max(0.0, wall - m.suspended_wall) if m.suspended_wall is not None else 0.0
+        if m.started_wall is not None:
+            m.started_wall += frozen_s
+        m.suspended_wall = None
+        m.job, m.cpus = job, cpus
+        job.quota = 1.0
+        self.books.place(m, now)
+        self.store.update(
+            job_id, state="running", cpus=format_cpus(cpus), quota=1.0, message="",
+            start_t=m.started_wall,
+        )  # fmt: skip
+        self.decisions.record(
+            now, job_id, "scheduler", "resume",
+            {"cores": cores, "cpus": format_cpus(cpus), "frozen_s": round(frozen_s, 1)},
+        )  # fmt: skip
+        self.log(f"job {job_id}: resumed on CPUs {format_cpus(cpus)} after {frozen_s:.0f} s")
+        return True
+
+    def end(self, job_id: int, state: str, message: str) -> None:
+        """Stop a suspended job for good (cancelled, or the agent stopping its jobs):
+        SIGKILL while frozen (it dies as it thaws, never running on others' CPUs), its
+        group removed, its row final."""
+        m = self.jobs.suspended.pop(job_id, None)
+        if m is None:
+            return
+        self.processes.signal(m, signal.SIGKILL)
+        quietly(lambda: self.cg.thaw(m.cgroup))
+        self.processes.kill_until_gone(m)
+        if m.popen is not None:
+            m.popen.poll()
+        self.supervisor.progress_file(job_id).unlink(missing_ok=True)
+        try:
+            self.cg.remove(m.cgroup)
+        except CgroupError as e:
+            self.log(f"cgroup {m.cgroup} not removed: {e}")
+        self.store.update(job_id, state=state, end_t=self.wall(), message=message)
+        self.log(f"job {job_id} ({m.job.job_id}) {state} while suspended")
+
+    def end_all(self, state: str, message: str) -> None:
+        for job_id in list(self.jobs.suspended):
+            self.end(job_id, state, message)
+
+    def adopt(self, r: JobRow) -> None:
+        """A suspended job found by a restarted agent: kept frozen (frozen again, should
+        anyone have thawed it) and queued to resume; one whose processes are gone ended
+        while nobody watched and is ``lost``."""
+        name = f"job-{r.id}"
+        has_cg = self.cg.exists(name)
+        pids = self.cg.pids(name) if has_cg else []
+        if not pids and not alive(r.shim_pid, r.shim_start):
+            if has_cg:
+                quietly(lambda: self.cg.remove(name))
+            self.store.update(
+                r.id, state="lost", end_t=self.wall(), message="ended while suspended"
+            )
+            self.log(f"job {r.id}: ended while suspended: lost")
+            return
+        try:
+            self.cg.freeze(name)
+        except CgroupError as e:
+            self.log(f"job {r.id}: could not freeze it again: {e}")
+        jdir = self.supervisor.job_dir(r.id)
+        m = Managed(r.id, job_of(r), name, jdir, [], [], r.shim_pid, r.shim_start,
+                    uid=uid_of(r), started_wall=r.start_t,
+                    suspended_wall=self.wall())  # fmt: skip
+        self.jobs.suspended[r.id] = m
+        self.log(f"job {r.id}: found suspended; queued to resume")
