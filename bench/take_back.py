@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coda.runtime.jobrow import FINAL
 from coda.runtime.store import JobRow, JobSpec, Store
 
 LOOSE_HARM = {"harm.share": "0.99", "harm.initial_s": "1e9", "harm.cap_s": "1e9"}
@@ -78,14 +79,16 @@ def one_run(
 ) -> dict[str, Any]:
     from coda.cli.node_commands import spawn_agent
 
+    root.mkdir(parents=True, exist_ok=True)
     state = root / f"state-{mode}"
     parent = f"coda-tb-{os.getpid()}-{mode}"
     args = ["--cgroup-parent", parent, "--gpus", "1", "--period", "0.2", "--take-back", mode,
             "--stop-jobs-on-exit"]  # fmt: skip
     args += [a for k, v in LOOSE_HARM.items() for a in ("--tune", f"{k}={v}")]
     proc = spawn_agent(state, args, root / f"agent-{mode}.log")
-    store = Store(state / "coda.db")
+    store: Store | None = None
     try:
+        store = Store(state / "coda.db")
         cores = len(os.sched_getaffinity(0))
         progress = root / f"progress-{mode}"
         progress.write_text("")
@@ -93,6 +96,7 @@ def one_run(
                                    name="cpu-work", cores=cores))  # fmt: skip
 
         def row(jid: int) -> JobRow:
+            assert store is not None
             r = store.job(jid)
             assert r is not None
             return r
@@ -101,8 +105,10 @@ def one_run(
         time.sleep(preempt_at)
         dnn = store.submit(JobSpec(argv=["sleep", str(dnn_s)], name="train", cores=cores, gpus=1))
         wait(lambda: row(dnn).state == "running", 60, "the DNN job to start")
-        wait(lambda: row(cpu).state == "done", work_s * 3 + dnn_s + 120, "the CPU job to finish")
+        wait(lambda: row(cpu).state in FINAL, work_s * 3 + dnn_s + 120, "the CPU job to end")
         c, d = row(cpu), row(dnn)
+        if c.state != "done":
+            raise SystemExit(f"take_back: the CPU job ended {c.state}: {c.message}")
         assert d.start_t is not None and c.end_t is not None
         lost, runs = lost_work(progress)
         acts = [x["action"] for x in store.decisions(100, cpu)]
@@ -120,7 +126,8 @@ def one_run(
             "dnn_wait_s": d.start_t - d.submit_t,
         }
     finally:
-        store.close()
+        if store is not None:
+            store.close()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -437,6 +437,51 @@ def test_a_job_the_freezer_refuses_is_requeued(env) -> None:
     assert "suspend-failed" in acts and "preempt" in acts
 
 
+def test_a_suspended_job_that_can_no_longer_fit_is_ended_not_left_frozen(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    shim, start = store.job(hog).shim_pid, store.job(hog).shim_start
+    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(hog).state == "suspended"
+    again = new_agent(tune=LOOSE_HARM, take_back="suspend", cpus=[0, 1])  # 2 of its 4
+    again.tick()
+    row = store.job(hog)
+    assert row.state == "failed" and "needs 0 GPUs / 4 cores" in row.message, row
+    assert hog not in again.jobs.suspended
+    deadline = time.monotonic() + 5
+    while alive(shim, start) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(shim, start)
+
+
+def test_a_suspended_job_that_died_is_lost(env) -> None:
+    tmp, drv, store, new_agent = env
+    agent, hog = suspended_hog(env)
+    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
+    agent.tick()
+    m = agent.jobs.suspended[hog]
+    agent.processes.signal(m, signal.SIGKILL)  # the OOM killer's pick, say
+    if m.popen is not None:
+        m.popen.wait(timeout=5)
+    tick_until(agent, lambda: store.job(hog).state == "lost")
+    assert hog not in agent.jobs.suspended and store.job(hog).message == "ended while suspended"
+
+
+def test_a_running_job_found_frozen_is_thawed(env) -> None:
+    """An agent that died between freezing a job and writing its row: the next one
+    finds the job running, and frozen, and thaws it."""
+    tmp, drv, store, new_agent = env
+    agent = new_agent()
+    jid = submit(store, ["sleep", "60"], name="cpu", cores=1)
+    tick_until(agent, lambda: store.job(jid).shim_pid is not None)
+    state = cg_file(tmp, jid, "freezer", "freezer.state")
+    state.write_text("FROZEN\n")
+    new_agent()
+    assert store.job(jid).state == "running"
+    assert state.read_text().strip() == "THAWED"
+
+
 # ------------------------------------------------------------------ restart
 def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     tmp, drv, store, new_agent = env

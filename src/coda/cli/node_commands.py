@@ -226,7 +226,7 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
     failed = [r for r in results if "error" in r]
     for r in results:
         if "error" not in r:
-            extra = " (cancel requested)" if r["state"] in ACTIVE else ""
+            extra = " (cancel requested)" if r["state"] in (*ACTIVE, "suspended") else ""
             click.echo(f"job {r['id']}: {r['state']}{extra}")
     if failed:
         raise click.ClickException("; ".join(r["error"] for r in failed))

@@ -110,7 +110,7 @@ def show_status(got: dict[str, Any], running: bool, as_json: bool) -> None:
             f"{r.throughput:.4g}/s" if r.throughput is not None else "-",
             f"{r.reference:.4g}/s" if r.reference is not None else "-",
             r.phase or "-",
-            (r.wait_reason or "-") if r.state == "queued" else "-",
+            (r.wait_reason or "-") if r.state in ("queued", "suspended") else "-",
             r.message or (f"exit {r.exit_code}" if r.exit_code is not None else ""),
         )
         table.add_row(*(Text(c) for c in cells))  # Text: a job's name is never markup

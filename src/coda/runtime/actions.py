@@ -181,8 +181,12 @@ class Actuator:
         and is thawed where it was once the cycle starts it again. False if the freezer
         refused: the job is then requeued as without suspension."""
         agent = self.node
+        # The row first: an agent that dies before the freeze finds a job "suspended"
+        # and freezes it (Suspensions.adopt), never a frozen one it thinks runs.
+        agent.store.update(m.row_id, state="suspended")
         why = agent.source.freeze(m)
         if why is not None:
+            agent.store.update(m.row_id, state="running")
             agent.decisions.record(now, m.row_id, source, "suspend-failed", {"error": why})
             self.log(f"job {m.row_id}: not frozen ({why}): requeued instead")
             return False
@@ -191,13 +195,9 @@ class Actuator:
         pre = (row.preemptions if row else 0) + 1
         m.job.preemptions = pre
         agent.store.update(
-            m.row_id,
-            state="suspended",
-            cpus="",
-            quota=1.0,
-            preemptions=pre,
+            m.row_id, cpus="", quota=1.0, preemptions=pre,
             message=f"suspended {pre}x for a DNN job",
-        )
+        )  # fmt: skip
         agent.source.requeue(m.row_id, m.job)
         agent.decisions.record(now, m.row_id, source, "suspend", dict(reason or {}))
         self.log(f"job {m.row_id}: suspended ({source})")

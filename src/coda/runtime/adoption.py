@@ -108,6 +108,10 @@ class Adoption:
             m.timed_out = _exited_past_limit(m)
             self.supervisor.finish(m, now, code, None)
             return
+        if has_cg:
+            # A running job is never frozen: one frozen by an agent that died before its
+            # row said so runs again (suspension writes the row first; this is the rest).
+            quietly(lambda: self.cg.thaw(name))
         if has_cg and cpus_ok:
             # The kernel may hold a quota the database never saw (a crash between the
             # write and the flush): put the adopted one back, or nobody would restore it.

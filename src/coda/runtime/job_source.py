@@ -18,6 +18,7 @@ from coda.runtime.job_books import JobBooks
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import JobProcesses
+from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.store import Store
 
 
@@ -31,6 +32,7 @@ class AgentHost(Protocol):
     processes: JobProcesses
     decisions: DecisionLog
     actuator: Actuator
+    resctrl: ResctrlControl
     node_name: str
     state_dir: Path
     clock: Callable[[], float]

@@ -29,6 +29,7 @@ from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.job_source import AgentHost
 from coda.runtime.limits import PURGE_BATCH, PURGE_EVERY_S
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.processes import quietly
 from coda.runtime.progress import Progress
 from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.row_job import job_of
@@ -58,8 +59,8 @@ class LocalQueue:
             host.config, host.state_dir, self.progress_dir, host.wall, host.log,
         )  # fmt: skip
         self.suspensions = Suspensions(
-            host, host.store, cgroups, host.jobs, host.processes, host.decisions,
-            self.supervisor, host.wall, host.log,
+            host, host.store, cgroups, host.resctrl, host.jobs, host.processes,
+            host.decisions, self.supervisor, host.wall, host.log,
         )  # fmt: skip
         self.adoption = Adoption(
             host, host.store, cgroups, host.jobs, self.supervisor, host.actuator,
@@ -118,6 +119,7 @@ class LocalQueue:
 
     def intake(self, now: float) -> None:
         self.supervisor.reap(now)
+        self.suspensions.reap()
         if self._warned_done(now):
             self.books_changed(grew=True)  # the cycle asks again: the preemption completes
         self.supervisor.cancels(now)
@@ -208,13 +210,14 @@ class LocalQueue:
             job = job_of(r)
             never = sched.submit(job)
             if never is not None:
-                store.update(
-                    r.id,
-                    state="failed",
-                    end_t=self.host.wall(),
-                    message=f"needs {r.gpus} GPUs / {r.cores} cores; node has "
-                    f"{node.gpus} / {node.cores} ({never})",
+                why = (
+                    f"needs {r.gpus} GPUs / {r.cores} cores; node has "
+                    f"{node.gpus} / {node.cores} ({never})"
                 )
+                if rid in self.host.jobs.suspended:  # after a restart with fewer CPUs
+                    self.suspensions.end(rid, "failed", why)
+                else:
+                    store.update(r.id, state="failed", end_t=self.host.wall(), message=why)
                 continue
             self.queued[r.id] = job
         harm = self.host.policy.harm
@@ -224,8 +227,8 @@ class LocalQueue:
             sched.cycle(now, self)
         # Only reasons that changed are written (a row's update rewrites its whole spec).
         changed = {}
-        for job, why in sched.waiting():
-            text = str(why)
+        for job, reason in sched.waiting():
+            text = str(reason)
             if self.reasons.get(job.idx) != text:
                 changed[job.idx] = self.reasons[job.idx] = text
         store.set_wait_reasons(changed)
@@ -257,6 +260,9 @@ class LocalQueue:
         jid = start.job.idx
         if jid in self.host.jobs.suspended:
             self.queued.pop(jid, None)
+            row = self.host.store.job(jid)
+            if row is None or row.cancel or row.state != "suspended":
+                return False  # cancelled since the queue was read: admit ends it
             return self.suspensions.resume(jid, start.job, start.cores_pn, self.host.clock())
         r = self.host.store.job(jid)
         ok = False
@@ -309,9 +315,19 @@ class LocalQueue:
             self.sched.node_capacity_changed(self.node, grew)
 
     def freeze(self, m: Managed) -> str | None:
+        """Freeze and wait (1 s at most) for the kernel to say frozen: a task stuck in
+        a system call may take a moment, and the cores go to a DNN job at once. One not
+        frozen by then is thawed, and requeued as without suspension."""
         try:
             self.cg.freeze(m.cgroup)
+            deadline = time.monotonic() + 1.0
+            while not self.cg.frozen(m.cgroup):
+                if time.monotonic() >= deadline:
+                    self.cg.thaw(m.cgroup)
+                    return "not frozen within 1 s"
+                time.sleep(0.01)
         except CgroupError as e:
+            quietly(lambda: self.cg.thaw(m.cgroup))
             return str(e)
         return None
 

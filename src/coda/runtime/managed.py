@@ -76,3 +76,4 @@ class Managed:
     started_wall: float | None = None  # its row's start_t: its time limit counts from it
     timed_out: bool = False  # stopped at its time limit
     suspended_wall: float | None = None  # wall time it was frozen (take_back "suspend")
+    resume_failed: bool = False  # its last resume failed (said once, tried each tick)

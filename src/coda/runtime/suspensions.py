@@ -15,6 +15,7 @@ from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import Managed
 from coda.runtime.processes import JobProcesses, quietly
+from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.row_job import job_of
 from coda.runtime.shim import alive
 from coda.runtime.store import JobRow, Store
@@ -29,6 +30,7 @@ class Suspensions:
         books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
+        resctrl: ResctrlControl,
         jobs: JobTable,
         processes: JobProcesses,
         decisions: DecisionLog,
@@ -39,6 +41,7 @@ class Suspensions:
         self.books = books
         self.store = store
         self.cg = cgroups
+        self.resctrl = resctrl
         self.jobs = jobs
         self.processes = processes
         self.decisions = decisions
@@ -59,15 +62,23 @@ class Suspensions:
         except (CgroupError, OSError) as e:
             self.jobs.give_back(cpus, [])
             quietly(lambda: self.cg.freeze(m.cgroup))
-            self.decisions.record(now, job_id, "agent", "resume-failed", {"error": str(e)})
-            self.log(f"job {job_id}: not resumed: {e}")
+            if not self._alive(m):  # it died while frozen (its group with it): over
+                self.end(job_id, "lost", "ended while suspended")
+                return False
+            if not m.resume_failed:  # said once; the next ticks try again quietly
+                self.decisions.record(now, job_id, "agent", "resume-failed", {"error": str(e)})
+                self.log(f"job {job_id}: not resumed: {e}")
+            m.resume_failed = True
             return False
+        if m.mb is not None:  # a memory-bandwidth cap of its throttled days: lifted
+            quietly(lambda: self.resctrl.remove(m.cgroup))
+            m.mb = None
         del self.jobs.suspended[job_id]
         wall = self.wall()
         frozen_s = max(0.0, wall - m.suspended_wall) if m.suspended_wall is not None else 0.0
         if m.started_wall is not None:
             m.started_wall += frozen_s
-        m.suspended_wall = None
+        m.suspended_wall, m.resume_failed = None, False
         m.job, m.cpus = job, cpus
         job.quota = 1.0
         self.books.place(m, now)
@@ -82,25 +93,44 @@ class Suspensions:
         self.log(f"job {job_id}: resumed on CPUs {format_cpus(cpus)} after {frozen_s:.0f} s")
         return True
 
-    def end(self, job_id: int, state: str, message: str) -> None:
-        """Stop a suspended job for good (cancelled, or the agent stopping its jobs):
-        SIGKILL while frozen (it dies as it thaws, never running on others' CPUs), its
-        group removed, its row final."""
-        m = self.jobs.suspended.pop(job_id, None)
+    def end(self, job_id: int, state: str, message: str) -> bool:
+        """Stop a suspended job for good (cancelled, failed, lost, or the agent stopping
+        its jobs): SIGKILL while frozen (it dies as it thaws, never running on others'
+        CPUs), its groups removed, its row final. False while processes are left (a
+        thaw refused): it stays suspended, and the next call tries again."""
+        m = self.jobs.suspended.get(job_id)
         if m is None:
-            return
+            return True
         self.processes.signal(m, signal.SIGKILL)
         quietly(lambda: self.cg.thaw(m.cgroup))
         self.processes.kill_until_gone(m)
         if m.popen is not None:
             m.popen.poll()
+        if self._alive(m):
+            self.log(f"job {job_id}: still has processes after SIGKILL; tried again later")
+            return False
+        del self.jobs.suspended[job_id]
         self.supervisor.progress_file(job_id).unlink(missing_ok=True)
+        if m.mb is not None:
+            quietly(lambda: self.resctrl.remove(m.cgroup))
         try:
             self.cg.remove(m.cgroup)
         except CgroupError as e:
             self.log(f"cgroup {m.cgroup} not removed: {e}")
         self.store.update(job_id, state=state, end_t=self.wall(), message=message)
         self.log(f"job {job_id} ({m.job.job_id}) {state} while suspended")
+        return True
+
+    def reap(self) -> None:
+        """End each suspended job whose processes are gone (killed while frozen: a frozen
+        job holding memory is the one the OOM killer picks): ``lost``, as a running job
+        that vanishes without an exit status is."""
+        for job_id, m in list(self.jobs.suspended.items()):
+            if not self._alive(m):
+                self.end(job_id, "lost", "ended while suspended")
+
+    def _alive(self, m: Managed) -> bool:
+        return bool(self.processes.pids(m)) or alive(m.shim_pid, m.shim_start)
 
     def end_all(self, state: str, message: str) -> None:
         for job_id in list(self.jobs.suspended):
@@ -121,13 +151,16 @@ class Suspensions:
             )
             self.log(f"job {r.id}: ended while suspended: lost")
             return
-        try:
-            self.cg.freeze(name)
-        except CgroupError as e:
-            self.log(f"job {r.id}: could not freeze it again: {e}")
         jdir = self.supervisor.job_dir(r.id)
         m = Managed(r.id, job_of(r), name, jdir, [], [], r.shim_pid, r.shim_start,
                     uid=uid_of(r), started_wall=r.start_t,
                     suspended_wall=self.wall())  # fmt: skip
         self.jobs.suspended[r.id] = m
+        try:
+            self.cg.freeze(name)
+        except CgroupError as e:
+            # Not frozen, it would run unbooked, maybe on a DNN job's CPUs: stopped.
+            self.log(f"job {r.id}: could not freeze it again ({e}): stopped")
+            self.end(r.id, "lost", f"suspended, and could not be frozen again: {e}")
+            return
         self.log(f"job {r.id}: found suspended; queued to resume")
