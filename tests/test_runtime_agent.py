@@ -392,6 +392,11 @@ def test_a_suspended_job_is_frozen_and_thawed_where_it_was(env) -> None:
     assert "suspend" in acts and "resume" in acts and "preempt" not in acts
 
 
+def test_take_back_is_checked() -> None:
+    with pytest.raises(ValueError, match="take_back must be requeue or suspend"):
+        AgentConfig(take_back="pause")
+
+
 def test_a_suspended_job_can_be_cancelled(env) -> None:
     tmp, drv, store, new_agent = env
     agent, hog = suspended_hog(env)
