@@ -259,6 +259,20 @@ def test_a_learned_count_moves_only_when_a_majority_has_moved() -> None:
     assert LearnedProfiles.from_dict(made_up).cores(("m", 1, 1)) == 4  # fmt: skip
 
 
+def test_only_what_loads_again_is_recorded() -> None:
+    from coda.policy.learned_profiles import MAX_CORES
+
+    lp = LearnedProfiles()
+    for bad in (0, MAX_CORES + 1, 10**20):
+        with pytest.raises(ValueError, match="cores must be"):
+            lp.record(("m", 1, 1), bad)
+    lp.record(("m", 1, 1), MAX_CORES)
+    assert (
+        LearnedProfiles.from_dict(json.loads(json.dumps(lp.to_dict()))).cores(("m", 1, 1))
+        == MAX_CORES
+    )
+
+
 def test_learned_profiles_round_trip_and_median() -> None:
     lp = LearnedProfiles(confident_after=2)
     for c in (3, 5, 4, 4):

@@ -762,6 +762,37 @@ def test_a_bad_settled_value_does_not_stop_the_controller(fake: FakeSlurm, tmp_p
     assert [p.job.idx for p in ctl.cycle()] == [81]
 
 
+@pytest.mark.parametrize("value", ["9" * 20, "9" * 5000, "\u00b2", "1048577"])
+def test_a_count_no_machine_has_is_not_learned_and_the_state_reloads(
+    fake: FakeSlurm, tmp_path: Path, value: str
+) -> None:
+    """A job's mark is written by others too: a settled count out of range is ignored
+    (said once), never saved where the next start would refuse the state file."""
+    fake.job(80, "bert", 4, gpus_pn=1, state="RUNNING", priority=1, nodes="g1",
+             comment=f"coda:placed,req=4,grant=4,nodes=g1,settled={value}")  # fmt: skip
+    fake.job(81, "prep", 2)
+    ctl = controller(fake, tmp_path)
+    assert [p.job.idx for p in ctl.cycle()] == [81]
+    assert ctl.stats.learned_jobs == 0
+    again = controller(fake, tmp_path)  # reads the state the first one saved
+    assert again.allocator is not None and again.allocator.learned.shapes() == {}
+
+
+def test_a_huge_request_or_dependency_costs_that_job_not_the_cycle(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    from coda.slurm.client import mark_count
+
+    assert mark_count({"req": "9" * 5000}, "req") is None
+    assert mark_count({"req": "\u00b2"}, "req") is None
+    assert mark_count({"req": "0"}, "req") is None and mark_count({"req": "8"}, "req") == 8
+    fake.job(82, "prep", 2, comment="coda:held,req=" + "9" * 5000)
+    fake.job(83, "prep", 2, dependency=f"afterok:{'9' * 5000}(unfulfilled)")
+    fake.job(84, "prep", 2)
+    ctl = controller(fake, tmp_path)
+    assert 84 in [p.job.idx for p in ctl.cycle()]
+
+
 def test_partitions_and_excluded_nodes_limit_placement() -> None:
     from coda.slurm.client import SlurmJob, SlurmNode
     from coda.slurm.controller import SlurmLimits

@@ -27,8 +27,10 @@ class LearnedProfiles:
         self._now: dict[Shape, int] = {}  # the count granted now (asked at every placement)
 
     def record(self, key: Shape, cores: int) -> None:
-        if int(cores) < 1:
-            raise ValueError(f"cores must be >= 1, got {cores}")
+        """One converged job's count; ValueError outside 1..MAX_CORES (what is recorded
+        must load again: ``from_dict`` takes no other)."""
+        if not 1 <= int(cores) <= MAX_CORES:
+            raise ValueError(f"cores must be 1..{MAX_CORES}, got {cores}")
         key = shape_key(key)
         seen = self._seen.setdefault(key, {})
         seen[int(cores)] = seen.get(int(cores), 0) + 1

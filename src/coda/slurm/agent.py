@@ -43,6 +43,7 @@ from coda.slurm.client import (
     SlurmClient,
     SlurmError,
     SlurmJob,
+    mark_count,
     model_key,
 )
 from coda.slurm.reports import SlurmJobInfo, SlurmReports
@@ -224,7 +225,7 @@ class SlurmJobs:
         nodes = max(1, sj.node_count)
         cpus = self.sg.granted(name, -(-sj.cpus // nodes))
         grant = sorted(set(saved_grant or cpus) | set(cpus))
-        req = sj.requested_cores_pn if mark.get("req", "").isdigit() else len(grant)
+        req = sj.requested_cores_pn if mark_count(mark, "req") is not None else len(grant)
         gpus_pn = sj.gpus_per_node
         model = model_key(sj)
         # Its owner, as the controller's view: the eliminator bounds what one user's

@@ -32,9 +32,11 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from coda.policy.learned_profiles import MAX_CORES
 
 HELD = "coda:held"
 # The states a CODA mark can be in (its first word), in a job's life order.
@@ -163,6 +165,17 @@ def parse_mark(comment: str | None) -> dict[str, str] | None:
     return out
 
 
+def mark_count(mark: Mapping[str, str] | None, key: str) -> int | None:
+    """A core count a mark holds (``req=``, ``settled=``): 1 to MAX_CORES, in ASCII
+    digits; None for anything else (a job's mark is written by others too, and a
+    20-digit count must neither crash a cycle nor be learned)."""
+    text = (mark or {}).get(key, "")
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_CORES))):
+        return None
+    n = int(text)
+    return n if 1 <= n <= MAX_CORES else None
+
+
 def mark_fields(mark: dict[str, str] | None, drop: tuple[str, ...] = ("state",)) -> dict[str, str]:
     """A parsed mark's fields that a rewrite may carry: those ``format_mark`` accepts
     (a hand-edited field such as ``nodes=n[1-2]`` is dropped, not a crash)."""
@@ -270,9 +283,8 @@ class SlurmJob:
     def requested_cores(self) -> int:
         """Cores the user asked for, over all nodes (the mark keeps the per-node
         request once CODA changed NumCPUs)."""
-        if self.mark is not None and self.mark.get("req", "").isdigit():
-            return int(self.mark["req"]) * max(1, self.node_count)
-        return self.cpus
+        req = mark_count(self.mark, "req")
+        return req * max(1, self.node_count) if req is not None else self.cpus
 
     @property
     def requested_cores_pn(self) -> int:

@@ -52,6 +52,7 @@ from coda.slurm.client import (
     SlurmJob,
     SlurmNode,
     format_mark,
+    mark_count,
     mark_fields,
     model_key,
 )
@@ -111,6 +112,8 @@ class Dependencies:
                     return None
                 results.append(False)
                 continue
+            if len(m.group(2)) > 12 or len(m.group(3) or "") > 12:
+                return None  # no job has such an id: unreadable, as a malformed item
             kind, jid, task = m.group(1), int(m.group(2)), m.group(3)
             if task is not None:
                 refs = [t for t in self.tasks.get(jid, []) if t.array_task_id == int(task)]
@@ -511,22 +514,23 @@ class Controller:
             return False
         new = False
         for j in jobs:
-            settled = (j.mark or {}).get("settled", "")
+            text = (j.mark or {}).get("settled", "")
             # Array tasks and heterogeneous jobs: their names are not read (one record
             # stands for several jobs), so there is no model to learn for.
             if j.job_id in self.learned_from or not j.is_dnn or j.is_array_or_het:
                 continue
-            if not settled.isdigit() or int(settled) < 1:
-                if settled:
+            settled = mark_count(j.mark, "settled")
+            if settled is None:
+                if text:
                     self.learned_from.add(j.job_id)  # unreadable: say so once, not every cycle
-                    self.log(f"job {j.job_id}: ignoring settled={settled!r} in its mark")
+                    self.log(f"job {j.job_id}: ignoring settled={text[:40]!r} in its mark")
                 continue
             key = (model_key(j), j.gpus_per_node, j.node_count)
-            alloc.learned.record(key, int(settled))
+            alloc.learned.record(key, settled)
             alloc.generation += 1
             self.learned_from.add(j.job_id)
             self.stats.learned_jobs += 1
-            self._decide(j.job_id, "learn", {"model": key[0], "cores": int(settled)})
+            self._decide(j.job_id, "learn", {"model": key[0], "cores": settled})
             self.log(f"learned: {key[0]} ({key[1]} GPUs/node) runs at {settled} cores")
             new = True
         return new

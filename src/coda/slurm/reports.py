@@ -13,7 +13,7 @@ from coda.policy.state import DNN
 from coda.runtime.cgroups import format_cpus
 from coda.runtime.job_source import AgentHost
 from coda.runtime.shim import write_atomic
-from coda.slurm.client import SlurmClient, SlurmError, format_mark, mark_fields
+from coda.slurm.client import SlurmClient, SlurmError, format_mark, mark_count, mark_fields
 
 
 @dataclasses.dataclass
@@ -35,8 +35,9 @@ class SlurmReports:
 
     def seen(self, job_id: int, mark: Mapping[str, str]) -> None:
         """A job found: what its mark says was reported already (by an earlier agent)."""
-        if mark.get("settled", "").isdigit():
-            self.reported[job_id] = int(mark["settled"])
+        settled = mark_count(mark, "settled")
+        if settled is not None:
+            self.reported[job_id] = settled
 
     def forget(self, job_id: int) -> None:
         self.reported.pop(job_id, None)
