@@ -596,11 +596,13 @@ def test_a_job_is_stopped_at_its_time_limit_even_if_it_ignores_sigterm(public_no
 
 @pytest.mark.parametrize("mode", ["requeue", "suspend"])
 def test_a_suspended_job_loses_no_work(tmp_path: Path, mode: str) -> None:
-    """bench/take_back.py's scenario, short: a CPU job doing 3 s of CPU work has its
-    cores taken back by a DNN job 1 s in. Requeued, it runs twice and loses what it did;
-    suspended (the cgroup freezer), it runs once and loses nothing."""
+    """bench/take_back.py's scenario, short: a CPU job doing 4 s of CPU work has its
+    cores taken back by a DNN job 1 s in (both stretched alike where processes start
+    slower: the job must still be running when the DNN job comes). Requeued, it runs
+    twice and loses what it did; suspended (the cgroup freezer), it runs once and loses
+    nothing."""
     take_back = load_bench("take_back")
-    r = take_back.one_run(mode, 3.0, 1.0 * TIME_SCALE, 2.0, tmp_path)
+    r = take_back.one_run(mode, 4.0 * TIME_SCALE, 1.0 * TIME_SCALE, 2.0, tmp_path)
     if mode == "suspend":
         assert (r["taken_back"], r["cpu_runs"], r["cpu_launches"]) == ("suspend", 1, 1), r
         assert r["cpu_lost_cpu_s"] == 0.0, r
