@@ -361,8 +361,8 @@ def test_shrink_before_preempt(env) -> None:
 
 
 # ------------------------------------------------------------------ suspend
-def suspended_hog(env, **cfg):
-    """A 4-core CPU job suspended for a 3-core DNN job of ``dnn_s`` seconds."""
+def running_hog(env, **cfg):
+    """An agent that suspends, and a 4-core CPU job running under it."""
     tmp, drv, store, new_agent = env
     agent = new_agent(tune=LOOSE_HARM, take_back="suspend", **cfg)
     hog = submit(store, ["sleep", "60"], name="hog", cores=4)
@@ -370,12 +370,28 @@ def suspended_hog(env, **cfg):
     return agent, hog
 
 
+def suspend_for_dnn(agent, store: Store, hog: int, dnn_s: int = 60) -> int:
+    """A 3-core DNN job of ``dnn_s`` seconds that takes the hog's cores: the hog is
+    suspended for it."""
+    dnn = submit(store, ["sleep", str(dnn_s)], name="train", cores=3, gpus=1)
+    agent.tick()
+    assert store.job(hog).state == "suspended"
+    return dnn
+
+
+def wait_gone(pid: int, start: int) -> bool:
+    """Whether the process is gone within 5 s."""
+    deadline = time.monotonic() + 5
+    while alive(pid, start) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid, start)
+
+
 def test_a_suspended_job_is_frozen_and_thawed_where_it_was(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
+    agent, hog = running_hog(env)
     shim = store.job(hog).shim_pid
-    dnn = submit(store, ["sleep", "1"], name="train", cores=3, gpus=1)
-    agent.tick()
+    dnn = suspend_for_dnn(agent, store, hog, dnn_s=1)
     assert store.job(dnn).state == "running"
     row = store.job(hog)
     assert (row.state, row.preemptions, row.cpus) == ("suspended", 1, "")
@@ -399,28 +415,21 @@ def test_take_back_is_checked() -> None:
 
 def test_a_suspended_job_can_be_cancelled(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
+    agent, hog = running_hog(env)
     shim, start = store.job(hog).shim_pid, store.job(hog).shim_start
-    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
-    agent.tick()
-    assert store.job(hog).state == "suspended"
+    suspend_for_dnn(agent, store, hog)
     store.request_cancel(hog)
     agent.tick()
     assert store.job(hog).state == "cancelled" and hog not in agent.jobs.suspended
-    deadline = time.monotonic() + 5
-    while alive(shim, start) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(shim, start)
+    assert wait_gone(shim, start)
     assert not cg_file(tmp, hog, "cpuset", "").exists()
 
 
 def test_a_suspended_job_is_found_again_by_a_restarted_agent(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
+    agent, hog = running_hog(env)
     shim = store.job(hog).shim_pid
-    dnn = submit(store, ["sleep", "2"], name="train", cores=3, gpus=1)
-    agent.tick()
-    assert store.job(hog).state == "suspended"
+    dnn = suspend_for_dnn(agent, store, hog, dnn_s=2)
     again = new_agent(tune=LOOSE_HARM, take_back="suspend")  # the first one "crashed"
     assert hog in again.jobs.suspended and store.job(hog).state == "suspended"
     tick_until(again, lambda: store.job(dnn).state == "done")
@@ -430,7 +439,7 @@ def test_a_suspended_job_is_found_again_by_a_restarted_agent(env) -> None:
 
 def test_a_job_the_freezer_refuses_is_requeued(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
+    agent, hog = running_hog(env)
     state = cg_file(tmp, hog, "freezer", "freezer.state")
     state.unlink(missing_ok=True)
     state.mkdir()  # a directory where the file should be: the freezer's write fails
@@ -444,27 +453,21 @@ def test_a_job_the_freezer_refuses_is_requeued(env) -> None:
 
 def test_a_suspended_job_that_can_no_longer_fit_is_ended_not_left_frozen(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
+    agent, hog = running_hog(env)
     shim, start = store.job(hog).shim_pid, store.job(hog).shim_start
-    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
-    agent.tick()
-    assert store.job(hog).state == "suspended"
+    suspend_for_dnn(agent, store, hog)
     again = new_agent(tune=LOOSE_HARM, take_back="suspend", cpus=[0, 1])  # 2 of its 4
     again.tick()
     row = store.job(hog)
     assert row.state == "failed" and "needs 0 GPUs / 4 cores" in row.message, row
     assert hog not in again.jobs.suspended
-    deadline = time.monotonic() + 5
-    while alive(shim, start) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(shim, start)
+    assert wait_gone(shim, start)
 
 
 def test_a_suspended_job_that_died_is_lost(env) -> None:
     tmp, drv, store, new_agent = env
-    agent, hog = suspended_hog(env)
-    submit(store, ["sleep", "60"], name="train", cores=3, gpus=1)
-    agent.tick()
+    agent, hog = running_hog(env)
+    suspend_for_dnn(agent, store, hog)
     m = agent.jobs.suspended[hog]
     agent.processes.signal(m, signal.SIGKILL)  # the OOM killer's pick, say
     if m.popen is not None:

@@ -211,6 +211,22 @@ class NodeAgent(Generic[S]):
 
     def release(self, m: Managed, now: float) -> None:
         """Give a job's resources back and forget it everywhere."""
+        self._unbook(m, now)
+        self.remove_groups(m)
+
+    def suspend(self, m: Managed, now: float) -> None:
+        """A frozen job leaves the node's books as an ended one does, its cgroup and
+        processes kept: it holds no CPUs until the cycle starts it again."""
+        self._unbook(m, now)
+        m.job.quota = 1.0  # what a thawed job starts with (its quota is written then)
+        m.cpus, m.gpu_ids = [], []
+        m.window = m.last = None
+        m.throughput, m.controlled, m.stalled, m.warned_at = None, False, False, None
+        m.suspended_wall = self.wall()
+        self.jobs.suspended[m.row_id] = m
+
+    def _unbook(self, m: Managed, now: float) -> None:
+        """Out of the running table, the control loop and the source's books."""
         self.jobs.running.pop(m.row_id, None)
         job = m.job
         self.loop.finish(job, now)
@@ -218,29 +234,15 @@ class NodeAgent(Generic[S]):
             self.policy.node_control.forget_job(job)
         self.source.hold(m, -1)
         job.cores_pn = 0
+
+    def remove_groups(self, m: Managed) -> None:
+        """An ended job's cgroup (and resctrl group, if it had one) removed."""
         if m.mb is not None:
             quietly(lambda: self.resctrl.remove(m.cgroup))
         try:
             self.cg.remove(m.cgroup)
         except CgroupError as e:
             self.log(f"cgroup {m.cgroup} not removed: {e}")
-
-    def suspend(self, m: Managed, now: float) -> None:
-        """A frozen job leaves the node's books as an ended one does, its cgroup and
-        processes kept: it holds no CPUs until the cycle starts it again."""
-        self.jobs.running.pop(m.row_id, None)
-        job = m.job
-        self.loop.finish(job, now)
-        if self.policy.node_control is not None:
-            self.policy.node_control.forget_job(job)
-        self.source.hold(m, -1)
-        job.cores_pn = 0
-        job.quota = 1.0  # what a thawed job starts with (its quota is written then)
-        m.cpus, m.gpu_ids = [], []
-        m.window = m.last = None
-        m.throughput, m.controlled, m.stalled, m.warned_at = None, False, False, None
-        m.suspended_wall = self.wall()
-        self.jobs.suspended[m.row_id] = m
 
     # ------------------------------------------------------------ control
     def carry_out(

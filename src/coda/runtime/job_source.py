@@ -18,7 +18,6 @@ from coda.runtime.job_books import JobBooks
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import JobProcesses
-from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.store import Store
 
 
@@ -32,7 +31,6 @@ class AgentHost(Protocol):
     processes: JobProcesses
     decisions: DecisionLog
     actuator: Actuator
-    resctrl: ResctrlControl
     node_name: str
     state_dir: Path
     clock: Callable[[], float]
@@ -47,6 +45,8 @@ class AgentHost(Protocol):
     def place(self, m: Managed, now: float) -> None: ...
 
     def release(self, m: Managed, now: float) -> None: ...
+
+    def remove_groups(self, m: Managed) -> None: ...
 
 
 class JobSource(JobBooks, Protocol):

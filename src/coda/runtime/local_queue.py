@@ -59,7 +59,7 @@ class LocalQueue:
             host.config, host.state_dir, self.progress_dir, host.wall, host.log,
         )  # fmt: skip
         self.suspensions = Suspensions(
-            host, host.store, cgroups, host.resctrl, host.jobs, host.processes,
+            host, host.store, cgroups, host.actuator, host.jobs, host.processes,
             host.decisions, self.supervisor, host.wall, host.log,
         )  # fmt: skip
         self.adoption = Adoption(

@@ -43,6 +43,8 @@ class BookedNode(Protocol):
 
     def release(self, m: Managed, now: float) -> None: ...
 
+    def remove_groups(self, m: Managed) -> None: ...
+
 
 class Supervisor:
     """Starts, watches and stops the processes of the jobs the node's own queue runs."""

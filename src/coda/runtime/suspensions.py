@@ -10,12 +10,12 @@ import signal
 from collections.abc import Callable
 
 from coda.policy.state import Job
+from coda.runtime.actions import Actuator
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import Managed
 from coda.runtime.processes import JobProcesses, quietly
-from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.row_job import job_of
 from coda.runtime.shim import alive
 from coda.runtime.store import JobRow, Store
@@ -30,7 +30,7 @@ class Suspensions:
         books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
-        resctrl: ResctrlControl,
+        actuator: Actuator,
         jobs: JobTable,
         processes: JobProcesses,
         decisions: DecisionLog,
@@ -41,7 +41,7 @@ class Suspensions:
         self.books = books
         self.store = store
         self.cg = cgroups
-        self.resctrl = resctrl
+        self.actuator = actuator
         self.jobs = jobs
         self.processes = processes
         self.decisions = decisions
@@ -70,9 +70,6 @@ class Suspensions:
                 self.log(f"job {job_id}: not resumed: {e}")
             m.resume_failed = True
             return False
-        if m.mb is not None:  # a memory-bandwidth cap of its throttled days: lifted
-            quietly(lambda: self.resctrl.remove(m.cgroup))
-            m.mb = None
         del self.jobs.suspended[job_id]
         wall = self.wall()
         frozen_s = max(0.0, wall - m.suspended_wall) if m.suspended_wall is not None else 0.0
@@ -81,6 +78,8 @@ class Suspensions:
         m.suspended_wall, m.resume_failed = None, False
         m.job, m.cpus = job, cpus
         job.quota = 1.0
+        if m.mb is not None:  # a memory-bandwidth cap of its throttled days follows
+            quietly(lambda: self.actuator.write_quota(m))
         self.books.place(m, now)
         self.store.update(
             job_id, state="running", cpus=format_cpus(cpus), quota=1.0, message="",
@@ -111,12 +110,7 @@ class Suspensions:
             return False
         del self.jobs.suspended[job_id]
         self.supervisor.progress_file(job_id).unlink(missing_ok=True)
-        if m.mb is not None:
-            quietly(lambda: self.resctrl.remove(m.cgroup))
-        try:
-            self.cg.remove(m.cgroup)
-        except CgroupError as e:
-            self.log(f"cgroup {m.cgroup} not removed: {e}")
+        self.books.remove_groups(m)
         self.store.update(job_id, state=state, end_t=self.wall(), message=message)
         self.log(f"job {job_id} ({m.job.job_id}) {state} while suspended")
         return True
