@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/bench_agent_socket.py                 # defaults below
     sudo .venv/bin/python bench/bench_agent_socket.py --queue 990 --env-bytes 1048576
+    sudo .venv/bin/python bench/bench_agent_socket.py --attack cancel --env-bytes 100
 
 The attack as it was found: an unprivileged user queues ~1,000 jobs whose specs each
 carry a big environment, then runs several loops of `coda status`; another user's
@@ -11,7 +12,9 @@ in a temp directory: the socket, database and control loop are the real ones), a
 1. the hostile user (``--hostile-uid``, default nobody) submits ``--queue`` jobs with
    ``--env-bytes`` of environment each, behind one root job that holds the node, as
    many as the agent takes (it refuses oversize specs and caps a user's bytes);
-2. ``--loops`` processes of that user send status requests as fast as they can;
+2. ``--loops`` processes of that user send requests as fast as they can: status
+   (``--attack status``), or cancels naming its whole queue, each id as often as one
+   request takes (``--attack cancel``: 10,000 such ids once held the socket 52 s);
 3. meanwhile another user (``--victim-uid``) submits ``--samples`` jobs and asks for
    status, one at a time; each request's latency is recorded (no load first, as the
    baseline, then under the load).
@@ -101,20 +104,32 @@ def fill_queue(sock: Path, n: int, env_bytes: int) -> dict[str, Any]:
     return {"ids": ids, "refused": refused, "seconds": time.monotonic() - t0}
 
 
-def status_loop(sock: Path, seconds: float) -> dict[str, Any]:
-    """Status requests back to back for ``seconds``: how many were answered, busy."""
+def flood(sock: Path, req: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``req`` back to back for ``seconds``: how many were answered, busy, and the
+    longest one."""
     end = time.monotonic() + seconds
     answered = busy = other = 0
+    longest = 0.0
     while time.monotonic() < end:
+        t0 = time.monotonic()
         try:
-            request(sock, {"op": "status", "decisions": 1000}, timeout=30)
+            request(sock, req, timeout=120)
             answered += 1
         except ControlError as e:
             if "busy" in str(e):
                 busy += 1
             else:
                 other += 1
-    return {"answered": answered, "busy": busy, "other": other}
+        longest = max(longest, time.monotonic() - t0)
+    return {"answered": answered, "busy": busy, "other": other, "longest_s": round(longest, 3)}
+
+
+def cancel_request(ids: list[int]) -> dict[str, Any]:
+    """A cancel naming ``ids`` over and over, as many as one request takes."""
+    from coda.runtime.service import MAX_CANCEL_IDS
+
+    many = (ids * (MAX_CANCEL_IDS // max(1, len(ids)) + 1))[:MAX_CANCEL_IDS]
+    return {"op": "cancel", "ids": many}
 
 
 def timed_requests(sock: Path, samples: int, pause: float) -> dict[str, Any]:
@@ -148,11 +163,24 @@ def quantiles(xs: list[float]) -> dict[str, float]:
 
 
 def under_attack(
-    sock: Path, hostile: int, victim: int, loops: int, samples: int, pause: float
+    sock: Path,
+    hostile: int,
+    victim: int,
+    loops: int,
+    samples: int,
+    pause: float,
+    ids: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The victim's latencies while ``loops`` status loops of ``hostile`` run."""
+    """The victim's latencies while ``loops`` loops of ``hostile`` run: status loops,
+    or cancel loops over ``ids`` when given."""
     seconds = samples * (pause + 0.05) + 5
-    kids = [in_child_as(hostile, lambda: status_loop(sock, seconds)) for _ in range(loops)]
+
+    req = cancel_request(ids) if ids is not None else {"op": "status", "decisions": 1000}
+
+    def loop() -> dict[str, Any]:
+        return flood(sock, req, seconds)
+
+    kids = [in_child_as(hostile, loop) for _ in range(loops)]
     time.sleep(0.5)  # the loops are going
     got = as_user(victim, lambda: timed_requests(sock, samples, pause))
     hostile_said = [collect(*k) for k in kids]
@@ -191,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--queue", type=int, default=990, help="jobs the hostile user submits")
     ap.add_argument("--env-bytes", type=int, default=60_000, help="environment per spec")
-    ap.add_argument("--loops", type=int, default=4, help="hostile status loops")
+    ap.add_argument("--attack", choices=("status", "cancel"), default="status",
+                    help="what the hostile loops send")  # fmt: skip
+    ap.add_argument("--loops", type=int, default=4, help="hostile loops")
     ap.add_argument("--samples", type=int, default=100, help="victim submits (and statuses)")
     ap.add_argument("--pause", type=float, default=0.02, help="between victim requests, s")
     ap.add_argument("--hostile-uid", type=int, default=NOBODY)
@@ -233,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             "agent_rss_mib": round(agent_rss_mib(agent.pid), 1),
             "tick_s": tick_seconds(state),
         }
-        got = under_attack(sock, a.hostile_uid, a.victim_uid, a.loops, a.samples, a.pause)
+        ids = filled.get("ids", []) if a.attack == "cancel" else None
+        got = under_attack(sock, a.hostile_uid, a.victim_uid, a.loops, a.samples, a.pause, ids)
         victim = got["victim"]
         results["under_attack"] = {op: quantiles(xs) for op, xs in victim["latency"].items()}
         results["victim_errors"] = victim.get("errors", [])[:5]

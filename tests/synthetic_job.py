@@ -56,6 +56,8 @@ def main() -> int:
     ap.add_argument("--contention", type=float, default=0.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--silent-after", type=float, default=None, help="stop reporting after")
+    ap.add_argument("--contention-after", type=float, default=0.0,
+                    help="seconds of honest reports before --contention applies")  # fmt: skip
     args = ap.parse_args()
     rep = Reporter(min_interval_s=0.0)
     quota = args.corunner / "cpu.cfs_quota_us" if args.corunner else None
@@ -63,7 +65,8 @@ def main() -> int:
     owed = 0.0
     while (now := time.monotonic()) - start < args.seconds:
         rate = args.base * min(_cores(args.cpuset_file), args.optimum) / args.optimum
-        rate *= 1.0 - args.contention * _share(quota, args.corunner_cpuset)
+        if now - start >= args.contention_after:
+            rate *= 1.0 - args.contention * _share(quota, args.corunner_cpuset)
         owed += rate * (now - last)
         last = now
         if args.silent_after is None or now - start < args.silent_after:

@@ -658,6 +658,28 @@ def test_real_invalid_cpu_names_file(real_cg: Real) -> None:
     assert repr(str(bad)) in msg
 
 
+def test_one_cpu_quota_codec_serves_both_versions_and_both_drivers() -> None:
+    from coda.runtime.cgroup_files import MIN_QUOTA_US, CpuQuota
+
+    q = CpuQuota(100_000)
+    assert (q.v1_quota(1.5), q.v2_max(1.5)) == ("150000", "150000 100000")
+    assert (q.v1_quota(None), q.v2_max(None)) == ("-1", "max 100000")
+    assert q.quota_us(0.0) == MIN_QUOTA_US  # the kernel's floor
+    assert q.read_v2("150000 100000\n") == 1.5 and q.read_v2("max 100000") is None
+    assert CpuQuota.read_v1("150000", "100000") == 1.5 and CpuQuota.read_v1("-1", "1") is None
+    for bad in (float("inf"), float("nan"), -0.5, True):
+        with pytest.raises(ValueError, match="non-negative number of cores"):
+            q.quota_us(bad)  # type: ignore[arg-type]
+    # Neither driver encodes a quota of its own.
+    from pathlib import Path
+
+    import coda.runtime.cgroups as rc
+
+    for path in (Path(rc.__file__), Path(rc.__file__).parent.parent / "slurm" / "cgroups.py"):
+        text = path.read_text()
+        assert "round(" not in text and "MIN_QUOTA_US" not in text, path
+
+
 def test_every_cgroup_file_is_named_once_for_both_versions() -> None:
     from coda.runtime import cgroup_files as cf
 

@@ -549,3 +549,21 @@ def test_an_out_path_through_a_symlink_then_dotdot_is_read_as_the_kernel_does(
     )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "deep" / "a" / "f" / "t.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["replay", "--format", "bogus"], "'--format'"),
+        (["replay", "--format", "csv"], "--format goes with --trace"),
+        (["replay", "--out", "/proc/coda-replay"], "'--out'"),
+        (["experiment", "paper", "--fit", "--out", "/proc/coda-fit"], "'--out'"),
+        (["experiment", "paper", "--fit", "--out", "/sys/kernel"], "'--out'"),
+        (["replay", "--out", "/proc"], "'--out'"),
+    ],
+)
+def test_long_commands_check_every_option_before_any_work(args, needle):
+    """Refused at once: nothing brought up, nothing searched."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output

@@ -836,6 +836,39 @@ def test_a_released_victim_is_throttled_again_once_its_allowance_catches_up():
     assert lost_core_s(rig) <= 0.5 * 4 * 3000 + 4 * cfg.period_s
 
 
+def throttled_blocks(rig: Rig) -> list[tuple[float, float]]:
+    """Each unbroken span of the CPU job below full quota: (seconds, core-s lost)."""
+    blocks, quota, last, start, lost = [], 1.0, 0, None, 0.0
+    for tick, _, q in rig.changes + [(rig.tick, "", 1.0)]:
+        lost += 4 * (1.0 - quota) * (tick - last) * rig.cfg.period_s
+        if quota < 1.0 and q >= 1.0 and start is not None:
+            blocks.append(((tick - start) * rig.cfg.period_s, lost))
+            start = None
+        if quota >= 1.0 and q < 1.0:
+            start, lost = tick, 0.0
+        quota, last = q, tick
+    return blocks
+
+
+def test_an_allowance_banked_over_a_quiet_spell_is_not_spent_in_one_block():
+    """The forger first reports honestly beside the victim for 2000 s (its allowance
+    since first seen grows by 2000 core-s), then forges: no throttle spends that bank
+    in one block; each costs at most the grace plus the share of its own length."""
+    cfg = EliminatorConfig(victim_share=0.25)  # and 60 core-s of grace
+    rig = Rig([0.0], config=cfg)
+    forger = Forger(rig)
+    rig.run(200)  # honest: nothing to throttle
+    assert rig.changes == []
+    forger.run(200)
+    blocks = throttled_blocks(rig)
+    assert blocks and rig.elim.stats()["budget_releases"] >= 1
+    for seconds, lost in blocks:
+        assert lost <= cfg.victim_grace_core_s + cfg.victim_share * 4 * seconds + 4 * cfg.period_s
+    longest = max(b[0] for b in blocks)
+    # Lost at up to 4 x 0.9 core-s/s, refilled at 4 x 0.25: the grace lasts ~23 s.
+    assert longest <= cfg.victim_grace_core_s / (4 * (0.9 - 0.25)) + 2 * cfg.period_s, blocks
+
+
 def test_victim_bound_config_is_checked():
     with pytest.raises(ValueError, match="victim_share"):
         EliminatorConfig(victim_share=0.0)

@@ -309,6 +309,25 @@ def test_a_stalled_client_holds_the_loop_for_the_timeout_only(
     assert time.monotonic() - t0 < 6.0
 
 
+def test_idle_connections_do_not_hold_up_a_scrape() -> None:
+    """Twelve connections that say nothing delayed a scrape by 13 s when the server
+    answered one at a time; each now has a thread of its own."""
+    server = MetricsServer("127.0.0.1", 0, agent_registry(fake_agent()))
+    server.serve_in_background()
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
+    try:
+        time.sleep(0.2)  # all accepted, each waiting for its request
+        t0 = time.monotonic()
+        status, _, _ = get(f"http://127.0.0.1:{server.port}/metrics")
+        took = time.monotonic() - t0
+    finally:
+        for c in idle:
+            c.close()
+        server.close()
+    assert status == 200
+    assert took < metrics.REQUEST_TIMEOUT_S  # not behind even one idle connection
+
+
 def test_a_client_that_sends_nothing_then_leaves_is_harmless() -> None:
     server = MetricsServer("127.0.0.1", 0, agent_registry(fake_agent()))
     got: dict[str, int] = {}

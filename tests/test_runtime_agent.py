@@ -692,6 +692,11 @@ def test_tune_policy_overrides_and_validates() -> None:
         tune_policy(pol, {"eliminator.nope": "1"})
     with pytest.raises(ValueError, match="expected a finite float"):
         tune_policy(pol, {"eliminator.step_down": "fast"})
+    for odd in ("\u0660.\u0665", "1_6", "\uff11"):  # Arabic-Indic, a separator, full-width
+        with pytest.raises(ValueError, match="expected a finite"):
+            tune_policy(pol, {"allocator.max_windows": odd, "eliminator.step_down": "0.5"})
+        with pytest.raises(ValueError, match="expected a finite"):
+            tune_policy(pol, {"eliminator.step_down": odd})
     with pytest.raises(ValueError, match=r"step_down must be in \(0, 1\]"):
         tune_policy(pol, {"eliminator.step_down": "1.5"})
     with pytest.raises(ValueError, match="has no 'eliminator'"):

@@ -51,6 +51,7 @@ CG = Path("/sys/fs/cgroup")
 SYNTH = str(Path(__file__).parent / "synthetic_job.py")
 NOBODY = 65534
 SHARE, GRACE = 0.2, 4.0  # the bound this test sets: 20% of core-time plus 4 core-s
+QUIET_S = 20.0  # the forger reports honestly this long first
 
 
 @pytest.fixture
@@ -104,28 +105,44 @@ def test_made_up_progress_costs_another_users_job_at_most_its_allowance(agent) -
         sys.executable, SYNTH,
         "--cpuset-file", str(CG / "cpuset" / parent / f"job-{forger_id}" / "cpuset.cpus"),
         "--optimum", "1", "--seconds", "120", "--contention", "0.7",
+        # Honest for a while first: the victim's allowance since first seen grows, and
+        # must not then be spent in one block.
+        "--contention-after", str(QUIET_S),
         "--corunner", str(CG / "cpu" / parent / f"job-{victim}"),
         "--corunner-cpuset", str(CG / "cpuset" / parent / f"job-{victim}" / "cpuset.cpus"),
     )  # fmt: skip
     assert forger == forger_id
-    # Watch the victim's quota for 45 s: what it lost, in core-seconds.
+    # Watch the victim's quota for QUIET_S + 45 s: what it lost, in core-seconds, and
+    # each unbroken throttle (seconds, core-s lost in it).
     t0 = last = time.monotonic()
     quota, lost, lowest = 1.0, 0.0, 1.0
-    while (now := time.monotonic()) - t0 < 45:
+    blocks: list[list[float]] = []
+    while (now := time.monotonic()) - t0 < QUIET_S + 45:
         lost += (1.0 - quota) * (now - last)
+        if quota < 1.0:
+            blocks[-1][0] += now - last
+            blocks[-1][1] += (1.0 - quota) * (now - last)
         last = now
-        quota = store.job(victim).quota
+        was, quota = quota, store.job(victim).quota
+        if quota < 1.0 <= was:
+            blocks.append([0.0, 0.0])
         lowest = min(lowest, quota)
         time.sleep(0.1)
     elapsed = last - t0
     kinds = [(d["detail"] or {}).get("decision") for d in store.decisions(limit=500, job_id=victim)]
+    longest = max(blocks, default=[0.0, 0.0])
     print(
         f"victim lost {lost:.1f} core-s in {elapsed:.1f} s (allowed "
         f"{SHARE * elapsed + GRACE:.1f}); lowest quota {lowest}; {kinds.count('budget_release')} "
-        f"budget releases; decisions {kinds}"
+        f"budget releases; longest unbroken throttle {longest[0]:.1f} s, {longest[1]:.1f} "
+        f"core-s lost in it; decisions {kinds}"
     )
     assert lowest < 0.5, "the forger's claim never throttled the victim: nothing was tested"
     assert "budget_release" in kinds, kinds
     # At most its allowance, plus a second of lag (the agent's ticks and this poll).
     assert lost <= SHARE * elapsed + GRACE + 1.0, (lost, elapsed, kinds)
+    # No block spends the quiet spell's banked allowance: each costs at most the grace
+    # and the share of its own length (plus the same second of lag).
+    for seconds, cost in blocks:
+        assert cost <= GRACE + SHARE * seconds + 1.0, (blocks, kinds)
     assert store.job(victim).state == "running"

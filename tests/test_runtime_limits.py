@@ -293,3 +293,68 @@ def test_a_status_answer_stays_small_however_big_the_queued_specs(tmp_path: Path
     assert len(json.dumps(got)) < 20_000 and got["more"] == 30
     store.close()
     svc.close()
+
+
+def test_a_users_cancel_of_many_ids_stops_at_its_share_of_the_time(tmp_path: Path) -> None:
+    """The cancel attack: one request naming 10,000 ids (duplicates allowed, each a row
+    to read) held the socket for 52 s. Now the ids are capped and de-duplicated, and the
+    request stops once its user's budget is spent; the rest are said, not done."""
+    db = tmp_path / "state" / "coda.db"
+    store = Store(db)
+    hostile, other = Peer(1, 4242, 4242), Peer(2, 4343, 4343)
+    ids = [store.submit(JobSpec(argv=["true"], cwd=str(tmp_path)), Owner.of_user(4242, 4242))
+           for _ in range(300)]  # fmt: skip
+    store.close()
+    now = [100.0]
+    ticks = [0.0]
+
+    def request_clock() -> float:  # every look costs 10 ms: one id's work
+        ticks[0] += 0.01
+        return ticks[0]
+
+    svc = AgentService(db, Limits(user_share=0.25), clock=request_clock)
+    svc.budget = TimeBudget(0.25, clock=lambda: now[0])
+    got = svc({"op": "cancel", "ids": ids * 40}, hostile)  # 12,000 ids
+    assert got["ok"] is False and "1 to 1000 job ids" in got["error"]
+    got = svc({"op": "cancel", "ids": (ids * 4)[:1000]}, hostile)  # 300 ids, each 3 times
+    assert got["ok"]
+    done = [r for r in got["jobs"] if "state" in r]
+    refused = [r for r in got["jobs"] if r.get("busy")]
+    assert len(done) == 99, len(done)  # its 1 s of budget, no more
+    assert len(done) + len(refused) == 300  # each id once
+    assert "ask again in 4 s" in refused[0]["error"]
+    assert svc({"op": "status"}, hostile).get("busy")  # its budget is spent ...
+    assert svc({"op": "status"}, other)["ok"]  # ... another user's is not
+    svc.close()
+
+
+@pytest.mark.parametrize("char", ["a", "\u00e9", "\u4e2d", "\x01"])
+def test_every_cap_counts_the_bytes_the_database_stores(tmp_path: Path, char: str) -> None:
+    """Caps counted UTF-8 while rows were stored JSON-escaped: a control character took 6
+    bytes (500 kept rows held 196 MB), non-ASCII text was refused at a third of the cap,
+    and an ASCII user ended 11 bytes over it. Now one measure, the stored one, serves the
+    spec cap, the user cap and the row's own size."""
+    db = tmp_path / "state" / "coda.db"
+    Store(db).close()
+    limits = Limits(spec_bytes=16 << 10, user_bytes=64 << 10)
+    svc = AgentService(db, limits)
+    s = spec(tmp_path)
+    s["env"] = {"PAD": char * 2000}
+    job = JobSpec.from_dict(s)
+    job.validate(probe_cwd=False)  # as the agent does: a name from the command
+    sizes = job.stored_sizes()
+    one = sum(sizes.values())
+    while svc({"op": "submit", "spec": s}, ME)["ok"]:
+        pass
+    store = Store(db)
+    held = store.usage(ME.uid)[1]
+    assert limits.user_bytes - one < held <= limits.user_bytes  # full, never over
+    stored = store._db.execute("SELECT argv, env, cwd, name, model, spec_bytes FROM jobs")
+    for *texts, counted in stored.fetchall():
+        assert sum(len(t.encode()) for t in texts) == counted == one  # counted is kept
+    store.close()
+    svc.close()
+    if char == "\x01":
+        assert sizes["env"] >= 6 * 2000  # an escaped control character costs its 6 bytes
+    elif char != "a":
+        assert sizes["env"] < 4 * 2000  # UTF-8 text as UTF-8, not as \\uXXXX escapes

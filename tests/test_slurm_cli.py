@@ -35,7 +35,8 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": JOBS}))
     scripts = {
         "squeue": f"#!/bin/sh\ncat {tmp_path / 'jobs.json'}\n",
-        "scontrol": f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n',
+        "scontrol": f'#!/bin/sh\nif [ "$1 $2" = "show config" ]; then cat {tmp_path / "config"} '
+        f'2>/dev/null; exit 0; fi\necho "$@" >> {tmp_path / "scontrol.log"}\n',
     }
     for name, text in scripts.items():
         f = bin_dir / name
@@ -65,6 +66,28 @@ def test_handback_releases_the_held_job_only(fake_slurm: Path) -> None:
     assert "1 job(s) handed back" in r.output
     log = (fake_slurm / "scontrol.log").read_text().splitlines()
     assert log == ["update JobId=8 AdminComment=coda:passed,why=handback", "release 8"]
+
+
+def test_handback_warns_while_coda_is_still_switched_on(
+    fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from coda.slurm.lease import LeaseRecord
+
+    lease = fake_slurm / "lease"
+    lease.write_text(LeaseRecord(4, "ctlhost:1:77:1", time.time(), 10).line())
+    (fake_slurm / "config").write_text("JobSubmitPlugins        = lua\nMinJobAge = 300\n")
+    r = CliRunner().invoke(main, ["slurm", "handback", "--lease", str(lease)])
+    assert r.exit_code == 0, r.output
+    assert "warning: controller ctlhost:1:77:1 is active" in r.output
+    assert "warning: JobSubmitPlugins=lua is still set" in r.output
+    assert "1 job(s) handed back" in r.output  # a warning, not a refusal
+    # Switched off as the guide says: no warning.
+    lease.write_text(LeaseRecord(4, "-", time.time(), 10).line())
+    (fake_slurm / "config").write_text("JobSubmitPlugins        = (null)\n")
+    r = CliRunner().invoke(main, ["slurm", "handback", "--lease", str(lease)])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
 
 
 def test_status_without_slurm_is_one_clear_line(tmp_path: Path, monkeypatch) -> None:
@@ -127,6 +150,7 @@ def test_a_handback_whose_release_fails_leaves_the_job_held_for_coda(fake_slurm:
     assert r.exit_code == 1 and "Unable to contact" in r.output
     log = (fake_slurm / "scontrol.log").read_text().splitlines()
     assert log == [
+        "show config",
         "update JobId=8 AdminComment=coda:passed,why=handback",
         "release 8",
         "update JobId=8 AdminComment=coda:held",

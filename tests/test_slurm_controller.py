@@ -18,7 +18,8 @@ from coda.policy import PolicyOptions, make_policy
 from coda.policy.state import CPU, DNN, Job, Node
 from coda.slurm import fake_squeue
 from coda.slurm.client import HELD, JOBS_JSON, SlurmClient, SlurmError, parse_mark
-from coda.slurm.controller import STATE_FILE, Controller, handback
+from coda.slurm.controller import STATE_FILE, Controller
+from coda.slurm.failopen import hand_back
 from coda.slurm.view import policy_job
 from tests.bench_module import load_bench
 from tests.fakes import LOOSE_HARM
@@ -684,7 +685,7 @@ def test_handback_releases_held_jobs_unchanged(fake: FakeSlurm, tmp_path: Path) 
              comment="coda:placed,req=2,grant=2,nodes=c1")  # fmt: skip
     fake.job(44, "cancelled-while-held", 2, state="CANCELLED")  # still marked, priority 0
     said: list[str] = []
-    assert handback(SlurmClient(fake.run), log=said.append) == 2
+    assert hand_back(SlurmClient(fake.run), log=said.append) == 2
     assert fake.ids("release") == [40, 41]
     for j in (40, 41):
         assert fake.jobs[j]["priority"] == 1
@@ -1066,3 +1067,71 @@ def test_a_job_coda_was_holding_again_is_held_not_let_go(fake: FakeSlurm, tmp_pa
     for jid in (9, 10):
         assert parse_mark(fake.jobs[jid]["admin_comment"])["state"] != "passed", jid
     assert ctl.stats.passed["released"] == 0 and ctl.stats.reholds == 2
+
+
+def test_agents_hand_held_jobs_back_once_no_controller_beats(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    import random
+
+    from coda.slurm.failopen import FailOpen
+    from coda.slurm.lease import LeaseRecord
+
+    lease = tmp_path / "lease"
+    now = [1_000_000.0]
+    lease.write_text(LeaseRecord(1, "h:0:1:1", now[0], 10).line())
+    fake.job(40, "a", 4, gpus_pn=1)
+    fake.job(41, "b", 2, comment="coda:placing,req=2,grant=1,nodes=c1")
+    fake.job(42, "user-hold", 2, comment="")
+    said: list[str] = []
+    watch = FailOpen(SlurmClient(fake.run), lease, 60, said.append, wall=lambda: now[0],
+                     rng=random.Random(1))  # fmt: skip
+    now[0] += 60
+    assert watch.tick() == 0 and fake.ids("release") == []  # beat 60 s old: alive
+    now[0] += 1
+    assert watch.tick() == 0  # gone: this agent's own random wait first
+    now[0] += 15
+    assert watch.tick() == 2
+    assert fake.ids("release") == [40, 41]
+    for j in (40, 41):
+        assert fake.jobs[j]["admin_comment"] == "coda:passed,why=controller-down"
+    assert fake.jobs[42]["priority"] == 0
+    assert any("no controller beat" in m for m in said)
+    # A controller beats again: new held jobs are its.
+    lease.write_text(LeaseRecord(2, "h:0:2:1", now[0], 10).line())
+    fake.job(43, "c", 2)
+    assert watch.tick() == 0 and fake.jobs[43]["priority"] == 0
+    assert "beats again" in said[-1]
+    # A lease that cannot be read counts as a beat for the fail-open time (a late mount
+    # must not release every held job), then as none.
+    lease.write_text("garbage")
+    assert watch.tick() == 0  # first seen unreadable now
+    now[0] += 59
+    assert watch.tick() == 0 and fake.jobs[43]["priority"] == 0
+    now[0] += 2
+    watch.tick()  # down from now: this agent's own wait first
+    now[0] += 16
+    assert watch.tick() == 1 and fake.jobs[43]["priority"] == 1
+
+
+def test_a_job_no_node_could_ever_hold_goes_back_to_slurm_at_once(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    fake.node("g1", 8, gpus=1)
+    fake.node("c1", 2)
+    fake.job(50, "too-many-gpus", 1, gpus_pn=4)
+    fake.job(51, "too-many-cores", 16)
+    fake.job(52, "fits", 2)
+    ctl = controller(fake, tmp_path)
+    ctl.cycle()
+    assert fake.ids("release") == [52, 50, 51] or sorted(fake.ids("release")) == [50, 51, 52]
+    for j in (50, 51):
+        assert fake.jobs[j]["admin_comment"] == "coda:passed,why=never-fits"
+        assert fake.jobs[j]["priority"] == 1
+    assert ctl.stats.passed["never-fits"] == 2
+    # While a node is down, it might fit when the node returns: held, and why.
+    fake.node("g2", 8, gpus=1, state="DOWN")
+    fake.job(53, "too-many-gpus-again", 1, gpus_pn=4)
+    ctl.cycle()
+    assert fake.jobs[53]["priority"] == 0
+    assert fake.jobs[53]["admin_comment"].startswith("coda:held,wait=never")

@@ -39,6 +39,7 @@ from coda.runtime.cgroups import CgroupError, parse_cpus
 from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
 from coda.slurm.client import SlurmClient, SlurmJob, run_command
 from coda.slurm.index import ENDED
+from coda.slurm.lease import wait_until_active
 from coda.slurm.listing import JobListing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,11 +96,29 @@ class Daemons:
         ]
 
     def start(self, name: str) -> None:
-        log = open(self.tmp / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            self._argv(name), env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
+        p = self.spawn(name, self._argv(name))
+        if name == "controller":
+            self.wait_active(name, p)
+
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start ``argv`` as ``name`` (its output in ``<tmp>/<name>.log``)."""
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = p
+        return p
+
+    def wait_active(self, name: str, p: subprocess.Popen[bytes]) -> None:
+        """Until the controller ``p`` holds the lease: jobs are held for CODA only once
+        it beats (job_submit.lua fails open)."""
+        try:
+            wait_until_active(self.env["CODA_SLURM_LEASE"], p.pid, 60 * TIME_SCALE,
+                              lambda: p.poll() is None)  # fmt: skip
+        except TimeoutError as e:
+            log_text = (self.tmp / f"{name}.log").read_text()[-2000:]
+            raise AssertionError(f"{e}\n{log_text}") from None
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()
 
     def kill(self, name: str) -> None:
         p = self.procs.pop(name)
@@ -109,6 +128,7 @@ class Daemons:
     def stop_all(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # one a test paused, too
                 p.send_signal(signal.SIGTERM)
         for p in self.procs.values():
             try:
@@ -592,7 +612,7 @@ def _report(
 
 # The squeue format the operator guide gives users (Slurm 22.05 and 24.11 both take
 # admin_comment; 22.05 refuses AdminComment).
-USER_FORMAT = "JobID:8,UserName:10,StateCompact:4,ReasonList:16,admin_comment:60"
+USER_FORMAT = "JobID:10,UserName:12,StateCompact:4,ReasonList:24,admin_comment:100"
 
 
 def test_a_user_sees_why_coda_holds_a_job_and_may_opt_out_on_real_slurm(
@@ -619,20 +639,41 @@ def test_a_user_sees_why_coda_holds_a_job_and_may_opt_out_on_real_slurm(
 
     try:
         daemons.start("controller")
-        # More GPUs than any node has: CODA holds it and says why (never on this cluster).
+        # More GPUs than any node has: no node could ever hold it, so CODA hands it back to
+        # Slurm at once, and says why (Slurm's own reason then shows).
         big = submit("-c", "1", "-t", "5", "-J", "too-big", f"--gres=gpu:{gpus + 1}",
                      "--wrap", "sleep 1")  # fmt: skip
-        _wait("the controller to say why it waits", lambda: mark(big).get("wait"), 30)
+        _wait("the controller to hand it back", lambda: mark(big).get("state") == "passed", 30)
         shown = as_user("squeue", "-h", "-j", str(big), "-O", USER_FORMAT)
         assert shown.returncode == 0, shown.stderr
         line = shown.stdout.strip()
-        assert line.split()[0] == str(big) and "coda:held" in line and "wait=never" in line, line
+        assert line.split()[0] == str(big) and "coda:passed,why=never-fits" in line, line
+        assert "JobHeldUser" not in line, line
+        # Behind it: CODA holds the job and says why (its dependency).
+        after = submit("-c", "1", "-t", "5", "-J", "behind", f"--dependency=afterany:{big}",
+                       "--wrap", "sleep 1")  # fmt: skip
+        _wait("the controller to say why it waits", lambda: mark(after).get("wait"), 30)
+        shown = as_user("squeue", "-h", "-j", str(after), "-O", USER_FORMAT)
+        line = shown.stdout.strip()
+        assert "coda:held" in line and "wait=dependency" in line, line
         # The user's own changes to a held job are honoured ...
-        upd = as_user("scontrol", "update", f"JobId={big}", "TimeLimit=4")
+        upd = as_user("scontrol", "update", f"JobId={after}", "TimeLimit=4")
         assert upd.returncode == 0, upd.stderr
-        assert next(j for j in slurm.jobs() if j.job_id == big).time_limit_s == 240
-        gone = as_user("scancel", str(big))  # ... and scancel is Slurm's
+        assert next(j for j in slurm.jobs() if j.job_id == after).time_limit_s == 240
+        gone = as_user("scancel", str(after), str(big))  # ... and scancel is Slurm's
         assert gone.returncode == 0, gone.stderr
+        # A job CODA placed that Slurm has not started yet (its begin time is ahead): its
+        # user may not change what it runs on (job_submit.lua refuses), only the rest.
+        later = submit("-c", "1", "-t", "5", "-J", "placed-later", "--begin=now+600",
+                       "--wrap", "sleep 1")  # fmt: skip
+        _wait("the controller to place it", lambda: mark(later).get("state") == "placed", 30)
+        for change in ("NumCPUs=2", "NumTasks=2", "MinCPUsNode=2", "NumNodes=2",
+                       "ExcNodeList=" + next(n.name for n in slurm.nodes())):  # fmt: skip
+            refused = as_user("scontrol", "update", f"JobId={later}", change)
+            assert refused.returncode != 0, f"{change} was let through: {refused.stdout}"
+        assert as_user("scontrol", "update", f"JobId={later}", "TimeLimit=3").returncode == 0
+        assert mark(later).get("state") == "placed"
+        as_user("scancel", str(later))
         # A release opts a job out of CODA: with the controller down (so that the job
         # stays held for it), the user releases it; Slurm's own scheduler starts it, and
         # the controller, back, marks it as left to Slurm.
@@ -653,8 +694,8 @@ def test_a_user_sees_why_coda_holds_a_job_and_may_opt_out_on_real_slurm(
             j = next(j for j in slurm.jobs() if j.job_id == mine)
             log = (tmp_path / "controller.log").read_text()[-3000:]
             raise AssertionError(f"{j.state} {j.priority} {j.mark} {j.reason}\n{log}") from None
-        after = as_user("squeue", "-h", "-j", str(mine), "-O", USER_FORMAT).stdout.strip()
-        assert "coda:passed,why=released" in after, after
+        released = as_user("squeue", "-h", "-j", str(mine), "-O", USER_FORMAT).stdout.strip()
+        assert "coda:passed,why=released" in released, released
         report = os.environ.get("CODA_E2E_REPORT")
         if report:
             out = Path(report).with_name("squeue-as-user.md")
@@ -663,7 +704,7 @@ def test_a_user_sees_why_coda_holds_a_job_and_may_opt_out_on_real_slurm(
                 f.write(f"`squeue -O {USER_FORMAT}` as `{submit.user}`:\n\n```\n{line}\n"
                         f"```\n\nanother job, after `scontrol release {mine}` (as "
                         f"`{submit.user}`):\n\n"
-                        f"```\n{after}\n```\n")  # fmt: skip
+                        f"```\n{released}\n```\n")  # fmt: skip
     finally:
         daemons.stop_all()
         submit.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import tempfile
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -110,6 +111,9 @@ class OutDir(NamedDir):
             self.fail(f"{rv!r}: {e.strerror or e}", param, ctx)
         if not stat.S_ISDIR(st.st_mode):
             self.fail(f"{rv!r} exists and is not a directory", param, ctx)
+        why = _cannot_write_in(rv)
+        if why:
+            self.fail(why, param, ctx)
         return str(rv)
 
 
@@ -143,9 +147,23 @@ def _cannot_make(path: str) -> str | None:
         above = os.path.dirname(above)
     if not os.path.isdir(above):
         return f"{above!r} is not a directory"
+    why = _cannot_write_in(above)
+    if why:
+        return f"{path!r}: {why}"
     parts = path.split(os.sep)
     for i, part in enumerate(parts):
         # 'x/..' with no x: made as it reads, x would be left behind, empty.
         if part == ".." and i > 0 and not os.path.isdir(os.sep.join(parts[:i]) or os.sep):
             return f"{path!r}: '..' after {os.sep.join(parts[:i])!r}, which does not exist"
+    return None
+
+
+def _cannot_write_in(directory: str) -> str | None:
+    """Why nothing can be made in ``directory`` (None: something can). Tried, not
+    judged from modes: root passes every access check, even on /proc, /sys or a
+    read-only mount, and would find out only after the run."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".coda-probe-", dir=directory))
+    except OSError as e:
+        return f"cannot make anything in {directory!r} ({e.strerror or e})"
     return None

@@ -31,3 +31,12 @@ def visible(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def terminal_safe(text: str) -> str:
+    """A job's output for a terminal: its lines and tabs kept, every other control
+    (an escape sequence, a carriage return, a bidi override) written as its escape, so
+    that printing someone's output cannot drive the reader's terminal."""
+    return "\n".join(
+        "\t".join(visible(part) for part in line.split("\t")) for line in text.split("\n")
+    )

@@ -44,9 +44,10 @@ from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.client import AgentClient, ClientError, connect
 from coda.runtime.joblogs import MAX_LOG_TAIL
 from coda.runtime.jobrow import ACTIVE, FINAL
+from coda.runtime.service import MAX_CANCEL_IDS
 from coda.runtime.statedir import StateDirError
 from coda.runtime.store import MAX_JOB_ID, StoreError
-from coda.text import shown
+from coda.text import shown, terminal_safe
 
 __all__ = [
     "JOB_ID",
@@ -222,14 +223,30 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
     """Cancel your jobs: queued ones at once, running ones by the agent (SIGTERM, then
     SIGKILL). Root and the agent's own user may cancel anyone's."""
     once = list(dict.fromkeys(job_ids))  # a job named twice is cancelled (and said) once
-    _, results = _ask(state_dir, lambda c: c.cancel(once))
+    results: list[dict[str, Any]] = []
+    for at in range(0, len(once), MAX_CANCEL_IDS):  # as many as one request takes
+        part = once[at : at + MAX_CANCEL_IDS]
+
+        def ask(c: AgentClient, part: list[int] = part) -> list[dict[str, Any]]:
+            return c.cancel(part)
+
+        _, got = _ask(state_dir, ask)
+        results.extend(got)
+        if any(r.get("busy") for r in got):
+            break  # the rest would be refused too: said below
     failed = [r for r in results if "error" in r]
     for r in results:
         if "error" not in r:
             extra = " (cancel requested)" if r["state"] in (*ACTIVE, "suspended") else ""
             click.echo(f"job {r['id']}: {r['state']}{extra}")
-    if failed:
-        raise click.ClickException("; ".join(r["error"] for r in failed))
+    asked = {r["id"] for r in results}
+    unasked = [j for j in once if j not in asked]
+    if failed or unasked:
+        errors = [str(r["error"]) for r in failed[:5]]
+        more = len(failed) - len(errors) + len(unasked)
+        raise click.ClickException(
+            "; ".join(errors) + (f"; and {more} more not cancelled" if more else "")
+        )
 
 
 @click.command()
@@ -246,7 +263,13 @@ def cancel(state_dir: str, job_ids: tuple[int, ...]) -> None:
     show_default=True,
     help=f"Bytes from the end (at most {MAX_LOG_TAIL}).",
 )
-def logs(state_dir: str, job_id: int, stream: str, tail: int) -> None:
-    """Print the end of your job's output (the logs live in the agent's private state)."""
+@click.option("--raw", is_flag=True,
+              help="Print control characters as they are, even to a terminal.")  # fmt: skip
+def logs(state_dir: str, job_id: int, stream: str, tail: int, raw: bool) -> None:
+    """Print the end of your job's output (the logs live in the agent's private state).
+    To a terminal, control characters other than line breaks and tabs are printed as
+    escapes (\\x1b...): a job's output cannot drive the reader's terminal."""
     _, text = _ask(state_dir, lambda c: c.logs(job_id, stream, tail))
-    click.echo(text, nl=False)
+    if not raw and sys.stdout.isatty():
+        text = terminal_safe(text)
+    click.echo(text, nl=False, color=True)  # color: never strip what the job wrote

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from coda.params import AsciiIntRange, FiniteFloat
+from coda.cli.deferred import FORMATS, DeferredChoice
+from coda.params import AsciiIntRange, FiniteFloat, OutDir
 
 
 @click.command()
@@ -15,7 +16,8 @@ from coda.params import AsciiIntRange, FiniteFloat
     type=click.Path(dir_okay=False),
     help="A trace (default: the generated paper workload).",
 )
-@click.option("--format", "fmt", help="The trace's format (default: detected).")
+@click.option("--format", "fmt", type=DeferredChoice(FORMATS),
+              help="The trace's format (default: detected).")  # fmt: skip
 @click.option("--jobs", type=AsciiIntRange(1, 2000), default=36, show_default=True,
               help="The first N jobs of the trace, by arrival.")  # fmt: skip
 @click.option("--speed", type=FiniteFloat(min=1, max=1e6), default=300.0, show_default=True,
@@ -46,7 +48,7 @@ from coda.params import AsciiIntRange, FiniteFloat
 @click.option("--repeat", type=AsciiIntRange(1, 20), default=1, show_default=True,
               help="Run the whole replay this many times (each into rep-K/); report.md then "
               "gives every repetition's figures and their spread.")  # fmt: skip
-@click.option("--out", type=click.Path(file_okay=False), default="out/replay", show_default=True,
+@click.option("--out", type=OutDir(), default="out/replay", show_default=True,
               help="Folder for the replay's report and records.")  # fmt: skip
 @click.option("--cluster-dir", type=click.Path(file_okay=False), default="/var/tmp/coda-replay",
               show_default=True, help="Where the test cluster lives.")  # fmt: skip
@@ -64,6 +66,8 @@ def replay(trace: str | None, fmt: str | None, jobs: int, speed: float, load: fl
     from coda.replay.stack import StackError
     from coda.slurm.client import SlurmError
 
+    if fmt is not None and trace is None:
+        raise click.UsageError("--format goes with --trace (the generated workload has none)")
     try:
         cfg = ReplayConfig(trace=trace, format=fmt, jobs=jobs, speed=speed, load=load, seed=seed,
                            shape=ClusterShape(nodes, nodes, gpus, cores), users=users,

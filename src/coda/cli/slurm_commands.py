@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,6 +34,7 @@ from coda.params import AsciiIntRange, FiniteFloat
 if TYPE_CHECKING:
     from coda.slurm.cgroups import SlurmJobCgroups
     from coda.slurm.client import SlurmJob
+    from coda.slurm.lease import Heartbeat
 
 
 def _stop_flag() -> dict[str, bool]:
@@ -82,6 +84,23 @@ def slurm() -> None:
     show_default=True,
     help="Address the metrics server binds (job names are in the metrics).",
 )
+@click.option(
+    "--lease",
+    "lease_path",
+    type=click.Path(dir_okay=False),
+    envvar="CODA_SLURM_LEASE",
+    default=None,
+    show_default="$CODA_SLURM_LEASE, else slurm-controller.lease beside --state-dir",
+    help="The lease only the active controller holds, the file job_submit.lua's "
+    "coda-slurm.conf names (LEASE=); on storage every controller host shares.",
+)
+@click.option("--lease-ttl", type=FiniteFloat(min=1, max=3600), default=10.0, show_default=True,
+              help="Seconds without a beat before a standby takes the lease over.")  # fmt: skip
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="Wait while another controller is active; take over once it is gone.",
+)
 @policy_options
 def controller(
     state_dir: str,
@@ -90,23 +109,62 @@ def controller(
     once: bool,
     metrics_port: int | None,
     metrics_host: str,
+    lease_path: str | None,
+    lease_ttl: float,
+    standby: bool,
     tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
-    """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release."""
+    """Place the jobs job_submit.lua holds: node, GPUs and slimmed cores, then release.
+
+    One controller is active at a time (the lease); a second one refuses to start
+    unless it is a --standby."""
     from coda.runtime.metrics import MetricsServer, textfile_exporter
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.controller import Controller
+    from coda.slurm.lease import ControllerLease, FencedRunner, Heartbeat
     from coda.slurm.metrics import controller_registry
 
     tune = checked_policy(policy, tunes)
+    if once and standby:
+        raise click.UsageError("--once and --standby: a standby runs until it takes over")
+    if lease_path is not None and not lease_path.strip():
+        raise click.UsageError("--lease: an empty path")
+    if standby and not lease_path:
+        raise click.UsageError(
+            "--standby needs --lease (or $CODA_SLURM_LEASE): the lease the active "
+            "controller holds, on storage both hosts share"
+        )
     sd, lock = locked_state_dir(state_dir, "controller")
     say = timestamped(quiet)
+    lease_path = lease_path or str(sd.parent / "slurm-controller.lease")
+    lease = ControllerLease(lease_path, ttl_s=lease_ttl)
+    # A cycle at least every 3 periods (and 2 minutes): one that cannot complete gives
+    # the lease up for another controller to try.
+    heart = Heartbeat(lease, lambda msg: None, stall_s=max(120.0, 3 * period))
     try:
-        ctl = Controller(SlurmClient(), sd, policy=policy, tune=tune, log=say)
+        _take_lease(heart, standby)
+        client = SlurmClient(FencedRunner(lease))
+        ctl = Controller(client, sd, policy=policy, tune=tune, log=say)
     except ValueError as e:
+        lease.release()
         lock.release()
         raise click.ClickException(str(e)) from None
+    heart.log = say
+    seen = {"end": ctl.stats.last_cycle_end}
+
+    def may_cycle() -> bool:
+        ok = heart.active()
+        ctl.stats.active, ctl.stats.lease_epoch = ok, lease.epoch or 0
+        return ok
+
+    def after_cycle() -> None:
+        if ctl.stats.last_cycle_end != seen["end"]:  # a cycle completed
+            seen["end"] = ctl.stats.last_cycle_end
+            heart.cycled()
+        export()
+
+    ctl.stats.active, ctl.stats.lease_epoch = lease.held, lease.epoch or 0
     registry = controller_registry(ctl)
     export = textfile_exporter(registry, sd / "metrics.prom", say)
     server = None
@@ -129,18 +187,55 @@ def controller(
         (sd / "controller.pid").write_text(f"{os.getpid()}\n")
         stop = _stop_flag()
         say(
-            f"controller up: policy {policy}, period {period:g} s, state {sd}"
+            f"controller up: policy {policy}, period {period:g} s, state {sd}, "
+            + (
+                f"active (lease {lease.path} epoch {lease.epoch})"
+                if lease.held
+                else f"standby (lease {lease.path} held by {heart.holder_seen()})"
+            )
             + (f", metrics on {metrics_host}:{server.port}" if server else "")
         )
         if server is not None:
             server.serve_in_background()  # a slow scraper never holds up a cycle
-        ctl.run(lambda: stop["flag"], period_s=period, after_cycle=export)
+        heart.start()
+        ctl.run(lambda: stop["flag"], period_s=period, after_cycle=after_cycle,
+                may_cycle=may_cycle)  # fmt: skip
         say(f"controller stopped after {ctl.cycles} cycles, {ctl.placed} jobs placed")
     finally:
+        heart.stop()
         if server is not None:
             server.close()
         (sd / "controller.pid").unlink(missing_ok=True)
+        try:
+            lease.release()  # a standby may take over at once
+        except ValueError as e:
+            say(f"{e}: the lease is left to expire")
         lock.release()
+
+
+def _take_lease(heart: Heartbeat, standby: bool) -> None:
+    """Take the lease at start. A standby takes it if it is free, else waits for it
+    (its heartbeat). Any other controller waits up to the lease's ttl to see whether
+    its holder still beats: ValueError (one line) if it does, or if the lease cannot
+    be read."""
+    lease = heart.lease
+    first = None
+    end = lease.mono() + lease.ttl + 1.0
+    while not heart.beat():
+        if heart.error:
+            raise ValueError(heart.error)
+        if standby:
+            return
+        rec = lease.last_seen
+        if first is None:
+            first = rec
+        elif rec != first or lease.mono() > end:
+            assert rec is not None
+            raise ValueError(
+                f"lease {lease.path}: controller {rec.holder} is active (epoch {rec.epoch}, "
+                "its beat moves); run this one with --standby, or stop that one"
+            )
+        time.sleep(min(0.5, lease.ttl / 4))
 
 
 def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgroups:
@@ -217,6 +312,19 @@ def _board_cgroups(real: SlurmJobCgroups, root: Path, node: str) -> SlurmJobCgro
     "(<dir>/<node>) instead of their cgroups, for emulated jobs on declared-big test "
     "nodes (deploy/slurm-test-cluster --cores; see coda.runtime.board).",
 )
+@click.option(
+    "--controller-lease",
+    type=click.Path(dir_okay=False),
+    envvar="CODA_SLURM_LEASE",
+    default=None,
+    help="The controller's lease (its --lease; $CODA_SLURM_LEASE): when it shows no beat "
+    "for --fail-open-after seconds, this agent hands the jobs held for CODA back to "
+    "Slurm. Give it to a few agents where the lease's storage is shared.",
+)
+@click.option("--fail-open-after", type=FiniteFloat(min=1, max=3600), envvar="CODA_SLURM_FAIL_OPEN",
+              default=60.0, show_default=True,
+              help="Seconds without a controller beat before held jobs go back to Slurm "
+                   "(coda-slurm.conf's FAIL_OPEN_S; $CODA_SLURM_FAIL_OPEN).")  # fmt: skip
 def agent(
     node: str,
     state_dir: str,
@@ -231,6 +339,8 @@ def agent(
     metrics_port: int | None,
     metrics_host: str,
     board_root: str | None,
+    controller_lease: str | None,
+    fail_open_after: float,
     tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -243,9 +353,12 @@ def agent(
     from coda.slurm.agent import slurm_node_agent
     from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
     from coda.slurm.client import SlurmClient, SlurmError
+    from coda.slurm.failopen import FailOpen
     from coda.slurm.metrics import slurm_agent_registry
 
     tune = checked_loop(policy, tunes, period, window)
+    if controller_lease is not None and not controller_lease.strip():
+        raise click.UsageError("--controller-lease: an empty path")
     sd, lock = locked_state_dir(state_dir)
     say = timestamped(quiet)
     try:
@@ -291,10 +404,21 @@ def agent(
         + (f", metrics on {metrics_host}:{server.port}" if server else ""))  # fmt: skip
     (sd / "agent.pid").write_text(f"{os.getpid()}\n")
     export = textfile_exporter(registry, sd / "metrics.prom", say)
+    watch = (
+        FailOpen(SlurmClient(), controller_lease, fail_open_after, say)
+        if controller_lease
+        else None
+    )
+
+    def after_tick() -> None:
+        export()
+        if watch is not None:
+            watch.tick()
+
     try:
         if server is not None:
             server.serve_in_background()  # a slow scraper never holds up a tick
-        a.run(lambda: stop["flag"], after_tick=export)
+        a.run(lambda: stop["flag"], after_tick=after_tick)
     finally:
         if server is not None:
             server.close()
@@ -367,16 +491,50 @@ def _wait_reason(j: SlurmJob) -> str:
 
 
 @slurm.command()
-def handback() -> None:
+@click.option(
+    "--lease",
+    "lease_path",
+    type=click.Path(dir_okay=False),
+    envvar="CODA_SLURM_LEASE",
+    default="/var/lib/coda/slurm-controller.lease",
+    show_default="$CODA_SLURM_LEASE or /var/lib/coda/slurm-controller.lease",
+    help="The controller's lease: a warning if a controller still beats there.",
+)
+def handback(lease_path: str) -> None:
     """Release every job held for CODA, unchanged, to Slurm's own scheduler.
 
-    Run it after removing JobSubmitPlugins=lua from slurm.conf and `scontrol
-    reconfigure`: nothing is held any more and the jobs already waiting go too."""
-    from coda.slurm.client import SlurmClient, SlurmError
-    from coda.slurm.controller import handback as do_handback
+    Run it after stopping the controller, removing JobSubmitPlugins=lua from slurm.conf
+    and `scontrol reconfigure`: nothing is held any more and the jobs already waiting
+    go too. It warns (and goes on) while either is still in place."""
+
+    from coda.slurm.client import SlurmClient, SlurmError, run_command
+    from coda.slurm.failopen import hand_back
+    from coda.slurm.lease import read_lease
 
     try:
-        n = do_handback(SlurmClient(), log=click.echo)
+        rec = read_lease(Path(lease_path))
+    except ValueError as e:
+        click.echo(f"warning: {e}: cannot tell whether a controller is active", err=True)
+        rec = None
+    if rec is not None and rec.holder != "-" and abs(rec.age(time.time())) <= rec.ttl:
+        click.echo(
+            f"warning: controller {rec.holder} is active (lease {lease_path}): it holds new "
+            "jobs and may place these first; stop it (and any standby) to switch CODA off",
+            err=True,
+        )
+    try:
+        config = run_command(["scontrol", "show", "config"])
+    except SlurmError:
+        config = ""
+    if any(ln.split("=")[0].strip() == "JobSubmitPlugins" and "lua" in ln
+           for ln in config.splitlines()):  # fmt: skip
+        click.echo(
+            "warning: JobSubmitPlugins=lua is still set: new jobs are still held for CODA; "
+            "remove it from slurm.conf and `scontrol reconfigure`",
+            err=True,
+        )
+    try:
+        n = hand_back(SlurmClient(), log=click.echo)
     except SlurmError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"{n} job(s) handed back to Slurm")

@@ -30,11 +30,12 @@ their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md
   progress records), which a job can forge. Where the node reports its memory
   bandwidth, the counters must agree (the gate) before any throttle. Where it does
   not, a CPU job sharing the node with another user's training job may lose at
-  most ``victim_share`` of its core-time since the eliminator first saw it, plus
-  ``victim_grace_core_s``, to quotas below 1; a job past that goes back to full
-  quota and is not throttled again until its allowance catches up
-  (``budget_release``). A user's training job may cost that user's own CPU jobs
-  without bound;
+  most ``victim_share`` of its core-time to quotas below 1, from an allowance that
+  refills at that rate and holds at most ``victim_grace_core_s`` (so at most that
+  share since the eliminator first saw it plus the grace, and never a long quiet
+  spell's banked allowance in one block); a job whose allowance runs out goes back to
+  full quota and is not throttled again until it refills (``budget_release``). A
+  user's training job may cost that user's own CPU jobs without bound;
 - a bound on every CPU job (the policy's harm budget, coda.policy.harm_budget, where
   it keeps one): a job whose bucket is dry is not throttled, and one that runs dry
   while throttled goes back to full quota (``dry_release``), whoever's job it is and
@@ -87,7 +88,7 @@ class EliminatorConfig:
     calm_s: float = 600.0  # forget a node this long after its last action once all is restored
     history: int = 1000  # decisions kept for display
     # Without bandwidth counters, what a CPU job may lose to throttles: this share of its
-    # core-time since first seen, plus the grace (core-seconds).
+    # core-time, from an allowance that holds at most the grace (core-seconds).
     victim_share: float = 0.5
     victim_grace_core_s: float = 60.0
     # A solo probe lasts at most this many ticks (0: no probes; references taken beside
@@ -680,20 +681,22 @@ class ContentionEliminator:
         users = {j.user for j in node.jobs if j.kind == DNN}
         for j in cpu:
             c = self._cost.get(j)
-            if not users - {j.user}:
-                if c is not None:
-                    c[2] = now  # only its own user's training jobs here: nothing billed
-                continue
+            billed = bool(users - {j.user})
             if c is None:
-                self._cost[j] = [now, 0.0, now]
+                if billed:  # [lost in all, allowance left, as of]
+                    self._cost[j] = [0.0, cfg.victim_grace_core_s, now]
                 continue
             dt = now - c[2]
             if dt > 0:
                 c[2] = now
-                if j.quota < 1.0 - _EPS:
-                    c[1] += max(1, j.cores_pn) * (1.0 - j.quota) * dt
-            allowed = cfg.victim_share * max(1, j.cores_pn) * (now - c[0]) + cfg.victim_grace_core_s
-            if c[1] > allowed:
+                cores = max(1, j.cores_pn)
+                lost = cores * (1.0 - j.quota) * dt if billed and j.quota < 1.0 - _EPS else 0.0
+                c[0] += lost
+                # A bucket refilled at victim_share of the job's cores and holding at most
+                # the grace: an allowance banked over a quiet spell is never spent in one
+                # long block (the bound since first seen still holds: it is never more).
+                c[1] = min(cfg.victim_grace_core_s, c[1] + cfg.victim_share * cores * dt) - lost
+            if billed and c[1] < 0:
                 spent.add(j)
         return spent
 
@@ -712,7 +715,7 @@ class ContentionEliminator:
         if acts:
             self._acted(st, now, "budget_release", None)
             self._counts["budget_releases"] += 1
-            lost = {a.job.job_id: round(self._cost[a.job][1], 1) for a in acts}
+            lost = {a.job.job_id: round(self._cost[a.job][0], 1) for a in acts}
             self._log(now, node, "budget_release", acts, {"lost_core_s": lost})
         return acts
 

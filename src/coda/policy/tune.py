@@ -13,6 +13,7 @@ from coda.policy.allocator import AdaptiveAllocator
 from coda.policy.eliminator import ContentionEliminator
 from coda.policy.framework import Policy
 from coda.policy.harm_budget import HarmBudget
+from coda.workload.limits import plain_number
 
 
 def tune_policy(policy: Policy, tune: Mapping[str, str]) -> None:
@@ -37,6 +38,8 @@ def tune_policy(policy: Policy, tune: Mapping[str, str]) -> None:
             raise ValueError(f"{key}: unknown field; {part} has {', '.join(sorted(fields_))}")
         current = getattr(obj.config, name)
         try:
+            if not plain_number(raw):  # int() and float() take ٥ and 1_6: nobody means them
+                raise ValueError(raw)
             if isinstance(current, bool):
                 if raw.lower() not in ("true", "false", "1", "0"):
                     raise ValueError(raw)

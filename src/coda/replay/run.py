@@ -228,6 +228,7 @@ def run_real(
             for d in coda_daemons(env, cfg.shape, run_dir / "state", cfg.period_s, cfg.window_s):
                 daemons[d.name] = d
                 d.start()
+            daemons["controller"].wait_active(env)  # jobs are held only once it beats
             span = jobs[-1].submit_s if jobs else 0.0
             faults.plan = fault_plan(
                 cfg, span, random.Random(cfg.seed), node_names(env, cfg.shape.nodes)

@@ -174,6 +174,19 @@ class Daemon:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def wait_active(self, env: dict[str, str], timeout_s: float = 60.0) -> None:
+        """For the controller: wait until it holds the cluster's lease (job_submit.lua
+        holds jobs for CODA only from then on)."""
+        from coda.slurm.lease import wait_until_active
+
+        lease = env.get("CODA_SLURM_LEASE", "")
+        if self.proc is None or not lease:
+            raise StackError(f"{self.name}: not started, or the cluster names no lease")
+        try:
+            wait_until_active(lease, self.proc.pid, timeout_s, lambda: self.alive)
+        except TimeoutError as e:
+            raise StackError(f"{self.name}: {e} (its log: {self.log})") from None
+
 
 def coda_daemons(
     env: dict[str, str], shape: ClusterShape, state: Path, period_s: float, window_s: float

@@ -5,6 +5,7 @@ file names from here, never from string literals of their own."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -54,3 +55,38 @@ SUBTREE_CONTROL = CgroupFile("subtree control", None, None, "cgroup.subtree_cont
 
 REGISTRY = (CPUS, EFFECTIVE_CPUS, MEMS, PROCS, THREADS, CPU_QUOTA, CPU_PERIOD, CPU_USAGE,
             FREEZE, EVENTS, CONTROLLERS, SUBTREE_CONTROL)  # fmt: skip
+
+
+# ------------------------------------------------------------------ the CPU quota
+MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1 ms
+
+
+@dataclass(frozen=True)
+class CpuQuota:
+    """A CPU cap as both versions write it, encoded and read in one place: v1's
+    ``cpu.cfs_quota_us`` (-1: none) beside ``cpu.cfs_period_us``, v2's ``cpu.max``
+    (``max P`` or ``Q P``). ``cores``: CPUs' worth of time per period (None: no cap)."""
+
+    period_us: int
+
+    def quota_us(self, cores: float) -> int:
+        """ValueError for anything but a finite, non-negative number of cores (inf or
+        NaN must never reach round())."""
+        if isinstance(cores, bool) or not math.isfinite(cores) or cores < 0:
+            raise ValueError(f"quota must be a non-negative number of cores, got {cores}")
+        return max(MIN_QUOTA_US, round(cores * self.period_us))
+
+    def v1_quota(self, cores: float | None) -> str:
+        return "-1" if cores is None else str(self.quota_us(cores))
+
+    def v2_max(self, cores: float | None) -> str:
+        return f"{'max' if cores is None else self.quota_us(cores)} {self.period_us}"
+
+    @staticmethod
+    def read_v1(quota: str, period: str) -> float | None:
+        q = int(quota)
+        return None if q < 0 else q / int(period)
+
+    def read_v2(self, text: str) -> float | None:
+        quota, _, period = text.strip().partition(" ")
+        return None if quota == "max" else int(quota) / int(period or self.period_us)

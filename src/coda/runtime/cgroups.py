@@ -13,7 +13,6 @@ directory tree (tests) works too; on cgroupfs the files already exist.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -33,13 +32,13 @@ from coda.runtime.cgroup_files import (
     PROCS,
     SUBTREE_CONTROL,
     THREADS,
+    CpuQuota,
 )
 
 SetAffinity = Callable[[int, set[int]], None]
 WriteFile = Callable[[Path, str], None]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1 ms
 _V1_CONTROLLERS = ("cpuset", "cpu", "cpuacct", "freezer")
 
 
@@ -300,10 +299,9 @@ class _Base:
         old = self._old_cpus(name)
         self.cpuset_writer.write([self._cpuset_dir(name)], new, old, lambda: self.threads(name))
 
-    def _quota_us(self, cores: float) -> int:
-        if not math.isfinite(cores) or cores < 0:
-            raise ValueError(f"quota must be a non-negative number of cores, got {cores}")
-        return max(MIN_QUOTA_US, round(cores * self.period_us))
+    @property
+    def cpu_quota(self) -> CpuQuota:
+        return CpuQuota(self.period_us)
 
 
 # ---------------------------------------------------------------- cgroup v1
@@ -415,21 +413,17 @@ class CgroupV1(_Base):
     # quota
     def set_quota(self, name: str, cores: float | None) -> None:
         d = self._dir("cpu", name)
-        if cores is None:
-            write_file(d / CPU_QUOTA.v1, "-1")
-            return
-        quota = self._quota_us(cores)
-        period = d / CPU_PERIOD.v1
-        if not period.exists() or read_file(period) != str(self.period_us):
-            write_file(period, str(self.period_us))
-        write_file(d / CPU_QUOTA.v1, str(quota))
+        quota = self.cpu_quota.v1_quota(cores)  # checked before anything is written
+        if cores is not None:
+            period = d / CPU_PERIOD.v1
+            if not period.exists() or read_file(period) != str(self.period_us):
+                write_file(period, str(self.period_us))
+        write_file(d / CPU_QUOTA.v1, quota)
 
     def quota(self, name: str) -> float | None:
         d = self._dir("cpu", name)
-        quota = int(read_file(d / CPU_QUOTA.v1))
-        if quota < 0:
-            return None
-        return quota / int(read_file(d / CPU_PERIOD.v1))
+        quota = read_file(d / CPU_QUOTA.v1)
+        return None if int(quota) < 0 else CpuQuota.read_v1(quota, read_file(d / CPU_PERIOD.v1))
 
     # freezer
     def freeze(self, name: str) -> None:
@@ -545,14 +539,10 @@ class CgroupV2(_Base):
         return set(old) if old else set(self.available_cpus())
 
     def set_quota(self, name: str, cores: float | None) -> None:
-        value = "max" if cores is None else str(self._quota_us(cores))
-        write_file(self._group(name) / CPU_QUOTA.v2, f"{value} {self.period_us}")
+        write_file(self._group(name) / CPU_QUOTA.v2, self.cpu_quota.v2_max(cores))
 
     def quota(self, name: str) -> float | None:
-        quota, _, period = read_file(self._group(name) / CPU_QUOTA.v2).partition(" ")
-        if quota == "max":
-            return None
-        return int(quota) / int(period or self.period_us)
+        return self.cpu_quota.read_v2(read_file(self._group(name) / CPU_QUOTA.v2))
 
     def freeze(self, name: str) -> None:
         write_file(self._group(name) / FREEZE.v2, "1")

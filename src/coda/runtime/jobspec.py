@@ -6,6 +6,7 @@ spec with ``JobSpec.validate`` (the agent again on receipt: it trusts no client)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # cannot make the agent or the database carry megabytes per job.
 MAX_ARGS = 4096
 MAX_ENV = 1024
-MAX_SPEC_BYTES = 1 << 20  # argv, env and cwd together, UTF-8
+MAX_SPEC_BYTES = 1 << 20  # a spec's text fields together, as stored (``stored_sizes``)
 MAX_CORES = MAX_NODE_CORES  # a job runs on this one node: the simulator's node caps
 MAX_GPUS = MAX_NODE_GPUS
 MAX_TIME_LIMIT = MAX_TIME_LIMIT_S
@@ -154,14 +155,34 @@ class JobSpec:
         ):
             if not all(_utf8(t) for t in texts):
                 raise SpecError(f"the {what} is not valid UTF-8 text")
-        size = sum(len(a.encode("utf-8", "surrogatepass")) for a in self.argv) + len(
-            self.cwd.encode("utf-8", "surrogatepass")
-        )
-        size += sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in self.env.items())
+        size = sum(self.stored_sizes().values())
         if size > MAX_SPEC_BYTES:
-            raise SpecError(
-                f"the spec holds {size} bytes of command and environment; at most {MAX_SPEC_BYTES}"
-            )
+            raise SpecError(f"the spec holds {size} bytes as stored; at most {MAX_SPEC_BYTES}")
+
+    @property
+    def stored_argv(self) -> str:
+        """The command as the database holds it: JSON, non-ASCII text as UTF-8 (as
+        ``json.loads`` reads back), control characters escaped."""
+        return json.dumps(self.argv, ensure_ascii=False)
+
+    @property
+    def stored_env(self) -> str:
+        return json.dumps(self.env, ensure_ascii=False)
+
+    def stored_sizes(self) -> dict[str, int]:
+        """Bytes each text field takes in the database (its JSON for the command and
+        environment): what every cap counts, the same way for every check."""
+
+        def n(text: str) -> int:
+            return len(text.encode("utf-8", "surrogatepass"))
+
+        return {
+            "argv": n(self.stored_argv),
+            "env": n(self.stored_env),
+            "cwd": n(self.cwd),
+            "name": n(self.name),
+            "model": n(self.model),
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> JobSpec:

@@ -90,24 +90,9 @@ def format_span(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def spec_field_bytes(spec: JobSpec) -> dict[str, int]:
-    """Bytes of each text field of a (validated) spec, as UTF-8."""
-
-    def n(text: str) -> int:
-        return len(text.encode("utf-8", "surrogatepass"))
-
-    return {
-        "argv": sum(n(a) + 1 for a in spec.argv),
-        "env": sum(n(k) + n(v) + 2 for k, v in spec.env.items()),
-        "cwd": n(spec.cwd),
-        "name": n(spec.name),
-        "model": n(spec.model),
-    }
-
-
 def check_spec_bytes(spec: JobSpec, limit: int) -> int:
     """The spec's size in bytes, or SpecError (one line naming its biggest field)."""
-    sizes = spec_field_bytes(spec)
+    sizes = spec.stored_sizes()
     total = sum(sizes.values())
     if total > limit:
         field, most = max(sizes.items(), key=lambda kv: kv[1])
@@ -139,6 +124,10 @@ class TimeBudget:
             return self.burst
         left, at = got
         return min(self.burst, left + max(0.0, self._clock() - at) * self.share)
+
+    def left_s(self, uid: int) -> float:
+        """Seconds of the socket's time ``uid`` may spend now (0 if none)."""
+        return max(0.0, self._now(uid))
 
     def wait_s(self, uid: int) -> float:
         """0 if ``uid`` may be served now, else how long until it may."""

@@ -6,13 +6,14 @@ never share or clash. The same registry is written to ``<state-dir>/metrics.prom
 every period (atomically, for node-exporter's textfile collector) and, with
 ``--metrics-port``, served over HTTP by :class:`MetricsServer`.
 
-The daemons serve scrapes from a thread of the server's own
-(``serve_in_background``), one request at a time and 2 s at most each, so a slow
-scraper never holds up a period; a collector takes the daemon's lock, so a scrape sees
-the state between two periods, never half of one (and waits for a period under way).
-The agent launches jobs without ``preexec_fn`` in its own process, so a fork while
-the server's thread holds a lock cannot deadlock a child. ``wait(seconds)`` answers
-requests in the caller's thread instead, for a caller that idles between periods.
+The daemons serve scrapes from a thread of the server's own (``serve_in_background``),
+each request in a thread of its own for 2 s at most, so a slow or silent client holds
+up neither a period nor another scrape; a collector takes the daemon's lock, so a
+scrape sees the state between two periods, never half of one (and waits for a period
+under way). The agent launches jobs without ``preexec_fn`` in its own process, so a
+fork while the server's thread holds a lock cannot deadlock a child. ``wait(seconds)``
+answers requests in the caller's thread instead, for a caller that idles between
+periods.
 """
 
 from __future__ import annotations
@@ -198,12 +199,37 @@ class _Handler(MetricsHandler):
         super().do_GET()
 
 
-class _Server(HTTPServer):
+class _Server(socketserver.ThreadingMixIn, HTTPServer):
+    """Each request in a thread of its own, at most MAX_CONCURRENT at once (more are
+    closed unanswered): a client that connects and says nothing holds one thread for
+    REQUEST_TIMEOUT_S, never the scrapes beside it."""
+
+    daemon_threads = True
+    block_on_close = False
+    MAX_CONCURRENT = 64
+
     def __init__(self, host: str, port: int, handler: type[_Handler]) -> None:
         # IPv4 or IPv6, as the host says (a bad host is a socket.gaierror: an OSError).
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        self._slots = threading.BoundedSemaphore(self.MAX_CONCURRENT)
         super().__init__((host, port), handler)
         self.socket.setblocking(False)  # a client gone between select and accept: no wait
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # not HTTPServer's: no reverse DNS lookup
@@ -232,8 +258,9 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def serve_in_background(self) -> None:
-        """Answer scrapes from a thread of the server's own, one at a time (2 s at most
-        each): a slow or silent scraper delays other scrapes, never the daemon's loop."""
+        """Answer scrapes from a thread of the server's own, each in a thread of its
+        own (2 s at most): a slow or silent client delays neither other scrapes nor the
+        daemon's loop."""
 
         def loop() -> None:
             while not self._stop.is_set():

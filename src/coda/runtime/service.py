@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from coda.runtime.cgroups import parse_cpus
 from coda.runtime.control import Peer
 from coda.runtime.jobrow import LIVE
-from coda.runtime.limits import Limits, TimeBudget, check_spec_bytes
+from coda.runtime.limits import BURST_S, Limits, TimeBudget, check_spec_bytes
 from coda.runtime.store import (
     MAX_JOB_ID,
     MAX_LOG_TAIL,
@@ -41,6 +42,7 @@ from coda.runtime.store import (
 
 MAX_DECISIONS = 1000
 MAX_QUEUED_PER_USER = 1000
+MAX_CANCEL_IDS = MAX_QUEUED_PER_USER  # ids in one cancel request (a user's whole queue)
 
 
 def _is_admin(uid: int) -> bool:
@@ -67,11 +69,21 @@ class AgentService:
     on the first request: they all come from the control socket's one thread (not the
     control loop's), and SQLite ties a connection to the thread that made it."""
 
-    def __init__(self, db: str | os.PathLike[str], limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.db = Path(db)
+        self.clock = clock  # what requests' time is measured by
         self.limits = limits or Limits()
         self.budget = TimeBudget(self.limits.user_share)
         self._store: Store | None = None
+        # The clock's time by which the request being served must stop: its user's
+        # budget, charged as it is spent, so that one long request cannot hold the
+        # socket from everyone else (infinite for root and the agent's user).
+        self._until = float("inf")
 
     def __call__(self, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         op = req.get("op")
@@ -92,12 +104,13 @@ class AgentService:
                 "error": f"busy: uid {peer.uid}'s requests took their share of the agent's "
                 f"time; try again in {wait:.1f} s",
             }
-        t0 = time.perf_counter()
+        t0 = self.clock()
+        self._until = t0 + self.budget.left_s(peer.uid) if metered else float("inf")
         try:
             return self._serve(handlers[op], req, peer)
         finally:
             if metered:
-                self.budget.charge(peer.uid, time.perf_counter() - t0)
+                self.budget.charge(peer.uid, self.clock() - t0)
 
     def _serve(self, handler: Any, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         try:
@@ -179,11 +192,19 @@ class AgentService:
 
     def cancel(self, store: Store, req: dict[str, Any], peer: Peer) -> dict[str, Any]:
         ids = req.get("ids")
-        if not isinstance(ids, list) or not ids or len(ids) > 10000:
-            raise SpecError("cancel needs a list of job ids")
-        out = []
-        for raw in ids:
-            j = _int(raw, "job id", 0, MAX_JOB_ID)
+        if not isinstance(ids, list) or not ids or len(ids) > MAX_CANCEL_IDS:
+            raise SpecError(f"cancel needs a list of 1 to {MAX_CANCEL_IDS} job ids")
+        once = list(dict.fromkeys(_int(raw, "job id", 0, MAX_JOB_ID) for raw in ids))
+        out: list[dict[str, Any]] = []
+        for i, j in enumerate(once):
+            if i and self.clock() >= self._until:
+                wait = BURST_S / max(self.limits.user_share, 1e-3)  # a full budget again
+                out.extend(
+                    {"id": k, "error": f"job {k} not cancelled: uid {peer.uid}'s share of "
+                     f"the agent's time is spent; ask again in {wait:.0f} s", "busy": True}
+                    for k in once[i:]
+                )  # fmt: skip
+                break
             row = store.job(j)
             if row is None:
                 out.append({"id": j, "error": f"no job {j}"})

@@ -264,7 +264,7 @@ class Store:
         ``JobSpec.validate``."""
         spec.validate(probe_cwd=False)
         owner = owner or Owner.me()
-        argv, env = json.dumps(spec.argv), json.dumps(spec.env)
+        argv, env = spec.stored_argv, spec.stored_env
         cur = self._db.execute(
             "INSERT INTO jobs (name, kind, argv, cwd, env, cores, gpus, model, submit_t, "
             "uid, gid, groups, time_limit_s, spec_bytes, checkpoints) "
@@ -283,7 +283,7 @@ class Store:
                 owner.gid,
                 json.dumps(list(owner.groups)),
                 spec.time_limit_s,
-                stored_bytes(argv, env, spec.cwd),
+                sum(spec.stored_sizes().values()),
                 int(spec.checkpoints),
             ),
         )
@@ -538,9 +538,3 @@ class Store:
             "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND uid IS ?", (uid,)
         ).fetchone()
         return int(r[0])
-
-
-def stored_bytes(argv: str, env: str, cwd: str) -> int:
-    """What a row's spec takes in the database: its JSON command and environment and its
-    working directory, as UTF-8 (the per-user cap counts these)."""
-    return sum(len(t.encode("utf-8", "surrogatepass")) for t in (argv, env, cwd))

@@ -35,9 +35,9 @@ from coda.runtime.cgroup_files import (
     EFFECTIVE_CPUS,
     PROCS,
     THREADS,
+    CpuQuota,
 )
 from coda.runtime.cgroups import (
-    MIN_QUOTA_US,
     CgroupError,
     CpusetWriter,
     SetAffinity,
@@ -212,19 +212,18 @@ class SlurmJobCgroups:
     def set_quota(self, name: str, cores: float | None) -> None:
         """Cap the job at ``cores`` CPUs' worth of time per period (None: no cap)."""
         d = self._quota_dir(name)
-        if cores is not None and not (cores >= 0):
-            raise ValueError(f"quota must be a non-negative number of cores, got {cores}")
-        quota = None if cores is None else max(MIN_QUOTA_US, round(cores * self.period_us))
+        codec = CpuQuota(self.period_us)
         if self.version == 2:
-            write_file(d / CPU_QUOTA.v2, f"{'max' if quota is None else quota} {self.period_us}")
+            write_file(d / CPU_QUOTA.v2, codec.v2_max(cores))
             return
-        if quota is None and not d.is_dir():
+        quota = codec.v1_quota(cores)  # checked before anything is made or written
+        if cores is None and not d.is_dir():
             return  # never throttled: nothing to undo
         self.quota_base.mkdir(exist_ok=True)
         d.mkdir(exist_ok=True)
         write_file(d / CPU_PERIOD.v1, str(self.period_us))
-        write_file(d / CPU_QUOTA.v1, "-1" if quota is None else str(quota))
-        if quota is not None:
+        write_file(d / CPU_QUOTA.v1, quota)
+        if cores is not None:
             self.sync_quota_members(name)
 
     def sync_quota_members(self, name: str) -> None:
@@ -247,12 +246,10 @@ class SlurmJobCgroups:
     def quota(self, name: str) -> float | None:
         d = self._quota_dir(name)
         if self.version == 2:
-            q = read_file(d / CPU_QUOTA.v2).split()
-            return None if q[0] == "max" else int(q[0]) / int(q[1])
+            return CpuQuota(self.period_us).read_v2(read_file(d / CPU_QUOTA.v2))
         if not d.is_dir():
             return None
-        quota_us = int(read_file(d / CPU_QUOTA.v1))
-        return None if quota_us < 0 else quota_us / int(read_file(d / CPU_PERIOD.v1))
+        return CpuQuota.read_v1(read_file(d / CPU_QUOTA.v1), read_file(d / CPU_PERIOD.v1))
 
     def remove(self, name: str) -> None:
         """Remove CODA's quota group of an ended job (Slurm removes its own groups)."""

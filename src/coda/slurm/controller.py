@@ -45,7 +45,6 @@ from coda.policy.state import CPU, DNN, Job, Node
 from coda.runtime.shim import write_atomic
 from coda.runtime.statedir import StateDirError, secure_file
 from coda.slurm.client import (
-    HELD,
     MARK_STATES,
     SlurmClient,
     SlurmError,
@@ -182,7 +181,7 @@ class SlurmLimits:
 KINDS = (CPU, DNN)
 REFUSALS = ("finish_placement", "pass_through", "placement_not_taken_whole",
             "placement_update", "rehold", "release", "requeue", "wait_mark")  # fmt: skip
-PASS_WHYS = ("array", "heterogeneous", "dependency", "released")
+PASS_WHYS = ("array", "heterogeneous", "dependency", "released", "never-fits")
 
 
 def _zeros(keys: tuple[str, ...]) -> Counter[str]:
@@ -197,6 +196,10 @@ class ControllerStats:
 
     cycles: int = 0
     cycle_errors: int = 0  # cycles a SlurmError cut short
+    last_cycle_end: float = 0.0  # wall-clock time the last whole cycle ended (0: none yet)
+    oldest_held_s: float = 0.0  # how long the longest-held job has waited, at the last cycle
+    active: bool = True  # holds the lease (a standby: False)
+    lease_epoch: int = 0
     times: CycleTimes = field(default_factory=CycleTimes)
     jobs_by_mark: dict[str, int] = field(default_factory=dict)  # at the last cycle's start
     placements: Counter[str] = field(default_factory=lambda: _zeros(KINDS))  # by kind
@@ -317,12 +320,14 @@ class Controller:
             self.stats.cycles += 1
             t0 = time.perf_counter()
             try:
-                return self._cycle()
+                done = self._cycle()
             except SlurmError:
                 self.stats.cycle_errors += 1
                 raise
             finally:
                 self.stats.times.observe(time.perf_counter() - t0)
+            self.stats.last_cycle_end = self.wall()
+            return done
 
     def _say_new(self, what: str, now: list[str], said: list[str]) -> list[str]:
         """Log what a read could not read once, when it changes, not every cycle;
@@ -361,6 +366,8 @@ class Controller:
         self._let_go(list(self.index.released.values()))
         held_ids = self.index.held
         held = [j for j in jobs if j.job_id in held_ids]  # Slurm's order (by id)
+        since = min((j.submit_time for j in held if j.submit_time > 0), default=None)
+        self.stats.oldest_held_s = max(0.0, self.wall() - since) if since is not None else 0.0
         # Dependencies are judged against every job: indexed only when some held job has
         # one. ``ready``: those jobs only (a job without one is ready).
         with_deps = [j for j in held if j.dependency]
@@ -383,11 +390,12 @@ class Controller:
             if self._write_placement(sj, p):
                 marked.append((sj, p))
         done = self._release_checked(marked)
+        handed = self._hand_back_never(by_id, snodes)
         # Held behind an unmet dependency: not the cycle's to place, but held by CODA.
         blocked = [
             j for j in with_deps if ready.get(j.job_id) is False and not j.is_array_or_het
         ]  # array and het jobs were passed through to Slurm above
-        self._mark_waits(queued, blocked)
+        self._mark_waits([j for j in queued if j.job_id not in handed], blocked)
         return done
 
     def decide(
@@ -636,6 +644,31 @@ class Controller:
                 self.stats.refusals["pass_through"] += 1
                 self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
 
+    def _hand_back_never(self, by_id: dict[int, SlurmJob], snodes: Sequence[SlurmNode]) -> set[int]:
+        """Jobs too big for every node they may use, even empty, go back to Slurm at
+        once (its own reason then tells their user), marked ``why=never-fits``; only
+        while every node Slurm lists is usable: a node that is down may fit them when
+        it returns, and they wait held for it. Returns the ids handed back."""
+        handed: set[int] = set()
+        if not self.mirror.never or not all(n.usable for n in snodes):
+            return handed
+        for jid, why in list(self.mirror.never.items()):
+            sj = by_id.get(jid)
+            if sj is None or not sj.held_for_coda:
+                continue
+            try:
+                self.slurm.update(jid, AdminComment=format_mark("passed", why="never-fits"))
+                self.slurm.release(jid)
+            except SlurmError as e:
+                self.stats.refusals["pass_through"] += 1
+                self.log(f"job {jid}: handing it back to Slurm failed: {e}")
+                continue
+            handed.add(jid)
+            self.stats.passed["never-fits"] += 1
+            self._decide(jid, "pass", {"why": "never-fits", "detail": str(why)})
+            self.log(f"job {jid} ({sj.name!r}) {why}: handed back to Slurm")
+        return handed
+
     def _write_placement(self, sj: SlurmJob, p: Placement) -> bool:
         """Write node, cores and the ``placing`` mark in one update (the mark keeps
         the request that NumCPUs overwrites). A crash from here on leaves a job that
@@ -725,15 +758,19 @@ class Controller:
         period_s: float = 1.0,
         after_cycle: Callable[[], None] | None = None,
         idle: Callable[[float], None] = time.sleep,
+        may_cycle: Callable[[], bool] = lambda: True,
     ) -> None:
         """Cycle every ``period_s`` until ``should_stop()``. Slurm being briefly
-        unreachable is logged and retried, never fatal. ``after_cycle()`` runs after
-        every cycle, failed or not (the metrics file); ``idle(seconds)`` fills the time
-        between cycles (the metrics server answers scrapes there)."""
+        unreachable is logged and retried, never fatal. A period in which
+        ``may_cycle()`` says no (a standby, or a lease lost) runs no cycle.
+        ``after_cycle()`` runs after every period, failed or not (the metrics file);
+        ``idle(seconds)`` fills the time between cycles (the metrics server answers
+        scrapes there)."""
         while not should_stop():
             t0 = time.monotonic()
             try:
-                self.cycle()
+                if may_cycle():
+                    self.cycle()
             except SlurmError as e:
                 self.log(f"Slurm: {e} (retrying)")
             if after_cycle is not None:
@@ -741,33 +778,3 @@ class Controller:
             end = t0 + period_s
             while not should_stop() and time.monotonic() < end:
                 idle(min(0.1, max(0.0, end - time.monotonic())))
-
-
-def handback(client: SlurmClient, log: Callable[[str], None] = print) -> int:
-    """Release every job still held for CODA, unchanged: Slurm's own scheduler
-    places them (CODA switched off). Returns how many were released."""
-    n = 0
-    for j in client.jobs():
-        if (
-            j.state == "PENDING"
-            and j.priority == 0
-            and (j.mark or {}).get("state")
-            in (
-                "held",
-                "placing",
-            )
-        ):
-            client.update(j.job_id, AdminComment=format_mark("passed", why="handback"))
-            try:
-                client.release(j.job_id)
-            except SlurmError:
-                # Marked passed but still held, nobody would release it: held again for
-                # CODA, so the next handback (or controller) finds it.
-                try:
-                    client.update(j.job_id, AdminComment=j.admin_comment or HELD)
-                except (SlurmError, ValueError):
-                    pass
-                raise
-            log(f"job {j.job_id} ({j.name!r}): handed back to Slurm")
-            n += 1
-    return n

@@ -81,6 +81,26 @@ class ControllerCollector(Collector):
             "Duration of the last scheduling cycle.",
             value=s.times.last,
         )
+        yield GaugeMetricFamily(
+            "coda_controller_last_cycle_end_timestamp_seconds",
+            "Unix time the last whole scheduling cycle ended (0: none yet).",
+            value=s.last_cycle_end,
+        )
+        yield GaugeMetricFamily(
+            "coda_controller_active",
+            "1 while this controller holds the lease and places jobs; 0 on a standby.",
+            value=1.0 if s.active else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "coda_controller_lease_epoch",
+            "The lease epoch this controller holds (0: none); raised at every takeover.",
+            value=s.lease_epoch,
+        )
+        yield GaugeMetricFamily(
+            "coda_controller_oldest_held_seconds",
+            "How long the longest-waiting job CODA holds has waited, at the last cycle.",
+            value=s.oldest_held_s,
+        )
         hist = HistogramMetricFamily(
             "coda_controller_cycle_seconds", "Durations of scheduling cycles."
         )
