@@ -358,3 +358,36 @@ def test_every_cap_counts_the_bytes_the_database_stores(tmp_path: Path, char: st
         assert sizes["env"] >= 6 * 2000  # an escaped control character costs its 6 bytes
     elif char != "a":
         assert sizes["env"] < 4 * 2000  # UTF-8 text as UTF-8, not as \\uXXXX escapes
+
+
+def test_the_database_gives_purged_space_back(tmp_path: Path) -> None:
+    """coda.db never shrank after a purge; now freed pages go back a bounded step at a
+    time (compact), and an older database is rewritten once at open to allow it."""
+    import sqlite3
+
+    db = tmp_path / "coda.db"
+    Store(db).close()
+    con = sqlite3.connect(db)  # as an older CODA left it: no incremental auto-vacuum
+    con.execute("PRAGMA auto_vacuum=NONE")
+    con.execute("VACUUM")
+    assert con.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    con.close()
+    store = Store(db)
+    assert store._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    ids = [store.submit(JobSpec(argv=["true"], cwd=str(tmp_path), env={"P": "x" * 20_000}))
+           for _ in range(300)]  # fmt: skip
+    for j in ids:
+        store.update(j, state="done", end_t=1.0)
+
+    def size() -> int:
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return db.stat().st_size
+
+    full = size()
+    assert len(store.purge(before=2.0, per_user=0, batch=500)) == 300
+    steps = 0
+    while store.compact(256):
+        steps += 1
+    assert steps >= 2  # a bounded step at a time
+    assert size() < full / 4, (size(), full)
+    store.close()

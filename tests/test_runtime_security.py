@@ -855,3 +855,35 @@ def test_coda_logs_escapes_a_jobs_terminal_controls_for_a_terminal(
     assert "\x1b" not in shown.output and "\r" not in shown.output
     raw = CliRunner().invoke(main, [*args, "--raw"])
     assert raw.output == nasty
+
+
+def test_a_jobs_logs_are_capped_and_a_users_logs_too(tmp_path: Path) -> None:
+    """The log attack: a job's stdout grew 314 MB in 3 s in root's state directory.
+    Now its shim keeps at most log_bytes of each stream and says how much it dropped;
+    and once a user's logs pass user_log_bytes, their oldest finished jobs go first."""
+    from coda.runtime.limits import Limits
+
+    drv = _driver(tmp_path)
+    store = Store(tmp_path / "state" / "coda.db")
+    cap = 64 << 10
+    limits = Limits(log_bytes=cap, user_log_bytes=5 * cap)
+    agent = local_agent(store, drv, tmp_path / "state", AgentConfig(**FAST, limits=limits))
+    agent.start()
+    flood = "import os\nfor _ in range(80):\n    os.write(1, b'x' * 65536); os.write(2, b'y' * 4096)"
+    ids = [store.submit(JobSpec(argv=[sys.executable, "-c", flood], cwd=str(tmp_path)))
+           for _ in range(4)]  # fmt: skip
+    tick_until(agent, lambda: all(store.job(j).state == "done" for j in ids), timeout=60)
+    first = agent.source.supervisor.job_dir(ids[0])
+    out = (first / "stdout").read_bytes()
+    assert len(out) < cap + 200 and out.startswith(b"x" * 1000)
+    assert f"first {cap} bytes; {80 * 65536 - cap} more were dropped".encode() in out
+    err = (first / "stderr").read_bytes()
+    assert err.startswith(b"y" * cap) and b"dropped" in err
+    assert store.job(ids[0]).exit_code == 0  # the job itself ran to its end
+    # Four jobs of ~128 KiB of logs each against the user's 320 KiB: the oldest go.
+    agent.source.log_quota.next_check = 0.0
+    tick_until(agent, lambda: store.job(ids[0]) is None, timeout=10)
+    assert not first.exists()
+    assert store.job(ids[-1]) is not None  # the newest stay
+    agent.shutdown()
+    store.close()

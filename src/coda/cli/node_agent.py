@@ -23,6 +23,7 @@ from coda.runtime.jobspec import MAX_GPUS
 from coda.runtime.limits import (
     FINISHED_PER_USER_RANGE,
     KEEP_FINISHED_RANGE,
+    LOG_BYTES_RANGE,
     SPEC_BYTES_RANGE,
     STATUS_ROWS_RANGE,
     USER_BYTES_RANGE,
@@ -190,6 +191,21 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     "(root's are not counted).",
 )
 @click.option(
+    "--max-log-bytes",
+    type=AsciiIntRange(min=LOG_BYTES_RANGE[0], max=LOG_BYTES_RANGE[1]),
+    default=Limits.log_bytes,
+    show_default=True,
+    help="Bytes of a job's stdout, and of its stderr, kept (the rest is dropped and counted).",
+)
+@click.option(
+    "--max-user-log-bytes",
+    type=AsciiIntRange(min=LOG_BYTES_RANGE[0], max=LOG_BYTES_RANGE[1]),
+    default=Limits.user_log_bytes,
+    show_default=True,
+    help="Bytes of logs one user's jobs, running and kept, may hold (the oldest finished "
+    "jobs go first).",
+)
+@click.option(
     "--stop-jobs-on-exit",
     is_flag=True,
     help="Kill running jobs when the agent stops [default: leave them to the next agent].",
@@ -218,6 +234,8 @@ def agent(
     keep_finished_per_user: int,
     status_rows: int,
     user_share: float,
+    max_log_bytes: int,
+    max_user_log_bytes: int,
     tunes: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -243,6 +261,8 @@ def agent(
             finished_per_user=keep_finished_per_user,
             status_rows=status_rows,
             user_share=user_share,
+            log_bytes=max_log_bytes,
+            user_log_bytes=max_user_log_bytes,
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from None

@@ -8,6 +8,10 @@ in the agent's state directory (root's) and in the agent's memory and time. So:
 - finished jobs are kept ``keep_finished_s`` after they end, and at most
   ``finished_per_user`` of each user's (the oldest go first); the agent purges at most
   ``PURGE_BATCH`` rows a pass, so a purge never makes a tick long;
+- one job's stdout and stderr hold at most ``log_bytes`` each (the job's supervisor
+  copies them and drops the rest, saying how much); one user's logs, running and kept,
+  hold at most ``user_log_bytes`` together: past it, the user's oldest finished jobs
+  are purged first;
 - one status answer lists at most ``status_rows`` jobs (and says how many more);
 - one user's requests may take at most ``user_share`` of the socket thread's time
   (a budget that refills at that rate, up to ``BURST_S`` seconds); over it, the
@@ -33,11 +37,14 @@ SPEC_BYTES_RANGE = (1 * KIB, MAX_SPEC_BYTES)
 USER_BYTES_RANGE = (64 * KIB, 1 << 30)
 KEEP_FINISHED_RANGE = (1.0, 366 * DAY_S)
 FINISHED_PER_USER_RANGE = (0, 1_000_000)
+LOG_BYTES_RANGE = (64 * KIB, 1 << 40)
 STATUS_ROWS_RANGE = (10, 10_000)
 USER_SHARE_RANGE = (0.01, 1.0)
 
 PURGE_BATCH = 500  # rows deleted in one pass at most
 PURGE_EVERY_S = 5.0  # a pass at most this often, unless the last one was full
+PURGE_PASS_S = 0.2  # a pass that takes longer is halved next time
+COMPACT_PAGES = 256  # free database pages given back after a pass (1 MiB of 4 KiB pages)
 BURST_S = 1.0  # a user's budget of socket time holds at most this much
 
 
@@ -49,6 +56,8 @@ class Limits:
     finished_per_user: int = 500
     status_rows: int = 200
     user_share: float = 0.25
+    log_bytes: int = 64 * MIB
+    user_log_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         def whole(name: str, lo: int, hi: int) -> None:
@@ -66,8 +75,15 @@ class Limits:
         whole("user_bytes", *USER_BYTES_RANGE)
         whole("finished_per_user", *FINISHED_PER_USER_RANGE)
         whole("status_rows", *STATUS_ROWS_RANGE)
+        whole("log_bytes", *LOG_BYTES_RANGE)
+        whole("user_log_bytes", *LOG_BYTES_RANGE)
         real("keep_finished_s", *KEEP_FINISHED_RANGE)
         real("user_share", *USER_SHARE_RANGE)
+        if self.user_log_bytes < 2 * self.log_bytes:
+            raise ValueError(
+                f"user_log_bytes ({self.user_log_bytes}) must hold one job's two logs "
+                f"({2 * self.log_bytes})"
+            )
         if self.user_bytes < self.spec_bytes:
             raise ValueError(
                 f"user_bytes ({self.user_bytes}) must be at least spec_bytes ({self.spec_bytes})"

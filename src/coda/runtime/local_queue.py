@@ -27,7 +27,8 @@ from coda.runtime.agent import NodeAgent
 from coda.runtime.cgroup_parent import CgroupParent
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.job_source import AgentHost
-from coda.runtime.limits import PURGE_BATCH, PURGE_EVERY_S
+from coda.runtime.limits import COMPACT_PAGES, PURGE_BATCH, PURGE_EVERY_S, PURGE_PASS_S
+from coda.runtime.log_quota import LogQuota
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import quietly
 from coda.runtime.progress import Progress
@@ -72,6 +73,8 @@ class LocalQueue:
         self.queued: dict[int, Job] = {}  # jobs the scheduler holds, by id
         self.reasons: dict[int, str] = {}  # wait reasons as last written, by job id
         self.next_purge = -math.inf
+        self.purge_batch = PURGE_BATCH  # rows a pass, fitted to what a pass costs here
+        self.log_quota = LogQuota(self.supervisor.job_dir)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> Node:
@@ -243,14 +246,29 @@ class LocalQueue:
             return
         lim = host.config.limits
         before = host.wall() - lim.keep_finished_s
-        ids = host.store.purge(before, lim.finished_per_user, PURGE_BATCH)
-        n = host.store.purge_decisions(before, PURGE_BATCH)
+        t0 = time.perf_counter()
+        batch = self.purge_batch
+        ids = host.store.purge(before, lim.finished_per_user, batch)
+        n = host.store.purge_decisions(before, batch)
+        too_much = [j for j in self.log_quota.over(host.store, lim.user_log_bytes, t)
+                    if j not in ids][:batch]  # fmt: skip
+        host.store.delete_finished(too_much)
+        ids = [*ids, *too_much]
+        if ids or n:
+            host.store.compact(COMPACT_PAGES)
+        # A pass that took long is made smaller next time, a quick one bigger again:
+        # a purge never makes a tick long, whatever the disk.
+        took = time.perf_counter() - t0
+        if took > PURGE_PASS_S:
+            self.purge_batch = max(10, batch // 2)
+        elif took < PURGE_PASS_S / 4:
+            self.purge_batch = min(PURGE_BATCH, batch * 2)
         for jid in ids:
             if jid not in host.jobs.running:
                 shutil.rmtree(self.supervisor.job_dir(jid), ignore_errors=True)
         if ids:
             host.decisions.count("agent:purged", len(ids))
-        full = len(ids) >= PURGE_BATCH or n >= PURGE_BATCH
+        full = len(ids) >= batch or n >= batch
         self.next_purge = t if full else t + PURGE_EVERY_S
 
     # ------------------------------------------------- the cycle's executor

@@ -10,17 +10,22 @@ The command runs without a shell.
 Files in the job directory: ``launch.json`` (written by the agent: command,
 environment, working directory, user and groups, cgroup), ``shim.pid`` (pid and
 start time, written once the shim is in the job's cgroup), ``exit`` (the exit
-status, written atomically last; negative = killed by that signal).
+status, written atomically last; negative = killed by that signal), ``stdout`` and
+``stderr``. With ``log_bytes`` in the launch description the job writes into pipes
+and the shim copies at most that many bytes of each into its log, then one line
+saying how much more it dropped: a job cannot fill the agent's state directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_JOIN
     write_atomic(job_dir / "shim.pid", json.dumps({"pid": me, "start": proc_start_time(me)}))
     command, cwd = [str(a) for a in spec["argv"]], str(spec.get("cwd") or "/")
+    raw_cap = spec.get("log_bytes")
+    cap = raw_cap if type(raw_cap) is int and raw_cap > 0 else 0
+    pipe = subprocess.PIPE if cap else None
     try:
         child = subprocess.Popen(
             command,
             shell=False,
             stdin=subprocess.DEVNULL,
+            stdout=pipe,
+            stderr=pipe,
             env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
             # chdir as the job's user (after the drop), so it cannot enter what it may not.
             preexec_fn=lambda: os.chdir(cwd),
@@ -168,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, forward)
+    if cap:
+        relay(child, cap)
     while True:
         try:
             code = child.wait()
@@ -176,6 +188,58 @@ def main(argv: list[str] | None = None) -> int:
             continue
     write_atomic(job_dir / "exit", f"{code}\n")
     return code if code >= 0 else 128 - code
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to ``fd``; False if the file refuses (a full disk)."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except OSError:
+            return False
+        view = view[n:]
+    return True
+
+
+def relay(child: subprocess.Popen[bytes], cap: int) -> None:
+    """Copy the job's stdout and stderr pipes into this process's own (the logs), at
+    most ``cap`` bytes each; what comes after is read and dropped, and counted in a
+    last line. Returns once both pipes are closed, or a second after the job exited
+    (a process it left behind may hold them open for ever)."""
+    assert child.stdout is not None and child.stderr is not None
+    streams = {child.stdout.fileno(): 1, child.stderr.fileno(): 2}
+    written = dict.fromkeys(streams, 0)
+    dropped = dict.fromkeys(streams, 0)
+    sel = selectors.DefaultSelector()
+    for fd in streams:
+        sel.register(fd, selectors.EVENT_READ)
+    ended_at: float | None = None
+    while sel.get_map():
+        for key, _ in sel.select(0.5):
+            fd = int(key.fd)
+            data = os.read(fd, 1 << 16)
+            if not data:
+                sel.unregister(fd)
+                continue
+            room = max(0, cap - written[fd])
+            keep = data[:room]
+            if keep and not _write_all(streams[fd], keep):
+                room = 0  # the log refuses: count the rest as dropped
+                keep = b""
+            written[fd] += len(keep)
+            dropped[fd] += len(data) - len(keep)
+        if child.poll() is not None:
+            ended_at = ended_at if ended_at is not None else time.monotonic()
+            if time.monotonic() - ended_at > 1.0:
+                break
+    sel.close()
+    child.stdout.close()
+    child.stderr.close()
+    for fd, n in dropped.items():
+        if n:
+            note = f"\ncoda: this log holds the first {cap} bytes; {n} more were dropped\n"
+            _write_all(streams[fd], note.encode())
 
 
 if __name__ == "__main__":

@@ -199,6 +199,11 @@ class Store:
                 f"{self.path}: an SQLite database, but not CODA's "
                 f"(tables: {', '.join(sorted(tables))})"
             )
+        # Pages freed by purges go back to the file system a few at a time (compact()):
+        # set before the first table; an older database is rewritten once to take it.
+        if self._db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._db.execute("VACUUM")
         self._db.executescript(_SCHEMA)
         got = self.meta("schema")
         if got is None:
@@ -233,6 +238,14 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+    def compact(self, pages: int) -> int:
+        """Give at most ``pages`` free pages back to the file system (the file shrinks
+        after purges, a bounded step at a time); how many were free before."""
+        free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+        if free:
+            self._db.execute(f"PRAGMA incremental_vacuum({int(pages)})").fetchall()
+        return free
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -388,18 +401,34 @@ class Store:
                 ):
                     if int(r[0]) not in taken:
                         ids.append(int(r[0]))
+        self.delete_finished(ids)
+        return ids
+
+    def delete_finished(self, ids: Sequence[int]) -> None:
+        """Delete these jobs' rows and decisions: only rows still finished, never one a
+        concurrent change made active."""
         if not ids:
-            return []
+            return
+        final = f"state IN ({','.join('?' * len(FINAL))})"
         with self.tx():
             for i in range(0, len(ids), 500):
-                part = ids[i : i + 500]
+                part = list(ids[i : i + 500])
                 marks = ",".join("?" * len(part))
-                # Only rows still finished: never one a concurrent change made active.
                 self._db.execute(
                     f"DELETE FROM jobs WHERE id IN ({marks}) AND {final}", (*part, *FINAL)
                 )
                 self._db.execute(f"DELETE FROM decisions WHERE job_id IN ({marks})", part)
-        return ids
+
+    def log_owners(self, limit: int) -> list[tuple[int, int | None, bool]]:
+        """(id, uid, finished) of the jobs whose logs the agent holds (started ones),
+        the running first, then the finished newest first; at most ``limit``."""
+        final = f"state IN ({','.join('?' * len(FINAL))})"
+        rows = self._db.execute(
+            f"SELECT id, uid, {final} AS done FROM jobs WHERE state != 'queued' "
+            "ORDER BY done, id DESC LIMIT ?",
+            (*FINAL, limit),
+        )
+        return [(int(r[0]), r[1], bool(r[2])) for r in rows]
 
     def purge_decisions(self, before: float, batch: int) -> int:
         """Delete at most ``batch`` of the oldest decisions made before ``before``."""

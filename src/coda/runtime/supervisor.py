@@ -287,6 +287,7 @@ class Supervisor:
             "gid": gid,
             "groups": groups,
             "cgroup_procs": list(self.cg.procs_files(m.cgroup)),
+            "log_bytes": self.config.limits.log_bytes,
         }
         shim.write_atomic(m.job_dir / LAUNCH_FILE, json.dumps(launch))
         with _private_log(m.job_dir / "stdout") as out, _private_log(m.job_dir / "stderr") as err:
