@@ -869,7 +869,9 @@ def test_a_jobs_logs_are_capped_and_a_users_logs_too(tmp_path: Path) -> None:
     limits = Limits(log_bytes=cap, user_log_bytes=5 * cap)
     agent = local_agent(store, drv, tmp_path / "state", AgentConfig(**FAST, limits=limits))
     agent.start()
-    flood = "import os\nfor _ in range(80):\n    os.write(1, b'x' * 65536); os.write(2, b'y' * 4096)"
+    flood = (
+        "import os\nfor _ in range(80):\n    os.write(1, b'x' * 65536); os.write(2, b'y' * 4096)"
+    )
     ids = [store.submit(JobSpec(argv=[sys.executable, "-c", flood], cwd=str(tmp_path)))
            for _ in range(4)]  # fmt: skip
     tick_until(agent, lambda: all(store.job(j).state == "done" for j in ids), timeout=60)
