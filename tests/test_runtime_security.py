@@ -476,10 +476,20 @@ def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> Non
     )
     tick_until(agent, lambda: jid in agent.jobs.running)  # a loaded host: maybe not at once
     m = agent.jobs.running[jid]
-    shim_env = Path(f"/proc/{m.shim_pid}/environ").read_bytes().split(b"\0")
+
+    def proc_file(name: str) -> list[bytes]:
+        # Popen returns once the shim's exec has begun; the kernel fills in its
+        # environment and arguments a moment later (read before, they are empty).
+        end = time.monotonic() + 10
+        while not (raw := Path(f"/proc/{m.shim_pid}/{name}").read_bytes()):
+            assert time.monotonic() < end, f"/proc/{m.shim_pid}/{name} stayed empty"
+            time.sleep(0.01)
+        return raw.split(b"\0")
+
+    shim_env = proc_file("environ")
     assert not [e for e in shim_env if e.startswith((b"PYTHON", b"LD_", b"EXTRA"))], shim_env
     assert b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in shim_env
-    shim_cmd = Path(f"/proc/{m.shim_pid}/cmdline").read_bytes().split(b"\0")
+    shim_cmd = proc_file("cmdline")
     assert b"-I" in shim_cmd
     tick_until(agent, lambda: store.job(jid).state == "done")
     out = (agent.source.supervisor.job_dir(jid) / "stdout").read_text().split()
