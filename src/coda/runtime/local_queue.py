@@ -250,10 +250,6 @@ class LocalQueue:
         batch = self.purge_batch
         ids = host.store.purge(before, lim.finished_per_user, batch)
         n = host.store.purge_decisions(before, batch)
-        too_much = [j for j in self.log_quota.over(host.store, lim.user_log_bytes, t)
-                    if j not in ids][:batch]  # fmt: skip
-        host.store.delete_finished(too_much)
-        ids = [*ids, *too_much]
         if ids or n:
             host.store.compact(COMPACT_PAGES)
         # A pass that took long is made smaller next time, a quick one bigger again:
@@ -263,6 +259,12 @@ class LocalQueue:
             self.purge_batch = max(10, batch // 2)
         elif took < PURGE_PASS_S / 4:
             self.purge_batch = min(PURGE_BATCH, batch * 2)
+        # Users past their logs' share, once a minute (not counted in the pass's cost).
+        gone = set(ids)
+        too_much = [j for j in self.log_quota.over(host.store, lim.user_log_bytes, t)
+                    if j not in gone][:batch]  # fmt: skip
+        host.store.delete_finished(too_much)
+        ids = [*ids, *too_much]
         for jid in ids:
             if jid not in host.jobs.running:
                 shutil.rmtree(self.supervisor.job_dir(jid), ignore_errors=True)

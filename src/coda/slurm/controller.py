@@ -634,15 +634,22 @@ class Controller:
                 why = "dependency"
             else:
                 continue
-            try:
-                self.slurm.update(j.job_id, AdminComment=format_mark("passed", why=why))
-                self.slurm.release(j.job_id)
-                self.stats.passed[why] += 1
-                self._decide(j.job_id, "pass", {"why": why})
-                self.log(f"job {j.job_id} ({j.name!r}): {why} job, left to Slurm's scheduler")
-            except SlurmError as e:
-                self.stats.refusals["pass_through"] += 1
-                self.log(f"job {j.job_id}: passing it to Slurm failed: {e}")
+            self._pass(j, why, f"{why} job, left to Slurm's scheduler")
+
+    def _pass(self, sj: SlurmJob, why: str, said: str, **detail: str) -> bool:
+        """Hand a held job to Slurm's own scheduler unchanged, marked
+        ``coda:passed,why=<why>``; whether Slurm took it."""
+        try:
+            self.slurm.update(sj.job_id, AdminComment=format_mark("passed", why=why))
+            self.slurm.release(sj.job_id)
+        except SlurmError as e:
+            self.stats.refusals["pass_through"] += 1
+            self.log(f"job {sj.job_id}: passing it to Slurm failed: {e}")
+            return False
+        self.stats.passed[why] += 1
+        self._decide(sj.job_id, "pass", {"why": why, **detail})
+        self.log(f"job {sj.job_id} ({sj.name!r}): {said}")
+        return True
 
     def _hand_back_never(self, by_id: dict[int, SlurmJob], snodes: Sequence[SlurmNode]) -> set[int]:
         """Jobs too big for every node they may use, even empty, go back to Slurm at
@@ -656,17 +663,8 @@ class Controller:
             sj = by_id.get(jid)
             if sj is None or not sj.held_for_coda:
                 continue
-            try:
-                self.slurm.update(jid, AdminComment=format_mark("passed", why="never-fits"))
-                self.slurm.release(jid)
-            except SlurmError as e:
-                self.stats.refusals["pass_through"] += 1
-                self.log(f"job {jid}: handing it back to Slurm failed: {e}")
-                continue
-            handed.add(jid)
-            self.stats.passed["never-fits"] += 1
-            self._decide(jid, "pass", {"why": "never-fits", "detail": str(why)})
-            self.log(f"job {jid} ({sj.name!r}) {why}: handed back to Slurm")
+            if self._pass(sj, "never-fits", f"{why}: handed back to Slurm", detail=str(why)):
+                handed.add(jid)
         return handed
 
     def _write_placement(self, sj: SlurmJob, p: Placement) -> bool:

@@ -244,6 +244,10 @@ class ControllerLease:
             raise ValueError(f"lease {self.path}: {e.strerror or e}") from None
 
     # ------------------------------------------------------------ the holder's steps
+    def _ours(self, rec: LeaseRecord | None, epoch: int) -> bool:
+        """Whether ``rec`` is this controller's lease at ``epoch`` (untouched since)."""
+        return rec is not None and rec.holder == self.holder and rec.epoch == epoch
+
     def free(self, rec: LeaseRecord | None) -> bool:
         """Whether this controller may take ``rec``: nobody's, its own, held by a
         process of this host that is gone, or unmoved for its ttl on this clock."""
@@ -287,12 +291,12 @@ class ControllerLease:
             mine = self.epoch
 
             def beat(rec: LeaseRecord | None) -> LeaseRecord | None:
-                if rec is None or rec.holder != self.holder or rec.epoch != mine:
+                if not self._ours(rec, mine):
                     return None
                 return LeaseRecord(mine, self.holder, self.wall(), self.ttl)
 
             rec = self._locked(beat)
-            if rec is None or rec.holder != self.holder or rec.epoch != mine:
+            if not self._ours(rec, mine):
                 self.epoch = None
                 return False
             self._renewed_at = started
@@ -307,7 +311,7 @@ class ControllerLease:
             self.epoch = None
 
             def give(rec: LeaseRecord | None) -> LeaseRecord | None:
-                if rec is None or rec.holder != self.holder or rec.epoch != mine:
+                if rec is None or not self._ours(rec, mine):
                     return None
                 return LeaseRecord(mine, "-", rec.beat, rec.ttl)
 
