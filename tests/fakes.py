@@ -24,10 +24,13 @@ class Affinity:
         self.calls.append((tid, set(cpus)))
 
 
-def v1_tree(tmp_path: Path, comount: bool = False, freezer: bool = True) -> Path:
+def v1_tree(
+    tmp_path: Path, comount: bool = False, freezer: bool = True, devices: bool = False
+) -> Path:
     """Build a v1 tree under tmp_path and return the mounts file describing it."""
     cpu = ["cpu,cpuacct"] if comount else ["cpu", "cpuacct"]
     dirs = ["cpuset", *cpu, "memory"] + (["freezer"] if freezer else [])
+    dirs += ["devices"] if devices else []
     lines = [f"tmpfs {CG} tmpfs rw,nosuid 0 0"]
     for d in dirs:
         (tmp_path / CG.lstrip("/") / d).mkdir(parents=True)

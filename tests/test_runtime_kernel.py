@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -72,16 +72,16 @@ SYNTH = str(Path(__file__).parent / "synthetic_job.py")
 class Agent:
     """One `coda agent` process, started and stopped by its PID."""
 
-    def __init__(self, state: Path, parent: str, log: Path) -> None:
+    def __init__(self, state: Path, parent: str, log: Path, gpus: Sequence[str] = ()) -> None:
         self.state, self.parent, self.log = state, parent, log
+        self.gpus = list(gpus) or ["--gpus", "1"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         args = [
             "--cgroup-parent",
             self.parent,
-            "--gpus",
-            "1",
+            *self.gpus,
             "--period",
             "0.2",
             "--window",
@@ -115,9 +115,25 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[tuple[Agent, Callable[..., int], Store]]:
+    yield from running_node(tmp_path)
+
+
+# Two "GPUs" whose device files every kernel has: a job granted GPU 0 may open
+# /dev/full and not /dev/zero (the devices controller or eBPF program says so).
+GPU_FILES = ("/dev/full", "/dev/zero")
+
+
+@pytest.fixture
+def gpu_node(tmp_path: Path) -> Iterator[tuple[Agent, Callable[..., int], Store]]:
+    yield from running_node(tmp_path, [a for f in GPU_FILES for a in ("--gpu-device", f)])
+
+
+def running_node(
+    tmp_path: Path, gpus: Sequence[str] = ()
+) -> Iterator[tuple[Agent, Callable[..., int], Store]]:
     parent = f"coda-kt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     state = tmp_path / "state"
-    agent = Agent(state, parent, tmp_path / "agent.log")
+    agent = Agent(state, parent, tmp_path / "agent.log", gpus)
     agent.start()
     store = Store(state / "coda.db")
 
@@ -199,6 +215,40 @@ def test_allocator_slims_a_real_cpuset(node) -> None:
     assert len(pids) >= 2  # the shim and the job itself
     for p in pids:
         assert allowed(p) == parse_cpus(row.cpus)  # the kernel applies it to every task
+
+
+OPENS = """import json, os, sys
+seen = {}
+for path in sys.argv[2:]:
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        seen[path] = "opened"
+    except OSError as e:
+        seen[path] = e.strerror
+seen["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+with open(sys.argv[1] + ".tmp", "w") as f:
+    json.dump(seen, f)
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+"""
+
+
+def test_a_job_opens_only_the_gpus_it_was_granted(gpu_node, tmp_path: Path) -> None:
+    """The attack: a job that ignores CUDA_VISIBLE_DEVICES and opens every GPU."""
+    agent, submit, store = gpu_node
+    seen = {}
+    for name, gpus in (("dnn", "1"), ("cpu", "0")):
+        out = tmp_path / f"{name}.json"
+        jid = submit("--name", name, "--cores", "1", "--gpus", gpus, "--",
+                     sys.executable, "-c", OPENS, str(out), *GPU_FILES)  # fmt: skip
+        wait_for(lambda j=jid: store.job(j).state in FINAL_STATES, 30, f"job {name} to end")
+        assert store.job(jid).state == "done", store.job(jid).message
+        seen[name] = json.loads(out.read_text())
+    granted = int(seen["dnn"]["CUDA_VISIBLE_DEVICES"])
+    for i, path in enumerate(GPU_FILES):
+        assert seen["dnn"][path] == ("opened" if i == granted else "Operation not permitted")
+        assert seen["cpu"][path] == "Operation not permitted"
+    assert seen["cpu"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert "GPUs (isolated)" in agent.log.read_text()
 
 
 def test_eliminator_writes_a_real_quota(node) -> None:

@@ -19,6 +19,7 @@ from coda.cli.node_state_dir import locked_state_dir, state_dir_option
 from coda.params import AsciiIntRange, FiniteFloat
 from coda.runtime.cgroups import MAX_CPU_ID, parse_cpus
 from coda.runtime.control import SOCKET_NAME, ControlServer
+from coda.runtime.devices import Device, DeviceError, device_of, nvidia_devices
 from coda.runtime.jobspec import MAX_GPUS
 from coda.runtime.limits import (
     FINISHED_PER_USER_RANGE,
@@ -63,6 +64,39 @@ def spawn_agent(
     raise RuntimeError(f"coda agent did not start within {timeout:g} s; see {log}")
 
 
+def _gpu_devices(gpus: int | None, paths: Sequence[str]) -> tuple[int, list[Device]]:
+    """The node's GPU count and the device files guarded for them: those named (one per
+    GPU), else the /dev/nvidiaN found (those beyond --gpus are refused to every job)."""
+    if not paths:
+        found = nvidia_devices("/dev")
+        if gpus is not None and found and gpus > len(found):
+            raise click.BadParameter(
+                f"{gpus} GPUs but /dev has {len(found)} GPU device files: name each "
+                "with --gpu-device",
+                param_hint="--gpus",
+            )
+        return (len(found) if gpus is None else gpus), found
+    try:
+        devices = [device_of(p) for p in paths]
+    except DeviceError as e:
+        raise click.BadParameter(str(e), param_hint="--gpu-device") from None
+    seen: dict[tuple[str, int, int], str] = {}
+    for d in devices:
+        key = (d.kind, d.major, d.minor)
+        if key in seen:
+            raise click.BadParameter(
+                f"{d} is the same device as {seen[key]}", param_hint="--gpu-device"
+            )
+        seen[key] = d.path
+    if gpus is not None and gpus != len(devices):
+        raise click.BadParameter(
+            f"{gpus} GPUs but {len(devices)} device files given", param_hint="--gpu-device"
+        )
+    if len(devices) > MAX_GPUS:
+        raise click.BadParameter(f"at most {MAX_GPUS} GPUs", param_hint="--gpu-device")
+    return len(devices), devices
+
+
 def _parse_cpu_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -85,6 +119,16 @@ def _parse_cpu_list(text: str | None) -> list[int] | None:
     type=AsciiIntRange(min=0, max=MAX_GPUS),
     default=None,
     help=f"GPUs on this node, 0-{MAX_GPUS} [default: /dev/nvidia0.. devices found].",
+)
+@click.option(
+    "--gpu-device",
+    "gpu_device_paths",
+    multiple=True,
+    metavar="PATH",
+    help="GPU i's device file, given once per GPU in index order (e.g. /dev/nvidia0). A "
+    "job's cgroup is refused the files of the GPUs it was not granted (cgroup v1: devices "
+    "controller; v2: an eBPF device program); the agent refuses to start if it cannot "
+    "[default: /dev/nvidia0.. found, where the kernel lets the agent guard them].",
 )
 @click.option("--cpus", "cpu_list", default=None, help="CPUs to manage, e.g. 0-7 [default: all].")
 @click.option(
@@ -217,6 +261,7 @@ def agent(
     window: float,
     stall: float,
     gpus: int | None,
+    gpu_device_paths: tuple[str, ...],
     cpu_list: str | None,
     bus_gbps: float,
     take_back: str,
@@ -266,9 +311,8 @@ def agent(
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    gpus, gpu_devices = _gpu_devices(gpus, gpu_device_paths)
     sd, lock = locked_state_dir(state_dir)
-    if gpus is None:
-        gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit())
     try:
         cg = detect(
             cgroup_mounts,
@@ -289,12 +333,20 @@ def agent(
         lock.release()
         raise click.ClickException(str(e)) from None
     say = timestamped(quiet)
+    problem = cg.device_guard_problem() if gpu_devices else None
+    if problem is not None:
+        if gpu_device_paths:
+            lock.release()
+            raise click.ClickException(f"--gpu-device: GPUs cannot be isolated: {problem}")
+        say(f"GPUs are not isolated (jobs see only CUDA_VISIBLE_DEVICES): {problem}")
+        gpu_devices = []
     cfg = AgentConfig(
         period_s=period,
         window_s=window,
         stall_s=stall,
         policy=policy,
         gpus=gpus,
+        gpu_devices=gpu_devices,
         cpus=_parse_cpu_list(cpu_list),
         bus_gbps=bus_gbps,
         take_back=take_back,
@@ -346,7 +398,8 @@ def agent(
     node = node_agent.node
     assert node is not None
     say(
-        f"agent on {node.name}: {node.cores} cores, {node.gpus} GPUs, cgroup v{cg.version}, "
+        f"agent on {node.name}: {node.cores} cores, {node.gpus} GPUs"
+        f"{' (isolated)' if gpu_devices else ''}, cgroup v{cg.version}, "
         f"policy {policy}, period {period:g} s, state {sd}"
         + (f", metrics on :{server.port}" if server else "")
     )

@@ -52,9 +52,11 @@ FREEZE = CgroupFile("freeze", "freezer", "freezer.state", "cgroup.freeze")
 EVENTS = CgroupFile("events", None, None, "cgroup.events")
 CONTROLLERS = CgroupFile("controllers", None, None, "cgroup.controllers")
 SUBTREE_CONTROL = CgroupFile("subtree control", None, None, "cgroup.subtree_control")
+# v2 has no file: its device guard is an eBPF program (coda.runtime.bpf_devices)
+DEVICES_DENY = CgroupFile("devices deny", "devices", "devices.deny", None)
 
 REGISTRY = (CPUS, EFFECTIVE_CPUS, MEMS, PROCS, THREADS, CPU_QUOTA, CPU_PERIOD, CPU_USAGE,
-            FREEZE, EVENTS, CONTROLLERS, SUBTREE_CONTROL)  # fmt: skip
+            FREEZE, EVENTS, CONTROLLERS, SUBTREE_CONTROL, DEVICES_DENY)  # fmt: skip
 
 
 # ------------------------------------------------------------------ the CPU quota

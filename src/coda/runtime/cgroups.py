@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from coda.runtime.bpf_devices import BpfDeviceGuard, BpfError
 from coda.runtime.cgroup_files import (
     CONTROLLERS,
     CPU_PERIOD,
     CPU_QUOTA,
     CPU_USAGE,
     CPUS,
+    DEVICES_DENY,
     EFFECTIVE_CPUS,
     EVENTS,
     FREEZE,
@@ -34,12 +36,13 @@ from coda.runtime.cgroup_files import (
     THREADS,
     CpuQuota,
 )
+from coda.runtime.devices import Device
 
 SetAffinity = Callable[[int, set[int]], None]
 WriteFile = Callable[[Path, str], None]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_V1_CONTROLLERS = ("cpuset", "cpu", "cpuacct", "freezer")
+_V1_CONTROLLERS = ("cpuset", "cpu", "cpuacct", "freezer", "devices")
 
 
 class CgroupError(RuntimeError):
@@ -259,6 +262,15 @@ class CgroupDriver(JobGroups, Protocol):
     def procs_files(self, name: str) -> list[str]: ...
     def cpu_usage_s(self, name: str) -> float: ...
     def available_cpus(self) -> list[int]: ...
+    def deny_devices(self, name: str, devices: Sequence[Device]) -> None: ...
+    def device_guard_problem(self) -> str | None: ...
+
+
+class DeviceGuard(Protocol):
+    """Refuses devices to a cgroup v2 directory (``BpfDeviceGuard`` on the kernel)."""
+
+    def attach(self, cgroup_dir: Path, denied: Sequence[Device]) -> None: ...
+    def load(self, denied: Sequence[Device]) -> int: ...
 
 
 class _Base:
@@ -451,6 +463,22 @@ class CgroupV1(_Base):
     def cpu_usage_s(self, name: str) -> float:
         return int(read_file(self._dir("cpuacct", name) / CPU_USAGE.v1)) / 1e9
 
+    # devices
+    def device_guard_problem(self) -> str | None:
+        """Why this driver cannot refuse devices to a group (None: it can)."""
+        return None if "devices" in self.mounts else "cgroup v1's devices controller is not mounted"
+
+    def deny_devices(self, name: str, devices: Sequence[Device]) -> None:
+        """Refuse every access to ``devices`` to the group's processes: one rule per write,
+        as the kernel parses them. Call it before the group has processes."""
+        if not devices:
+            return
+        problem = self.device_guard_problem()
+        if problem is not None:
+            raise CgroupError(f"cannot isolate devices: {problem}")
+        for d in devices:
+            write_file(self._dir("devices", name) / DEVICES_DENY.v1, d.rule)
+
     def available_cpus(self) -> list[int]:
         own = self._parent_dir("cpuset") / CPUS.file
         cpus = parse_cpus(read_file(own)) if own.exists() else []
@@ -472,9 +500,11 @@ class CgroupV2(_Base):
         parent: str = "coda",
         setaffinity: SetAffinity = os.sched_setaffinity,
         period_us: int = 100_000,
+        device_guard: DeviceGuard | None = None,
     ) -> None:
         super().__init__(parent, setaffinity, period_us)
         self.root = Path(root)
+        self.device_guard: DeviceGuard = device_guard or BpfDeviceGuard()
 
     @property
     def parent_dir(self) -> Path:
@@ -573,6 +603,24 @@ class CgroupV2(_Base):
             if key == "usage_usec":
                 return int(value) / 1e6
         raise CgroupError(f"{f} has no usage_usec")
+
+    def device_guard_problem(self) -> str | None:
+        """Why this driver cannot refuse devices (None: the kernel loads a device program)."""
+        try:
+            os.close(self.device_guard.load([]))
+        except OSError as e:
+            return f"cgroup v2's eBPF device programs: {e.strerror or e}"
+        return None
+
+    def deny_devices(self, name: str, devices: Sequence[Device]) -> None:
+        """Refuse every access to ``devices`` to the group's processes (an eBPF device
+        program on the group). Call it before the group has processes."""
+        if not devices:
+            return
+        try:
+            self.device_guard.attach(self._group(name), devices)
+        except BpfError as e:
+            raise CgroupError(f"cannot isolate devices: {e.strerror}") from None
 
     def available_cpus(self) -> list[int]:
         for d in (self.parent_dir, self.root):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coda.policy.state import Job
+from coda.runtime.devices import Device
 from coda.runtime.limits import Limits
 from coda.runtime.progress import Progress
 
@@ -25,6 +26,10 @@ class AgentConfig:
     # cores given away, thawed where it was once the cycle starts it again).
     take_back: str = "requeue"
     gpus: int = 0  # GPUs on this node (fake ones are fine: jobs see CUDA_VISIBLE_DEVICES)
+    # GPU i's device file; a job's cgroup is refused those of GPUs it was not granted,
+    # and any beyond ``gpus`` (empty: GPUs are handed out through CUDA_VISIBLE_DEVICES
+    # alone, not isolated).
+    gpu_devices: list[Device] = field(default_factory=list)
     cpus: list[int] | None = None  # CPUs to manage (None: all the cgroup parent may use)
     kill_grace_s: float = 5.0  # cancel, time limit, checkpoint: SIGTERM, SIGKILL this long after
     # The node's memory bandwidth in GB/s, as the operator declares it: with resctrl's
@@ -40,6 +45,8 @@ class AgentConfig:
             raise ValueError("need period_s > 0 and window_s >= period_s")
         if self.gpus < 0 or self.stall_s <= 0 or self.settle_s < 0:
             raise ValueError("need gpus >= 0, stall_s > 0, settle_s >= 0")
+        if self.gpu_devices and len(self.gpu_devices) < self.gpus:
+            raise ValueError(f"{self.gpus} GPUs but {len(self.gpu_devices)} GPU device files")
         if self.take_back not in ("requeue", "suspend"):
             raise ValueError(f"take_back must be requeue or suspend, not {self.take_back!r}")
         if not (math.isfinite(self.bus_gbps) and self.bus_gbps >= 0):

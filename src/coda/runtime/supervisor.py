@@ -19,6 +19,7 @@ from coda.policy.state import Job
 from coda.runtime import shim
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.decision_log import DecisionLog
+from coda.runtime.devices import denied
 from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
 from coda.runtime.processes import JobProcesses
@@ -235,7 +236,10 @@ class Supervisor:
                     started_wall=started)  # fmt: skip
         self.books.place(m, now)
         try:
+            if self.cg.exists(name):  # empty (checked above): a fresh one keeps no old rules
+                self.cg.remove(name)
             self.cg.create(name)
+            self.cg.deny_devices(name, denied(self.config.gpu_devices, gpu_ids))
             self.cg.set_cpus(name, cpus)
             self.cg.set_quota(name, None)
             m.popen = self._spawn(r, m)
