@@ -27,6 +27,7 @@ from coda.runtime.shim import alive
 from coda.runtime.store import Store
 from tests.bench_module import load_bench
 from tests.fakes import LOOSE_HARM
+from tests.time_scale import WAIT_SCALE, WORK_SCALE
 
 
 def _real() -> tuple[str | None, int]:
@@ -100,12 +101,8 @@ class Agent:
             self.proc.wait(timeout=30)
 
 
-# Waits stretched by this factor (deploy/cgroup2-guest sets it: its guest is emulated).
-TIME_SCALE = max(1.0, float(os.environ.get("CODA_TEST_TIME_SCALE") or 1))
-
-
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout * TIME_SCALE
+    end = time.monotonic() + timeout * WAIT_SCALE
     while time.monotonic() < end:
         if cond():
             return
@@ -329,7 +326,7 @@ def test_eliminator_catches_a_co_runner_that_came_first(node) -> None:
 def test_agent_killed_mid_run_readopts_its_jobs(node) -> None:
     agent, submit, store = node
     # Long enough to outlast the agent's restart (slower where emulated).
-    long_job = submit("--name", "long", "--cores", "1", "--", "sleep", str(round(8 * TIME_SCALE)))
+    long_job = submit("--name", "long", "--cores", "1", "--", "sleep", str(round(8 * WORK_SCALE)))
     wait_for(lambda: store.job(long_job).state == "running", 10, "the job to start")
     before = store.job(long_job)
     agent.kill(signal.SIGKILL)  # a crash: no cleanup at all
@@ -652,7 +649,7 @@ def test_a_suspended_job_loses_no_work(tmp_path: Path, mode: str) -> None:
     twice and loses what it did; suspended (the cgroup freezer), it runs once and loses
     nothing."""
     take_back = load_bench("take_back")
-    r = take_back.one_run(mode, 4.0 * TIME_SCALE, 1.0 * TIME_SCALE, 2.0, tmp_path)
+    r = take_back.one_run(mode, 4.0 * WORK_SCALE, 1.0 * WORK_SCALE, 2.0, tmp_path)
     if mode == "suspend":
         assert (r["taken_back"], r["cpu_runs"], r["cpu_launches"]) == ("suspend", 1, 1), r
         assert r["cpu_lost_cpu_s"] == 0.0, r

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from time_scale import WAIT_SCALE, WORK_SCALE
 
 from coda.runtime.cgroups import CgroupError, parse_cpus
 from coda.slurm.cgroups import SlurmJobCgroups, cgroup_version_of
@@ -111,7 +112,7 @@ class Daemons:
         """Until the controller ``p`` holds the lease: jobs are held for CODA only once
         it beats (job_submit.lua fails open)."""
         try:
-            wait_until_active(self.env["CODA_SLURM_LEASE"], p.pid, 60 * TIME_SCALE,
+            wait_until_active(self.env["CODA_SLURM_LEASE"], p.pid, 60 * WAIT_SCALE,
                               lambda: p.poll() is None)  # fmt: skip
         except TimeoutError as e:
             log_text = (self.tmp / f"{name}.log").read_text()[-2000:]
@@ -170,13 +171,8 @@ class Submitter:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-# Waits stretched by this factor (deploy/cgroup2-guest sets it: its guest is emulated,
-# every process starts several times slower than here).
-TIME_SCALE = max(1.0, float(os.environ.get("CODA_TEST_TIME_SCALE") or 1))
-
-
 def _wait(what: str, cond: Callable[[], object], timeout: float, step: float = 0.5) -> object:
-    timeout *= TIME_SCALE
+    timeout *= WAIT_SCALE
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = cond()
@@ -209,7 +205,7 @@ def test_mixed_batch_on_real_slurm_with_restarts(cluster: dict[str, str], tmp_pa
     # Small images (2 ms of preparation a batch here against a 40 ms step) and a GPU
     # step that stretches with the test's waits: under software emulation a loader is
     # ten times slower or more, and a one-worker loader must still keep up with ease.
-    gpu_ms = round(40 * TIME_SCALE)
+    gpu_ms = round(40 * WORK_SCALE)
     # A batch script: one start and one end line per run, the payload in between.
     job_sh.write_text(
         "#!/bin/bash\n"
