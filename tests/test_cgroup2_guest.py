@@ -1,6 +1,7 @@
 """deploy/cgroup2-guest's parts that run anywhere: its help and its argument checks
 (each refused before anything is built or booted). The guest run itself is CI's
-(.ci/run): the Slurm end-to-end and kernel tests on real cgroup v2 under Slurm 24.11."""
+(.ci/run): the Slurm end-to-end and kernel tests on real cgroup v2 under Slurm 24.11,
+and the Slurm ones under Debian 12's Slurm 22.05 (--suite bookworm)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_every_option() -> None:
     out = run("--help")
     assert out.returncode == 0, out.stderr
-    for opt in ("--out", "--cache", "--timeout", "--test-timeout", "--cpus", "--memory"):
+    for opt in ("--suite", "--out", "--cache", "--timeout", "--test-timeout", "--cpus", "--memory"):
         assert opt in out.stdout
     assert "cgroup_no_v1=all" in out.stdout and "set -euo" not in out.stdout
 
@@ -42,6 +43,8 @@ def test_help_names_every_option() -> None:
         ("--bogus",),
         ("build", "extra"),
         ("-k", "a;b"),  # pytest -k: words only
+        ("--suite", "sid"),  # trixie or bookworm
+        ("--suite", "../x"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(args: tuple[str, ...]) -> None:
