@@ -53,6 +53,8 @@ def test_nvidia_devices_are_found_in_index_order(tmp_path: Path) -> None:
     (tmp_path / "nvidiactl").symlink_to("/dev/null")  # shared by every GPU: never guarded
     (tmp_path / "nvidia3").write_text("not a device")
     (tmp_path / "nvidia-uvm").symlink_to("/dev/null")
+    (tmp_path / "nvidia00").symlink_to("/dev/random")  # no GPU's name
+    (tmp_path / "nvidia11").symlink_to("/dev/zero")  # nvidia2's device again
     found = nvidia_devices(tmp_path)
     assert [Path(d.path).name for d in found] == ["nvidia0", "nvidia2", "nvidia10"]
     assert nvidia_devices(tmp_path / "none") == []
@@ -106,22 +108,34 @@ def test_the_program_refuses_exactly_the_denied_devices(deny: Sequence[Device]) 
 # ---------------------------------------------------------------- drivers, fake tree
 def test_v1_writes_one_deny_rule_per_device(tmp_path: Path, monkeypatch) -> None:
     drv = detect(str(v1_tree(tmp_path, devices=True)), prefix=tmp_path, setaffinity=Affinity())
-    assert isinstance(drv, CgroupV1) and drv.device_guard_problem() is None
+    assert isinstance(drv, CgroupV1)
+    devices = tmp_path / CG.lstrip("/") / "devices" / "coda"
     drv.setup()
     drv.create("job-1")
+    assert not devices.exists()  # a driver not asked to guard stays out of the hierarchy
+    with pytest.raises(CgroupError, match="not enabled"):
+        drv.deny_devices("job-1", GPU)
+    assert drv.enable_device_guard() is None
+    drv.setup()
+    drv.create("job-2")
+    assert (devices / "job-2").is_dir()
+    (tmp_path / CG.lstrip("/") / "cpuset" / "coda" / "job-2" / "cgroup.procs").write_text("7\n")
     written: list[tuple[Path, str]] = []
     monkeypatch.setattr(cgroups, "write_file", lambda p, v, *a: written.append((p, v)))
-    drv.deny_devices("job-1", GPU[1:])
-    deny = tmp_path / CG.lstrip("/") / "devices" / "coda" / "job-1" / "devices.deny"
-    assert written == [(deny, "c 195:1 rwm"), (deny, "c 195:2 rwm")]
-    drv.deny_devices("job-1", [])
-    assert len(written) == 2
+    drv.deny_devices("job-2", GPU[1:])
+    deny = devices / "job-2" / "devices.deny"
+    # The rules, then the group's processes into its devices group (a job found after
+    # a restart may have started outside it).
+    assert written == [(deny, "c 195:1 rwm"), (deny, "c 195:2 rwm"),
+                       (devices / "job-2" / "cgroup.procs", "7")]  # fmt: skip
+    drv.deny_devices("job-2", [])
+    assert len(written) == 3
 
 
 def test_v1_without_the_devices_controller_says_so(tmp_path: Path) -> None:
     drv = detect(str(v1_tree(tmp_path)), prefix=tmp_path, setaffinity=Affinity())
     assert isinstance(drv, CgroupV1)
-    assert "devices controller is not mounted" in (drv.device_guard_problem() or "")
+    assert "devices controller is not mounted" in (drv.enable_device_guard() or "")
     drv.setup()
     drv.create("job-1")
     drv.deny_devices("job-1", [])  # nothing to refuse: nothing needed
@@ -150,16 +164,23 @@ class Guard:
 def test_v2_attaches_a_device_program_to_the_group(tmp_path: Path) -> None:
     v2_tree(tmp_path)
     guard = Guard()
-    drv = CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(), device_guard=guard)
+    root = tmp_path / CG.lstrip("/")
+    drv = CgroupV2(root, setaffinity=Affinity(), device_guard=guard)
     drv.setup()
     drv.create("job-1")
-    assert drv.device_guard_problem() is None
+    with pytest.raises(CgroupError, match="not enabled"):
+        drv.deny_devices("job-1", GPU)
+    # Enabling tries an attach on a group of its own, and removes it.
+    assert drv.enable_device_guard() is None
+    assert guard.attached == [(root / f"coda-device-probe-{os.getpid()}", [])]
+    assert not guard.attached[0][0].exists()
     drv.deny_devices("job-1", GPU[:2])
-    assert guard.attached == [(tmp_path / CG.lstrip("/") / "coda" / "job-1", GPU[:2])]
-    bad = CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(), device_guard=Guard(True))
-    assert "Operation not permitted" in (bad.device_guard_problem() or "")
-    with pytest.raises(CgroupError, match="cannot isolate devices: attach to"):
+    assert guard.attached[1:] == [(root / "coda" / "job-1", GPU[:2])]
+    bad = CgroupV2(root, setaffinity=Affinity(), device_guard=Guard(True))
+    assert "Operation not permitted" in (bad.enable_device_guard() or "")
+    with pytest.raises(CgroupError, match="not enabled"):
         bad.deny_devices("job-1", GPU)
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["coda"]
 
 
 # ---------------------------------------------------------------- the agent, fake tree
@@ -168,6 +189,7 @@ def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(tmp_path: Path) 
     guard = Guard()
     drv = LiveProcs(CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(),
                              device_guard=guard))  # fmt: skip
+    assert drv.enable_device_guard() is None
     store = Store(tmp_path / "state" / "coda.db")
     # Two GPUs handed out; a third device file the operator keeps from every job.
     cfg = AgentConfig(period_s=0.1, window_s=0.3, gpus=2, gpu_devices=GPU)
@@ -177,8 +199,8 @@ def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(tmp_path: Path) 
     dnn = store.submit(JobSpec(argv=sleep, cores=1, gpus=1, name="dnn"))
     cpu = store.submit(JobSpec(argv=sleep, cores=1, name="cpu"))
     try:
-        tick_until(agent, lambda: len(guard.attached) == 2, timeout=10)
-        rules = {p.name: d for p, d in guard.attached}
+        tick_until(agent, lambda: len(guard.attached) == 3, timeout=10)
+        rules = {p.name: d for p, d in guard.attached[1:]}
         granted = int(store.job(dnn).gpu_ids)
         assert rules[f"job-{dnn}"] == [g for i, g in enumerate(GPU) if i != granted]
         assert rules[f"job-{cpu}"] == GPU
@@ -188,12 +210,56 @@ def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(tmp_path: Path) 
         store.close()
 
 
+def test_a_job_found_running_after_a_restart_is_guarded_too(tmp_path: Path) -> None:
+    """Started by an agent that did not isolate GPUs, adopted by one that does."""
+    v2_tree(tmp_path)
+    guard = Guard()
+    drv = LiveProcs(CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(),
+                             device_guard=guard))  # fmt: skip
+    store = Store(tmp_path / "state" / "coda.db")
+    first = local_agent(store, drv, tmp_path / "state", AgentConfig(gpus=2))
+    first.start()
+    agents = [first]
+    jid = store.submit(JobSpec(argv=[sys.executable, "-c", "import time; time.sleep(30)"],
+                               cores=1, gpus=1))  # fmt: skip
+    try:
+        first.tick()
+        assert store.job(jid).state == "running" and guard.attached == []
+        first.source.parent.release()  # it died; the kernel dropped its lock
+        assert drv.enable_device_guard() is None
+        second = local_agent(store, drv, tmp_path / "state",
+                             AgentConfig(gpus=2, gpu_devices=GPU))  # fmt: skip
+        agents.append(second)
+        second.start()
+        granted = int(store.job(jid).gpu_ids)
+        assert guard.attached[1:] == [
+            (tmp_path / CG.lstrip("/") / "coda" / f"job-{jid}",
+             [g for i, g in enumerate(GPU) if i != granted])
+        ]  # fmt: skip
+    finally:
+        for a in agents:
+            for m in list(a.jobs.running.values()):
+                a.processes.signal(m, 9)
+        store.close()
+
+
 def test_the_agent_config_needs_a_device_per_gpu() -> None:
     with pytest.raises(ValueError, match="3 GPUs but 2 GPU device files"):
         AgentConfig(gpus=3, gpu_devices=GPU[:2])
 
 
 # ---------------------------------------------------------------- the command line
+def test_gpus_that_cannot_be_isolated_stop_the_agent_before_it_starts(tmp_path: Path) -> None:
+    mounts = v1_tree(tmp_path / "tree")  # no devices controller
+    r = CliRunner().invoke(main, ["agent", "--state-dir", str(tmp_path / "s"),
+                                  "--cgroup-mounts", str(mounts),
+                                  "--cgroup-prefix", str(tmp_path / "tree"),
+                                  "--gpu-device", "/dev/null"])  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert "GPUs cannot be isolated: cgroup v1's devices controller is not mounted" in r.output
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

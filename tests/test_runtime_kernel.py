@@ -222,7 +222,8 @@ for path in sys.argv[2:]:
         seen[path] = "opened"
     except OSError as e:
         seen[path] = e.strerror
-seen["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+for name in ("CUDA_VISIBLE_DEVICES", "CODA_GPU_IDS"):
+    seen[name] = os.environ.get(name)
 with open(sys.argv[1] + ".tmp", "w") as f:
     json.dump(seen, f)
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
@@ -240,11 +241,13 @@ def test_a_job_opens_only_the_gpus_it_was_granted(gpu_node, tmp_path: Path) -> N
         wait_for(lambda j=jid: store.job(j).state in FINAL_STATES, 30, f"job {name} to end")
         assert store.job(jid).state == "done", store.job(jid).message
         seen[name] = json.loads(out.read_text())
-    granted = int(seen["dnn"]["CUDA_VISIBLE_DEVICES"])
+    granted = int(seen["dnn"]["CODA_GPU_IDS"])
     for i, path in enumerate(GPU_FILES):
         assert seen["dnn"][path] == ("opened" if i == granted else "Operation not permitted")
         assert seen["cpu"][path] == "Operation not permitted"
-    assert seen["cpu"]["CUDA_VISIBLE_DEVICES"] == ""
+    # CUDA numbers what a job can open from 0, as under Slurm's ConstrainDevices.
+    assert seen["dnn"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert seen["cpu"]["CUDA_VISIBLE_DEVICES"] == seen["cpu"]["CODA_GPU_IDS"] == ""
     assert "GPUs (isolated)" in agent.log.read_text()
 
 

@@ -64,18 +64,20 @@ def spawn_agent(
     raise RuntimeError(f"coda agent did not start within {timeout:g} s; see {log}")
 
 
-def _gpu_devices(gpus: int | None, paths: Sequence[str]) -> tuple[int, list[Device]]:
-    """The node's GPU count and the device files guarded for them: those named (one per
-    GPU), else the /dev/nvidiaN found (those beyond --gpus are refused to every job)."""
+def _gpu_devices(gpus: int | None, paths: Sequence[str]) -> tuple[int, list[Device], str]:
+    """The node's GPU count, the device files guarded for them (those named, one per
+    GPU, else the /dev/nvidiaN found; those beyond --gpus are refused to every job) and
+    what the agent should say of it ("" for nothing)."""
     if not paths:
         found = nvidia_devices("/dev")
-        if gpus is not None and found and gpus > len(found):
-            raise click.BadParameter(
-                f"{gpus} GPUs but /dev has {len(found)} GPU device files: name each "
-                "with --gpu-device",
-                param_hint="--gpus",
-            )
-        return (len(found) if gpus is None else gpus), found
+        if gpus is None or gpus <= len(found):
+            return (len(found) if gpus is None else gpus), found, ""
+        why = f"/dev has {len(found)} GPU device files" if found else "/dev has no nvidiaN"
+        return (
+            gpus,
+            [],
+            f"GPUs are not isolated: {gpus} declared but {why} (name them with --gpu-device)",
+        )
     try:
         devices = [device_of(p) for p in paths]
     except DeviceError as e:
@@ -94,7 +96,7 @@ def _gpu_devices(gpus: int | None, paths: Sequence[str]) -> tuple[int, list[Devi
         )
     if len(devices) > MAX_GPUS:
         raise click.BadParameter(f"at most {MAX_GPUS} GPUs", param_hint="--gpu-device")
-    return len(devices), devices
+    return len(devices), devices, ""
 
 
 def _parse_cpu_list(text: str | None) -> list[int] | None:
@@ -311,8 +313,7 @@ def agent(
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    gpus, gpu_devices = _gpu_devices(gpus, gpu_device_paths)
-    sd, lock = locked_state_dir(state_dir)
+    gpus, gpu_devices, gpu_note = _gpu_devices(gpus, gpu_device_paths)
     try:
         cg = detect(
             cgroup_mounts,
@@ -321,25 +322,26 @@ def agent(
             prefer=None if cg_version == "auto" else f"v{cg_version}",
         )
     except (CgroupError, ValueError) as e:  # ValueError: a bad --cgroup-parent name
-        lock.release()
         raise click.ClickException(f"cgroups: {e}") from None
+    problem = cg.enable_device_guard() if gpu_devices else None
+    if problem is not None:
+        if gpu_device_paths:
+            raise click.ClickException(f"--gpu-device: GPUs cannot be isolated: {problem}")
+        gpu_note = f"GPUs are not isolated (jobs see only CUDA_VISIBLE_DEVICES): {problem}"
+        gpu_devices = []
     if cgroup_prefix:  # a fake tree: emulate the kernel's process lists (see faketree.py)
         from coda.runtime.faketree import LiveProcs
 
         cg = LiveProcs(cg)
+    sd, lock = locked_state_dir(state_dir)
     try:
         store = Store(sd / "coda.db")
     except StoreError as e:
         lock.release()
         raise click.ClickException(str(e)) from None
     say = timestamped(quiet)
-    problem = cg.device_guard_problem() if gpu_devices else None
-    if problem is not None:
-        if gpu_device_paths:
-            lock.release()
-            raise click.ClickException(f"--gpu-device: GPUs cannot be isolated: {problem}")
-        say(f"GPUs are not isolated (jobs see only CUDA_VISIBLE_DEVICES): {problem}")
-        gpu_devices = []
+    if gpu_note:
+        say(gpu_note)
     cfg = AgentConfig(
         period_s=period,
         window_s=window,

@@ -31,8 +31,8 @@ _BPF_CGROUP_DEVICE = 6  # attach type
 _BPF_F_ALLOW_MULTI = 2  # beside the programs of the groups above (systemd's), all must allow
 _DEV_TYPE = {"b": 1, "c": 2}  # BPF_DEVCG_DEV_BLOCK, BPF_DEVCG_DEV_CHAR
 _ATTR_SIZE = 128  # larger than the fields used; the kernel wants the rest zero
-_SYSCALL_BPF = {"x86_64": 321, "aarch64": 280, "arm64": 280, "riscv64": 280,
-                "ppc64le": 361, "s390x": 351}  # fmt: skip
+# 64-bit little-endian machines only (the instructions are packed little-endian)
+_SYSCALL_BPF = {"x86_64": 321, "aarch64": 280, "arm64": 280, "riscv64": 280, "ppc64le": 361}
 _LICENSE = b"GPL\0"
 _NAME = b"coda_devices"
 
@@ -77,12 +77,13 @@ class BpfDeviceGuard:
 
     def __init__(self, machine: str | None = None) -> None:
         machine = machine or platform.machine()
-        self.syscall_nr = _SYSCALL_BPF.get(machine)
+        # platform.machine() is the kernel's: a 32-bit Python on it has other numbers.
+        self.syscall_nr = _SYSCALL_BPF.get(machine) if struct.calcsize("P") == 8 else None
         self._libc = ctypes.CDLL(None, use_errno=True)
 
     def _bpf(self, cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
         if self.syscall_nr is None:
-            raise BpfError(0, f"no bpf(2) system call number known for {platform.machine()}")
+            raise BpfError(0, f"no bpf(2) system call known for {platform.machine()} here")
         ret = int(self._libc.syscall(self.syscall_nr, cmd, ctypes.byref(attr), _ATTR_SIZE))
         if ret < 0:
             err = ctypes.get_errno()

@@ -43,6 +43,8 @@ WriteFile = Callable[[Path, str], None]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _V1_CONTROLLERS = ("cpuset", "cpu", "cpuacct", "freezer", "devices")
+# Hierarchies a v1 driver uses only once asked to: its groups stay out of them otherwise.
+_V1_ON_DEMAND = ("devices",)
 
 
 class CgroupError(RuntimeError):
@@ -262,8 +264,8 @@ class CgroupDriver(JobGroups, Protocol):
     def procs_files(self, name: str) -> list[str]: ...
     def cpu_usage_s(self, name: str) -> float: ...
     def available_cpus(self) -> list[int]: ...
+    def enable_device_guard(self) -> str | None: ...
     def deny_devices(self, name: str, devices: Sequence[Device]) -> None: ...
-    def device_guard_problem(self) -> str | None: ...
 
 
 class DeviceGuard(Protocol):
@@ -339,6 +341,7 @@ class CgroupV1(_Base):
             # usually also has cpu and cpuacct symlinks there).
             mounts = {c: self.root / c for c in _V1_CONTROLLERS if (self.root / c).is_dir()}
         self.mounts = {c: Path(p) for c, p in mounts.items() if c in _V1_CONTROLLERS}
+        self.guards_devices = False  # enable_device_guard: job groups in devices too
         missing = [c for c in ("cpuset", "cpu") if c not in self.mounts]
         if missing:
             raise CgroupError(f"cgroup v1 needs controllers {', '.join(missing)} mounted")
@@ -360,6 +363,8 @@ class CgroupV1(_Base):
         out: list[Path] = []
         seen: set[Path] = set()
         for c in _V1_CONTROLLERS:
+            if c in _V1_ON_DEMAND and not self.guards_devices:
+                continue
             if c in self.mounts and self.mounts[c].resolve() not in seen:
                 seen.add(self.mounts[c].resolve())
                 out.append(self.mounts[c])
@@ -464,20 +469,33 @@ class CgroupV1(_Base):
         return int(read_file(self._dir("cpuacct", name) / CPU_USAGE.v1)) / 1e9
 
     # devices
-    def device_guard_problem(self) -> str | None:
-        """Why this driver cannot refuse devices to a group (None: it can)."""
-        return None if "devices" in self.mounts else "cgroup v1's devices controller is not mounted"
+    def enable_device_guard(self) -> str | None:
+        """From now on make job groups in the devices hierarchy too, so that
+        ``deny_devices`` can act; call it before ``setup``. Returns why it cannot (None:
+        on)."""
+        if "devices" not in self.mounts:
+            return "cgroup v1's devices controller is not mounted"
+        self.guards_devices = True
+        return None
 
     def deny_devices(self, name: str, devices: Sequence[Device]) -> None:
-        """Refuse every access to ``devices`` to the group's processes: one rule per write,
-        as the kernel parses them. Call it before the group has processes."""
+        """Refuse every access to ``devices`` to the group's processes, those there now
+        (moved into its devices group, as a job found after a restart may not be) and
+        those to come: one rule per write, as the kernel parses them."""
         if not devices:
             return
-        problem = self.device_guard_problem()
-        if problem is not None:
-            raise CgroupError(f"cannot isolate devices: {problem}")
-        for d in devices:
-            write_file(self._dir("devices", name) / DEVICES_DENY.v1, d.rule)
+        if not self.guards_devices:
+            raise CgroupError("cannot isolate devices: the device guard is not enabled")
+        d = self._dir("devices", name)
+        d.mkdir(exist_ok=True)
+        for dev in devices:
+            write_file(d / DEVICES_DENY.v1, dev.rule)
+        for pid in self.pids(name):
+            try:
+                write_file(d / PROCS.file, str(pid))
+            except CgroupError as e:
+                if not (isinstance(e.__cause__, OSError) and e.__cause__.errno == errno.ESRCH):
+                    raise  # ESRCH: it exited meanwhile
 
     def available_cpus(self) -> list[int]:
         own = self._parent_dir("cpuset") / CPUS.file
@@ -505,6 +523,7 @@ class CgroupV2(_Base):
         super().__init__(parent, setaffinity, period_us)
         self.root = Path(root)
         self.device_guard: DeviceGuard = device_guard or BpfDeviceGuard()
+        self.guards_devices = False  # enable_device_guard found the kernel willing
 
     @property
     def parent_dir(self) -> Path:
@@ -604,19 +623,34 @@ class CgroupV2(_Base):
                 return int(value) / 1e6
         raise CgroupError(f"{f} has no usage_usec")
 
-    def device_guard_problem(self) -> str | None:
-        """Why this driver cannot refuse devices (None: the kernel loads a device program)."""
+    def enable_device_guard(self) -> str | None:
+        """Check that the kernel lets this agent attach a device program beside whatever
+        sits above its groups (tried on a group of its own, removed again), so that
+        ``deny_devices`` can act. Returns why it cannot (None: on)."""
+        probe = self.root / f"{self.parent}-device-probe-{os.getpid()}"
         try:
-            os.close(self.device_guard.load([]))
+            probe.mkdir()
         except OSError as e:
-            return f"cgroup v2's eBPF device programs: {e.strerror or e}"
-        return None
+            return f"cgroup v2's eBPF device programs: cannot make {probe}: {e.strerror or e}"
+        problem = None
+        try:
+            self.device_guard.attach(probe, [])
+        except OSError as e:
+            problem = f"cgroup v2's eBPF device programs: {e.strerror or e}"
+        try:
+            remove_dir(probe)
+        except CgroupError as e:
+            problem = problem or f"cannot remove {probe}: {e}"
+        self.guards_devices = problem is None
+        return problem
 
     def deny_devices(self, name: str, devices: Sequence[Device]) -> None:
         """Refuse every access to ``devices`` to the group's processes (an eBPF device
         program on the group). Call it before the group has processes."""
         if not devices:
             return
+        if not self.guards_devices:
+            raise CgroupError("cannot isolate devices: the device guard is not enabled")
         try:
             self.device_guard.attach(self._group(name), devices)
         except BpfError as e:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-_NVIDIA_RE = re.compile(r"^nvidia([0-9]{1,3})$")
+_NVIDIA_RE = re.compile(r"^nvidia(0|[1-9][0-9]{0,2})$")  # nvidia00 is no GPU's name
 MAJORS, MINORS = 1 << 12, 1 << 20  # Linux's dev_t: a 12-bit major, a 20-bit minor
 
 
@@ -63,8 +63,9 @@ def device_of(path: str | os.PathLike[str]) -> Device:
 
 
 def nvidia_devices(dev: str | os.PathLike[str] = "/dev") -> list[Device]:
-    """The GPUs' device files under ``dev`` (nvidia0, nvidia1, ...), in index order;
-    those that are not device files are left out."""
+    """The GPUs' device files under ``dev`` (nvidia0, nvidia1, ...), in index order,
+    which is the order CUDA numbers the GPUs it finds (a gap shifts those after it);
+    those that are not device files, or name a device already found, are left out."""
     found: list[tuple[int, Device]] = []
     try:
         names = os.listdir(dev)
@@ -78,7 +79,10 @@ def nvidia_devices(dev: str | os.PathLike[str] = "/dev") -> list[Device]:
             found.append((int(m.group(1)), device_of(Path(dev) / name)))
         except DeviceError:
             continue
-    return [d for _, d in sorted(found)]
+    out: dict[tuple[str, int, int], Device] = {}
+    for _, d in sorted(found):
+        out.setdefault((d.kind, d.major, d.minor), d)
+    return list(out.values())
 
 
 def denied(gpu_devices: Sequence[Device], granted: Sequence[int]) -> list[Device]:

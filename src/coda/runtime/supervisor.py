@@ -239,7 +239,7 @@ class Supervisor:
             if self.cg.exists(name):  # empty (checked above): a fresh one keeps no old rules
                 self.cg.remove(name)
             self.cg.create(name)
-            self.cg.deny_devices(name, denied(self.config.gpu_devices, gpu_ids))
+            self.guard_devices(name, gpu_ids)
             self.cg.set_cpus(name, cpus)
             self.cg.set_quota(name, None)
             m.popen = self._spawn(r, m)
@@ -267,6 +267,19 @@ class Supervisor:
         )
         return True
 
+    def guard_devices(self, name: str, gpu_ids: list[int]) -> None:
+        """Refuse group ``name`` the device files of every GPU but ``gpu_ids`` (nothing
+        where the node's GPUs are not isolated)."""
+        self.cg.deny_devices(name, denied(self.config.gpu_devices, gpu_ids))
+
+    def _gpu_env(self, gpu_ids: list[int]) -> dict[str, str]:
+        """CUDA numbers the GPUs a process can open from 0: where the others are refused
+        (isolated), a job's are 0..n-1 to CUDA, as under Slurm's ConstrainDevices; the
+        node's own numbers are in CODA_GPU_IDS either way."""
+        ids = ",".join(map(str, gpu_ids))
+        cuda = ",".join(map(str, range(len(gpu_ids)))) if self.config.gpu_devices else ids
+        return {"CUDA_VISIBLE_DEVICES": cuda, "CODA_GPU_IDS": ids}
+
     def _spawn(self, r: JobRow, m: Managed) -> subprocess.Popen[bytes]:
         uid, gid = uid_of(r), (r.gid if r.gid is not None else os.getegid())
         groups = list(r.groups) if r.uid is not None else []
@@ -280,7 +293,7 @@ class Supervisor:
                 "CODA_JOB_ID": str(r.id),
                 "CODA_JOB_NAME": r.name,
                 ENV_FILE: str(progress),
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, m.gpu_ids)),
+                **self._gpu_env(m.gpu_ids),
             }
         )
         launch = {
