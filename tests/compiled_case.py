@@ -99,11 +99,45 @@ def cases(out: Path) -> list[tuple[str, Any, tuple[str, ...]]]:
     ]
 
 
+class CountingFilter:
+    """A static filter that passes every node and counts how often it is asked."""
+
+    static = True
+    by_shape = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def filter(self, job: Any, node: Any, cores_pn: int) -> bool:
+        self.calls += 1
+        return True
+
+
+def never_fits_cost(jobs: int = 200, nodes: int = 1000) -> dict[str, Any]:
+    """How many static-filter calls the cycle's can-it-ever-fit check makes for
+    ``jobs`` one-node jobs on ``nodes`` nodes that all fit: one each where it stops at
+    the first fitting node, as it should in both builds."""
+    from coda.cycle.scheduler import Scheduler
+    from coda.policy import make_policy
+    from coda.policy.options import PolicyOptions
+    from coda.policy.state import Job, Node
+
+    counter = CountingFilter()
+    policy = make_policy("fifo", PolicyOptions(filters=(counter,)))
+    sched = Scheduler(policy, [Node(i, f"n{i}", 8, 64, 0, 0.0) for i in range(nodes)])
+    never = 0
+    for i in range(jobs):
+        job = Job(i, f"j{i}", 0.0, gpus=1, cores=4, mem_mib=0, nodes=1, work=100.0)
+        never += sched.book.never_fits(job, 4) is not None
+    return {"case": "never-fits-cost", "jobs": jobs, "never": never, "calls": counter.calls}
+
+
 def main(argv: list[str]) -> int:
     from coda.study.run import prepare, run_policy
 
     out = Path(argv[1])
     print(json.dumps({"build": which_build()}), flush=True)
+    print(json.dumps(never_fits_cost()), flush=True)
     for name, config, policies in cases(out):
         prepared = prepare(config)
         checked = name.endswith("-checked")

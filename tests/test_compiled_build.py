@@ -1,7 +1,8 @@
 """The compiled build (setup.py, bench/build-compiled) makes the same decisions as the
 pure-Python one: the same simulations, run in each, give the same per-job table (every
 job's start, end, cores at start and settled, preemptions, shrinks, queued time and
-wait reason), the same time series and the same summary.
+wait reason), the same time series and the same summary, and does the same work where a
+cost is counted (the static-filter calls of the can-it-ever-fit check).
 
 Needs the compiled build's interpreter in CODA_COMPILED_PYTHON (CI builds one and sets
 it, with CODA_REQUIRE_COMPILED=1 so that a missing build fails instead of skipping).
@@ -34,14 +35,14 @@ def _compiled_python() -> str:
     return path
 
 
-def _run(python: str, out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run(python: str, out: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     # The same out directory for both: the generated workload's path is in the summary.
     p = subprocess.run(
         [python, str(CASE), str(out)], capture_output=True, text=True, timeout=900, check=False
     )
     assert p.returncode == 0, f"{python} {CASE.name} failed:\n{p.stderr[-4000:]}"
     rows = [json.loads(line) for line in p.stdout.splitlines()]
-    return rows[0]["build"], rows[1:]
+    return rows[0]["build"], rows[1], rows[2:]
 
 
 def test_compiled_build_decides_as_the_pure_one(tmp_path: Path) -> None:
@@ -49,13 +50,17 @@ def test_compiled_build_decides_as_the_pure_one(tmp_path: Path) -> None:
     # Each interpreter really runs its own build (the source tree here, extension
     # modules there), so the comparison cannot pass by comparing one with itself; and
     # the compiled one was built from this source (a stale build would compare old code).
-    compiled_build, compiled_rows = _run(compiled, tmp_path)
+    compiled_build, compiled_cost, compiled_rows = _run(compiled, tmp_path)
     assert compiled_build["kind"] == "compiled", compiled_build
     assert compiled_build["sources"] == source_digest(SRC), (
         f"{compiled} was built from other sources than {SRC}: rebuild it (bench/build-compiled)"
     )
-    pure_build, pure_rows = _run(sys.executable, tmp_path)
+    pure_build, pure_cost, pure_rows = _run(sys.executable, tmp_path)
     assert pure_build["kind"] == "pure", pure_build
+    # The same work, not only the same answers: the can-it-ever-fit check stops at the
+    # first node that fits in both builds (one static-filter call per job).
+    assert compiled_cost == pure_cost, (compiled_cost, pure_cost)
+    assert pure_cost["never"] == 0 and pure_cost["calls"] == pure_cost["jobs"], pure_cost
     assert len(pure_rows) == len(compiled_rows) >= 10
     for a, b in zip(pure_rows, compiled_rows, strict=True):
         where = f"{a['case']} {a['policy']}"
