@@ -210,8 +210,12 @@ def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(tmp_path: Path) 
         store.close()
 
 
-def test_a_job_found_running_after_a_restart_is_guarded_too(tmp_path: Path) -> None:
-    """Started by an agent that did not isolate GPUs, adopted by one that does."""
+def test_a_job_found_running_after_a_restart_keeps_the_gpus_it_started_with(
+    tmp_path: Path,
+) -> None:
+    """Started by an agent that did not isolate GPUs, found by one that does: guarding
+    it late would renumber its GPUs under it (CUDA counts what it can open from 0), so
+    it runs on as it started; the jobs after it are guarded."""
     v2_tree(tmp_path)
     guard = Guard()
     drv = LiveProcs(CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(),
@@ -220,8 +224,8 @@ def test_a_job_found_running_after_a_restart_is_guarded_too(tmp_path: Path) -> N
     first = local_agent(store, drv, tmp_path / "state", AgentConfig(gpus=2))
     first.start()
     agents = [first]
-    jid = store.submit(JobSpec(argv=[sys.executable, "-c", "import time; time.sleep(30)"],
-                               cores=1, gpus=1))  # fmt: skip
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    jid = store.submit(JobSpec(argv=sleep, cores=1, gpus=1))
     try:
         first.tick()
         assert store.job(jid).state == "running" and guard.attached == []
@@ -231,16 +235,30 @@ def test_a_job_found_running_after_a_restart_is_guarded_too(tmp_path: Path) -> N
                              AgentConfig(gpus=2, gpu_devices=GPU))  # fmt: skip
         agents.append(second)
         second.start()
-        granted = int(store.job(jid).gpu_ids)
-        assert guard.attached[1:] == [
-            (tmp_path / CG.lstrip("/") / "coda" / f"job-{jid}",
-             [g for i, g in enumerate(GPU) if i != granted])
-        ]  # fmt: skip
+        assert jid in second.jobs.running and len(guard.attached) == 1  # the probe only
+        later = store.submit(JobSpec(argv=sleep, cores=1, gpus=1))
+        tick_until(second, lambda: store.job(later).state == "running", timeout=10)
+        assert [p.name for p, _ in guard.attached[1:]] == [f"job-{later}"]
     finally:
         for a in agents:
             for m in list(a.jobs.running.values()):
                 a.processes.signal(m, 9)
         store.close()
+
+
+def test_v1_groups_an_earlier_run_left_in_the_devices_hierarchy_are_found(
+    tmp_path: Path,
+) -> None:
+    drv = detect(str(v1_tree(tmp_path, devices=True)), prefix=tmp_path, setaffinity=Affinity())
+    assert isinstance(drv, CgroupV1)
+    drv.setup()  # not guarding: no group of its own goes into devices
+    left = tmp_path / CG.lstrip("/") / "devices" / "coda" / "job-9"
+    left.mkdir(parents=True)
+    assert drv.names() == ["job-9"] and drv.pids("job-9") == []
+    drv.remove("job-9")
+    assert not left.exists()
+    drv.teardown()
+    assert not left.parent.exists()
 
 
 def test_the_agent_config_needs_a_device_per_gpu() -> None:

@@ -109,10 +109,6 @@ class Adoption:
             self.supervisor.finish(m, now, code, None)
             return
         if has_cg:
-            try:  # a job started unguarded (an older agent, a guard off then) is guarded now
-                self.supervisor.guard_devices(name, gpu_ids)
-            except (CgroupError, OSError) as e:
-                self.log(f"job {r.id}: GPUs not isolated: {e}")
             # A running job is never frozen: one frozen by an agent that died before its
             # row said so runs again (suspension writes the row first; this is the rest).
             quietly(lambda: self.cg.thaw(name))

@@ -358,20 +358,22 @@ class CgroupV1(_Base):
     def _dir(self, controller: str, name: str) -> Path:
         return safe_child(self._parent_dir(controller), name)
 
-    def _mount_dirs(self) -> list[Path]:
-        """Distinct mount dirs, cpuset first (co-mounted controllers count once)."""
+    def _mount_dirs(self, in_use: bool = False) -> list[Path]:
+        """Distinct mount dirs, cpuset first (co-mounted controllers count once); with
+        ``in_use``, only those groups are made in (an on-demand hierarchy once enabled).
+        Listing and removal look at every one: an earlier run may have used it."""
         out: list[Path] = []
         seen: set[Path] = set()
         for c in _V1_CONTROLLERS:
-            if c in _V1_ON_DEMAND and not self.guards_devices:
+            if in_use and c in _V1_ON_DEMAND and not self.guards_devices:
                 continue
             if c in self.mounts and self.mounts[c].resolve() not in seen:
                 seen.add(self.mounts[c].resolve())
                 out.append(self.mounts[c])
         return out
 
-    def _group_dirs(self, name: str) -> list[Path]:
-        return [safe_child(m / self.parent, name) for m in self._mount_dirs()]
+    def _group_dirs(self, name: str, in_use: bool = False) -> list[Path]:
+        return [safe_child(m / self.parent, name) for m in self._mount_dirs(in_use)]
 
     def _cpuset_dir(self, name: str) -> Path:
         return self._dir("cpuset", name)
@@ -385,7 +387,7 @@ class CgroupV1(_Base):
         return self._parent_dir("cpuset")
 
     def setup(self) -> None:
-        for m in self._mount_dirs():
+        for m in self._mount_dirs(in_use=True):
             (m / self.parent).mkdir(exist_ok=True)
         # A new v1 cpuset is empty and refuses tasks (ENOSPC) until cpus/mems are set.
         self._inherit_cpuset(self._mount("cpuset"), self._parent_dir("cpuset"))
@@ -405,7 +407,7 @@ class CgroupV1(_Base):
             remove_dir(m / self.parent)
 
     def create(self, name: str) -> None:
-        dirs = self._group_dirs(name)
+        dirs = self._group_dirs(name, in_use=True)
         if not self._parent_dir("cpuset").is_dir():
             raise CgroupError(f"parent {self._parent_dir('cpuset')} missing; call setup()")
         for d in dirs:
@@ -455,14 +457,19 @@ class CgroupV1(_Base):
 
     # processes
     def procs_files(self, name: str) -> list[str]:
-        return [str(d / PROCS.file) for d in self._group_dirs(name)]
+        return [str(d / PROCS.file) for d in self._group_dirs(name, in_use=True)]
 
     def add_pid(self, name: str, pid: int) -> None:
         for f in self.procs_files(name):  # cpuset first: its cpus/mems are set
             write_file(Path(f), str(int(pid)))
 
     def pids(self, name: str) -> list[int]:
-        return read_ids(self._cpuset_dir(name) / PROCS.file)
+        d = self._cpuset_dir(name)
+        if d.is_dir():
+            return read_ids(d / PROCS.file)
+        # Not in cpuset: a group an earlier run left in another hierarchy (devices).
+        return sorted({p for g in self._group_dirs(name) if g.is_dir()
+                       for p in read_ids(g / PROCS.file)})  # fmt: skip
 
     # accounting
     def cpu_usage_s(self, name: str) -> float:

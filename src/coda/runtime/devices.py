@@ -63,9 +63,9 @@ def device_of(path: str | os.PathLike[str]) -> Device:
 
 
 def nvidia_devices(dev: str | os.PathLike[str] = "/dev") -> list[Device]:
-    """The GPUs' device files under ``dev`` (nvidia0, nvidia1, ...), in index order,
-    which is the order CUDA numbers the GPUs it finds (a gap shifts those after it);
-    those that are not device files, or name a device already found, are left out."""
+    """The GPUs' device files under ``dev`` (nvidia0, nvidia1, ...), in N's order (a
+    gap shifts the GPUs after it); those that are not device files, or name a device
+    already found, are left out."""
     found: list[tuple[int, Device]] = []
     try:
         names = os.listdir(dev)

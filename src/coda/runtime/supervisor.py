@@ -236,8 +236,7 @@ class Supervisor:
                     started_wall=started)  # fmt: skip
         self.books.place(m, now)
         try:
-            if self.cg.exists(name):  # empty (checked above): a fresh one keeps no old rules
-                self.cg.remove(name)
+            self.cg.remove(name)  # empty (checked above): a fresh group keeps no old rules
             self.cg.create(name)
             self.guard_devices(name, gpu_ids)
             self.cg.set_cpus(name, cpus)
