@@ -90,3 +90,21 @@ LOOSE_HARM = {
     "harm.cap_s": "1e9",
     "harm.bus_share": "1000",
 }
+
+
+# A job that tries to open each path in argv[2:] and writes what happened, with the GPU
+# variables it was given, as JSON to argv[1] (the GPU-isolation tests on the kernel).
+OPEN_PROBE = """import json, os, sys
+seen = {}
+for path in sys.argv[2:]:
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        seen[path] = "opened"
+    except OSError as e:
+        seen[path] = e.strerror
+for name in ("CUDA_VISIBLE_DEVICES", "CODA_GPU_IDS"):
+    seen[name] = os.environ.get(name)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    json.dump(seen, f)
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+"""

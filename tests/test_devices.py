@@ -184,66 +184,68 @@ def test_v2_attaches_a_device_program_to_the_group(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the agent, fake tree
-def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(tmp_path: Path) -> None:
+@pytest.fixture
+def v2_node(tmp_path: Path):
+    """A cgroup v2 fake tree whose device guard records, its store, and the agents a test
+    starts on it (their jobs killed at the end)."""
     v2_tree(tmp_path)
     guard = Guard()
     drv = LiveProcs(CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(),
                              device_guard=guard))  # fmt: skip
-    assert drv.enable_device_guard() is None
     store = Store(tmp_path / "state" / "coda.db")
+    agents: list = []
+
+    def new_agent(cfg: AgentConfig):
+        a = local_agent(store, drv, tmp_path / "state", cfg)
+        agents.append(a)
+        a.start()
+        return a
+
+    yield drv, guard, store, new_agent
+    for a in agents:
+        for m in list(a.jobs.running.values()):
+            a.processes.signal(m, 9)
+    store.close()
+
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(30)"]
+
+
+def test_the_agent_refuses_each_job_the_gpus_it_was_not_granted(v2_node) -> None:
+    drv, guard, store, new_agent = v2_node
+    assert drv.enable_device_guard() is None
     # Two GPUs handed out; a third device file the operator keeps from every job.
-    cfg = AgentConfig(period_s=0.1, window_s=0.3, gpus=2, gpu_devices=GPU)
-    agent = local_agent(store, drv, tmp_path / "state", cfg)
-    agent.start()
-    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
-    dnn = store.submit(JobSpec(argv=sleep, cores=1, gpus=1, name="dnn"))
-    cpu = store.submit(JobSpec(argv=sleep, cores=1, name="cpu"))
-    try:
-        tick_until(agent, lambda: len(guard.attached) == 3, timeout=10)
-        rules = {p.name: d for p, d in guard.attached[1:]}
-        granted = int(store.job(dnn).gpu_ids)
-        assert rules[f"job-{dnn}"] == [g for i, g in enumerate(GPU) if i != granted]
-        assert rules[f"job-{cpu}"] == GPU
-    finally:
-        for m in list(agent.jobs.running.values()):
-            agent.processes.signal(m, 9)
-        store.close()
+    agent = new_agent(AgentConfig(period_s=0.1, window_s=0.3, gpus=2, gpu_devices=GPU))
+    dnn = store.submit(JobSpec(argv=SLEEP, cores=1, gpus=1, name="dnn"))
+    cpu = store.submit(JobSpec(argv=SLEEP, cores=1, name="cpu"))
+    tick_until(agent, lambda: len(guard.attached) == 3, timeout=10)
+    rules = {p.name: d for p, d in guard.attached[1:]}
+    granted = int(store.job(dnn).gpu_ids)
+    assert rules[f"job-{dnn}"] == [g for i, g in enumerate(GPU) if i != granted]
+    assert rules[f"job-{cpu}"] == GPU
 
 
-def test_a_job_found_running_after_a_restart_keeps_the_gpus_it_started_with(
-    tmp_path: Path,
-) -> None:
+def test_a_job_found_running_after_a_restart_keeps_the_gpus_it_started_with(v2_node) -> None:
     """Started by an agent that did not isolate GPUs, found by one that does: guarding
     it late would renumber its GPUs under it (CUDA counts what it can open from 0), so
     it runs on as it started; the jobs after it are guarded."""
-    v2_tree(tmp_path)
-    guard = Guard()
-    drv = LiveProcs(CgroupV2(tmp_path / CG.lstrip("/"), setaffinity=Affinity(),
-                             device_guard=guard))  # fmt: skip
-    store = Store(tmp_path / "state" / "coda.db")
-    first = local_agent(store, drv, tmp_path / "state", AgentConfig(gpus=2))
-    first.start()
-    agents = [first]
-    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
-    jid = store.submit(JobSpec(argv=sleep, cores=1, gpus=1))
-    try:
-        first.tick()
-        assert store.job(jid).state == "running" and guard.attached == []
-        first.source.parent.release()  # it died; the kernel dropped its lock
-        assert drv.enable_device_guard() is None
-        second = local_agent(store, drv, tmp_path / "state",
-                             AgentConfig(gpus=2, gpu_devices=GPU))  # fmt: skip
-        agents.append(second)
-        second.start()
-        assert jid in second.jobs.running and len(guard.attached) == 1  # the probe only
-        later = store.submit(JobSpec(argv=sleep, cores=1, gpus=1))
-        tick_until(second, lambda: store.job(later).state == "running", timeout=10)
-        assert [p.name for p, _ in guard.attached[1:]] == [f"job-{later}"]
-    finally:
-        for a in agents:
-            for m in list(a.jobs.running.values()):
-                a.processes.signal(m, 9)
-        store.close()
+    drv, guard, store, new_agent = v2_node
+    first = new_agent(AgentConfig(gpus=2))
+    jid = store.submit(JobSpec(argv=SLEEP, cores=1, gpus=1))
+    first.tick()
+    assert store.job(jid).state == "running" and guard.attached == []
+    first.source.parent.release()  # it died; the kernel dropped its lock
+    assert drv.enable_device_guard() is None
+    second = new_agent(AgentConfig(gpus=2, gpu_devices=GPU))
+    assert jid in second.jobs.running and len(guard.attached) == 1  # the probe only
+    later = store.submit(JobSpec(argv=SLEEP, cores=1, gpus=1))
+    tick_until(second, lambda: store.job(later).state == "running", timeout=10)
+    assert [p.name for p, _ in guard.attached[1:]] == [f"job-{later}"]
+
+
+def test_the_agent_config_needs_a_device_per_gpu() -> None:
+    with pytest.raises(ValueError, match="3 GPUs but 2 GPU device files"):
+        AgentConfig(gpus=3, gpu_devices=GPU[:2])
 
 
 def test_v1_groups_an_earlier_run_left_in_the_devices_hierarchy_are_found(
@@ -259,11 +261,6 @@ def test_v1_groups_an_earlier_run_left_in_the_devices_hierarchy_are_found(
     assert not left.exists()
     drv.teardown()
     assert not left.parent.exists()
-
-
-def test_the_agent_config_needs_a_device_per_gpu() -> None:
-    with pytest.raises(ValueError, match="3 GPUs but 2 GPU device files"):
-        AgentConfig(gpus=3, gpu_devices=GPU[:2])
 
 
 # ---------------------------------------------------------------- the command line

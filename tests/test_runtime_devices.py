@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes import OPEN_PROBE
 
 from coda.runtime.bpf_devices import BpfDeviceGuard, BpfError
 from coda.runtime.devices import device_of
@@ -39,17 +41,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs root and a cgroup2 mount (runs in CI as root)",
 )
 
-PROBE = """import json, os, sys
-seen = {}
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-        seen[path] = "opened"
-    except OSError as e:
-        seen[path] = e.strerror
-print(json.dumps(seen))
-"""
-
 
 @pytest.fixture
 def group() -> Iterator[Path]:
@@ -63,15 +54,16 @@ def group() -> Iterator[Path]:
 def opens_in(group: Path, paths: list[str]) -> dict[str, str]:
     """What a process placed in ``group`` before it starts may open."""
     procs = str(group / "cgroup.procs")
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, *paths],
-        preexec_fn=lambda: Path(procs).write_text(str(os.getpid())),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return dict(json.loads(out.stdout))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "seen.json"
+        subprocess.run(
+            [sys.executable, "-c", OPEN_PROBE, str(out), *paths],
+            preexec_fn=lambda: Path(procs).write_text(str(os.getpid())),
+            check=True,
+            timeout=60,
+        )
+        seen = json.loads(out.read_text())
+    return {p: seen[p] for p in paths}
 
 
 def test_the_program_refuses_the_denied_device_and_allows_the_rest(group: Path) -> None:

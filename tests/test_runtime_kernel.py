@@ -26,7 +26,7 @@ from coda.runtime.jobrow import FINAL as FINAL_STATES
 from coda.runtime.shim import alive
 from coda.runtime.store import Store
 from tests.bench_module import load_bench
-from tests.fakes import LOOSE_HARM
+from tests.fakes import LOOSE_HARM, OPEN_PROBE
 from tests.time_scale import WAIT_SCALE, WORK_SCALE
 
 
@@ -214,22 +214,6 @@ def test_allocator_slims_a_real_cpuset(node) -> None:
         assert allowed(p) == parse_cpus(row.cpus)  # the kernel applies it to every task
 
 
-OPENS = """import json, os, sys
-seen = {}
-for path in sys.argv[2:]:
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-        seen[path] = "opened"
-    except OSError as e:
-        seen[path] = e.strerror
-for name in ("CUDA_VISIBLE_DEVICES", "CODA_GPU_IDS"):
-    seen[name] = os.environ.get(name)
-with open(sys.argv[1] + ".tmp", "w") as f:
-    json.dump(seen, f)
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-"""
-
-
 def test_a_job_opens_only_the_gpus_it_was_granted(gpu_node, tmp_path: Path) -> None:
     """The attack: a job that ignores CUDA_VISIBLE_DEVICES and opens every GPU."""
     agent, submit, store = gpu_node
@@ -237,7 +221,7 @@ def test_a_job_opens_only_the_gpus_it_was_granted(gpu_node, tmp_path: Path) -> N
     for name, gpus in (("dnn", "1"), ("cpu", "0")):
         out = tmp_path / f"{name}.json"
         jid = submit("--name", name, "--cores", "1", "--gpus", gpus, "--",
-                     sys.executable, "-c", OPENS, str(out), *GPU_FILES)  # fmt: skip
+                     sys.executable, "-c", OPEN_PROBE, str(out), *GPU_FILES)  # fmt: skip
         wait_for(lambda j=jid: store.job(j).state in FINAL_STATES, 30, f"job {name} to end")
         assert store.job(jid).state == "done", store.job(jid).message
         seen[name] = json.loads(out.read_text())

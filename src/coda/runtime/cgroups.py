@@ -465,8 +465,11 @@ class CgroupV1(_Base):
 
     def pids(self, name: str) -> list[int]:
         d = self._cpuset_dir(name)
-        if d.is_dir():
+        try:
             return read_ids(d / PROCS.file)
+        except CgroupError:
+            if d.is_dir():
+                raise
         # Not in cpuset: a group an earlier run left in another hierarchy (devices).
         return sorted({p for g in self._group_dirs(name) if g.is_dir()
                        for p in read_ids(g / PROCS.file)})  # fmt: skip
