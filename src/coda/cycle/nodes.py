@@ -49,6 +49,11 @@ class NodeBook:
         # Bumped whenever any node's free capacity or jobs change: a failed attempt's
         # verdict stands while it has not moved (backfill's merge).
         self.book_version = 0
+        # Within one cycle (one instant): each node's reclaimable cores as of its version.
+        # What a reclaim plugin may take changes with its jobs (which bump the version)
+        # and with time (a harm budget's buckets), never within an instant; a backfill
+        # pass over thousands of jobs asks again for the same nodes.
+        self._reclaimable: dict[Node, tuple[int, int]] | None = None
 
     # ------------------------------------------------------------ nodes
     @property
@@ -298,7 +303,23 @@ class NodeBook:
         reclaim = self.policy.reclaim
         if reclaim is None:
             return 0
-        return sum(reclaim.takeable(j) for j in node.jobs if not j.is_dnn)
+        memo = self._reclaimable
+        if memo is not None:
+            got = memo.get(node)
+            if got is not None and got[0] == node.version:
+                return got[1]
+        cores = 0
+        for j in node.jobs:
+            if not j.is_dnn:
+                cores += reclaim.takeable(j)
+        if memo is not None:
+            memo[node] = (node.version, cores)
+        return cores
+
+    def hold_instant(self, on: bool) -> None:
+        """Between ``hold_instant(True)`` and ``(False)`` time stands still (a cycle):
+        what each node's CPU jobs may give back is worked out once per node version."""
+        self._reclaimable = {} if on else None
 
     def never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         """Why the job could not run even on the empty cluster (None: it could)."""

@@ -236,6 +236,7 @@ class Scheduler:
             self._carry = set()
         self._new = []
         shares = self.shares
+        self.book.hold_instant(True)
         try:
             for _ in range(_MAX_ROUNDS):
                 if shares.unbound:
@@ -257,6 +258,7 @@ class Scheduler:
                     break
         finally:
             self._in_cycle = False
+            self.book.hold_instant(False)
             self.starter.executor = None
         # Nodes a depth-limited sweep did not get to: retried at the next cycle; so
         # are requeued jobs the round limit left without their full search.
