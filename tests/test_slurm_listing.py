@@ -228,14 +228,14 @@ def test_the_mirror_kept_by_changes_equals_one_built_from_every_job(seed: int) -
 
         def checking(
             snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob], queued: Sequence[SlurmJob],
-            now: float, delta: object = None,
+            now: float, delta: object = None, ready_delta: object = None,
         ) -> bool:  # fmt: skip
-            out = sync(snodes, jobs, queued, now, delta)  # type: ignore[arg-type]
+            out = sync(snodes, jobs, queued, now, delta, ready_delta)  # type: ignore[arg-type]
             fresh = SlurmView(Scheduler(ctl.policy))
             fresh.sync(snodes, jobs, queued, now)
             assert _state(ctl.mirror) == _state(fresh)
             assert sorted(ctl.mirror.queued) == sorted(fresh.queued)
-            checked.append(delta is not None)
+            checked.append(delta is not None and ready_delta is not None)
             return out
 
         ctl.mirror.sync = checking  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from coda.slurm.client import (
 from coda.slurm.cycle_times import CycleTimes
 from coda.slurm.index import ENDED, JobIndex
 from coda.slurm.listing import JobListing
+from coda.slurm.ready import ReadyJobs
 from coda.slurm.view import SlurmView
 
 STATE_FILE = "controller.json"
@@ -90,12 +91,23 @@ class Dependencies:
     waits on its node.
     """
 
-    def __init__(self, jobs: Sequence[SlurmJob]) -> None:
+    def __init__(
+        self,
+        jobs: Sequence[SlurmJob] = (),
+        index: JobIndex | None = None,
+    ) -> None:
+        """Over ``jobs``, or over what ``index`` keeps of every job (no copy)."""
+        self.by_id: Mapping[int, SlurmJob]
+        self.tasks: Mapping[int, Mapping[int, SlurmJob]]
+        if index is not None:
+            self.by_id, self.tasks = index.by_id, index.tasks
+            return
         self.by_id = {j.job_id: j for j in jobs}
-        self.tasks: dict[int, list[SlurmJob]] = {}
+        tasks: dict[int, dict[int, SlurmJob]] = {}
         for j in jobs:
             if j.array_job_id:
-                self.tasks.setdefault(j.array_job_id, []).append(j)
+                tasks.setdefault(j.array_job_id, {})[j.job_id] = j
+        self.tasks = tasks
 
     def met(self, dep: str) -> bool | None:
         if not dep:
@@ -114,10 +126,11 @@ class Dependencies:
             if len(m.group(2)) > 12 or len(m.group(3) or "") > 12:
                 return None  # no job has such an id: unreadable, as a malformed item
             kind, jid, task = m.group(1), int(m.group(2)), m.group(3)
+            tasks = self.tasks.get(jid, {}).values()
             if task is not None:
-                refs = [t for t in self.tasks.get(jid, []) if t.array_task_id == int(task)]
+                refs = [t for t in tasks if t.array_task_id == int(task)]
             else:
-                refs = self.tasks.get(jid) or ([self.by_id[jid]] if jid in self.by_id else [])
+                refs = list(tasks) or ([self.by_id[jid]] if jid in self.by_id else [])
             results.append(all(_dep_ok(kind, r) for r in refs))  # none listed: met
         return any(results) if any_of else all(results)
 
@@ -241,6 +254,14 @@ class Controller:
         # and the benchmark's first cycle: every job is looked at).
         self._delta: tuple[list[SlurmJob], list[int]] | None = None
         self._mirror_current = False  # the mirror has seen the index's last read
+        self.ready = ReadyJobs()
+        # What moved among the ready jobs at this cycle's read (with ``_delta``).
+        self._ready_delta: tuple[list[SlurmJob], list[int]] | None = None
+        # What the wait marks were last worked out for (``_mark_waits``).
+        self._cycle_ran = True  # the last decide ran the scheduling cycle
+        self._ready_moved = True  # the last read moved jobs in or out of the ready set
+        self._waits_owed = False  # marks left to write for want of budget
+        self._waits_key: tuple[object, ...] = ()
         self.state_dir = Path(state_dir)
         self.limits = SlurmLimits()
         # What Slurm knows and can do: time limits to backfill with, requeue (it cannot
@@ -364,25 +385,24 @@ class Controller:
         self._finish_interrupted(list(self.index.placing.values()))
         self._rehold_stranded(list(self.index.placed_pending.values()), usable)
         self._let_go(list(self.index.released.values()))
-        held_ids = self.index.held
-        held = [j for j in jobs if j.job_id in held_ids]  # Slurm's order (by id)
-        since = min((j.submit_time for j in held if j.submit_time > 0), default=None)
+        since = self.index.oldest_held_submit()
         self.stats.oldest_held_s = max(0.0, self.wall() - since) if since is not None else 0.0
-        # Dependencies are judged against every job: indexed only when some held job has
-        # one. ``ready``: those jobs only (a job without one is ready).
-        with_deps = [j for j in held if j.dependency]
-        deps = Dependencies(jobs) if with_deps else None
-        ready = {j.job_id: deps.met(j.dependency) for j in with_deps} if deps else {}
+        # Held jobs that are array tasks, heterogeneous or wait for a dependency, by id;
+        # dependencies judged against every job Slurm lists (the index keeps them).
+        special = [self.index.held_special[jid] for jid in sorted(self.index.held_special)]
+        with_deps = [j for j in special if j.dependency]
+        deps = Dependencies(index=self.index)
+        ready = {j.job_id: deps.met(j.dependency) for j in with_deps}
         is_ready = ready.get
         self._pass_through(
-            [j for j in held if j.array_job_id or j.het_job_id or is_ready(j.job_id, True) is None],
+            [j for j in special if j.is_array_or_het or is_ready(j.job_id, True) is None],
             ready,
         )
-        queued = [
-            j for j in held if not (j.array_job_id or j.het_job_id) and is_ready(j.job_id, True)
-        ]
+        # The held jobs to place: those above left out, kept from what changed.
+        self._ready_delta = self.ready.update(self.index, changed, self.index.gone, ready)
         by_id = self.index.by_id
-        self.decide(snodes, jobs, queued, self.wall())
+        self.decide(snodes, jobs, self.ready.jobs.values(), self.wall())
+        self.ready.look_again(p.job.idx for p in self._starts)
         self._requeue(by_id)
         marked: list[tuple[SlurmJob, Placement]] = []
         for p in self._starts:
@@ -395,14 +415,15 @@ class Controller:
         blocked = [
             j for j in with_deps if ready.get(j.job_id) is False and not j.is_array_or_het
         ]  # array and het jobs were passed through to Slurm above
-        self._mark_waits([j for j in queued if j.job_id not in handed], blocked)
+        self.ready.look_again(self._undone)
+        self._mark_waits(handed, blocked)
         return done
 
     def decide(
         self,
         snodes: Sequence[SlurmNode],
         jobs: Sequence[SlurmJob],
-        queued: Sequence[SlurmJob],
+        queued: Iterable[SlurmJob],
         now: float,
     ) -> None:
         """The pure part of a cycle: the view brought up to date and the scheduling
@@ -410,13 +431,16 @@ class Controller:
         ``_starts`` and ``_requeues`` (what ``bench_slurm_controller`` times)."""
         self._starts, self._requeues, self._undone = [], [], {}
         delta, self._delta = self._delta, None
-        if self.mirror.sync(snodes, jobs, queued, now, delta):
+        ready_delta, self._ready_delta = self._ready_delta, None
+        self._ready_moved = ready_delta is None or bool(ready_delta[0] or ready_delta[1])
+        if self.mirror.sync(snodes, jobs, queued, now, delta, ready_delta):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
         self._mirror_current = True
         harm = self.policy.harm
         if harm is not None:
             harm.advance(now)  # a bucket that allows more by now makes the cycle due
-        self._decisions = self.sched.cycle(now, self) if self.sched.pending() else []
+        self._cycle_ran = self.sched.pending()
+        self._decisions = self.sched.cycle(now, self) if self._cycle_ran else []
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
         """Policy nodes as the cycle would see them for this Slurm state (a throwaway
@@ -442,6 +466,7 @@ class Controller:
         started = [s for s in self._starts if s.job is action.job]
         if started:  # placed earlier in this cycle and not written yet: just not placed
             self._starts = [s for s in self._starts if s.job is not action.job]
+            self.ready.look_again([action.job.idx])
         else:
             self._requeues.append(action.job)
 
@@ -487,9 +512,18 @@ class Controller:
                 f"job {sj.job_id} ({sj.name!r}): requeued for a DNN job ({lost:.0f} core-s lost)"
             )
 
-    def _mark_waits(self, queued: Sequence[SlurmJob], blocked: Sequence[SlurmJob] = ()) -> None:
-        """Why each held job waits, into its mark (a few per cycle, queue order); the
-        ``blocked`` ones wait for their dependency."""
+    def _mark_waits(self, handed: set[int], blocked: Sequence[SlurmJob]) -> None:
+        """Why each held job waits, into its mark (a few per cycle, in Slurm's order by
+        id); the ``blocked`` ones wait for their dependency. Worked out again only when
+        something that decides a reason moved: the scheduling cycle ran, the queue or
+        what cannot be placed changed, or marks are still to be written."""
+        key = (
+            tuple(j.job_id for j in blocked), tuple(sorted(handed)), tuple(self._undone),
+            len(self.mirror.queued), len(self.mirror.never),
+        )  # fmt: skip
+        if not (self._cycle_ran or self._ready_moved or self._waits_owed or key != self._waits_key):
+            return
+        self._waits_key = key
         reasons: dict[int, Reason] = dict.fromkeys((j.job_id for j in blocked), _DEPENDENCY)
         reason_of = self.sched.reason_of
         for jid, job in self.mirror.queued.items():  # O(1) each, no sort of the queue
@@ -499,17 +533,21 @@ class Controller:
         reasons.update(self.mirror.never)
         reasons.update(self._undone)
         self.stats.waits = Counter(r.code for r in reasons.values())  # a token's first word
+        ready = self.ready.jobs
         budget = WAIT_MARKS_PER_CYCLE
-        for sj in itertools.chain(queued, blocked):
-            if budget <= 0:
-                break
+        self._waits_owed = False
+        for sj in itertools.chain((ready[jid] for jid in self.ready.ordered()), blocked):
             why = reasons.get(sj.job_id)
-            if why is None or sj.mark is None or sj.mark.get("state") != "held":
+            if why is None or sj.job_id in handed:
                 continue
-            token = why.token
-            if sj.mark.get("wait") == token:
+            mark = sj.mark
+            if mark is None or mark.get("state") != "held" or mark.get("wait") == why.token:
                 continue
+            if budget <= 0:
+                self._waits_owed = True  # more next cycle
+                break
             budget -= 1
+            token = why.token
             try:
                 self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "held", wait=token))
             except SlurmError as e:

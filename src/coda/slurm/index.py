@@ -9,6 +9,7 @@ plus those (small) sets, not every job Slurm remembers.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Sequence
 
@@ -37,6 +38,13 @@ class JobIndex:
         self.released: dict[int, SlurmJob] = {}
         self.marks: Counter[str] = Counter()  # mark states of jobs not ended
         self.gone: list[int] = []  # ids the last update no longer saw
+        # Held jobs the cycle cannot simply queue, looked at every cycle: array tasks
+        # and heterogeneous jobs (passed to Slurm), jobs with a dependency.
+        self.held_special: dict[int, SlurmJob] = {}
+        # Array tasks by their array's id: a dependency on an array waits for them all.
+        self.tasks: dict[int, dict[int, SlurmJob]] = {}
+        # (submit time, id) of held jobs, stale entries dropped when they come to the top.
+        self._by_submit: list[tuple[int, int]] = []
 
     def update(
         self,
@@ -69,10 +77,30 @@ class JobIndex:
         self.by_id = new
         return list(changed)
 
+    def oldest_held_submit(self) -> int | None:
+        """The earliest submit time of a held job (None: none held, or none with one)."""
+        heap, held = self._by_submit, self.held
+        if len(heap) > 2 * len(held) + 1024:  # mostly stale: start again
+            heap[:] = [(j.submit_time, jid) for jid, j in held.items() if j.submit_time > 0]
+            heapq.heapify(heap)
+        while heap:
+            t, jid = heap[0]
+            j = held.get(jid)
+            if j is not None and j.submit_time == t:
+                return t
+            heapq.heappop(heap)
+        return None
+
     def _add(self, j: SlurmJob) -> None:
         jid = j.job_id
+        if j.array_job_id:
+            self.tasks.setdefault(j.array_job_id, {})[jid] = j
         if j.held_for_coda:
             self.held[jid] = j
+            if j.submit_time > 0:
+                heapq.heappush(self._by_submit, (j.submit_time, jid))
+            if j.is_array_or_het or j.dependency:
+                self.held_special[jid] = j
         if j.mark is not None and j.mark.get("state") == "placing":
             self.placing[jid] = j
         if j.state == "PENDING" and j.placed_by_coda and j.priority != 0:
@@ -90,9 +118,14 @@ class JobIndex:
 
     def _drop(self, j: SlurmJob) -> None:
         jid = j.job_id
-        for d in (self.held, self.placing, self.placed_pending, self.released):
+        for d in (self.held, self.placing, self.placed_pending, self.released, self.held_special):
             if d.get(jid) is j:
                 del d[jid]
+        tasks = self.tasks.get(j.array_job_id) if j.array_job_id else None
+        if tasks is not None and tasks.get(jid) is j:
+            del tasks[jid]
+            if not tasks:
+                del self.tasks[j.array_job_id]
         state = _mark_state(j)
         if state is not None:
             self.marks[state] -= 1

@@ -100,14 +100,17 @@ class SlurmView:
         self,
         snodes: Sequence[SlurmNode],
         sjobs: Sequence[SlurmJob],
-        ready: Sequence[SlurmJob],
+        ready: Iterable[SlurmJob],
         now: float,
         delta: tuple[Sequence[SlurmJob], Sequence[int]] | None = None,
+        ready_delta: tuple[Sequence[SlurmJob], Sequence[int]] | None = None,
     ) -> bool:
         """Bring the scheduler in line with Slurm. ``ready``: held jobs CODA places
         now. ``delta``: the jobs new or changed since the last sync and the ids gone
         (``JobIndex``), so only those are looked at; None: look at every job.
-        Returns whether the set of usable nodes changed."""
+        ``ready_delta``: with ``delta``, what moved in ``ready`` since the last sync
+        (``ReadyJobs``: jobs to queue or look at again, ids no longer ready), so the
+        queue is not walked. Returns whether the set of usable nodes changed."""
         self._now = now
         changed = self._sync_nodes(snodes)
         if changed:
@@ -122,7 +125,10 @@ class SlurmView:
         else:
             self._sync_usage(sjobs, now)
         self._reread.clear()
-        self._sync_queue(ready)
+        if delta is not None and ready_delta is not None:
+            self._sync_queue(ready_delta[0], dropped=ready_delta[1])
+        else:
+            self._sync_queue(ready)
         gone: Iterable[int]
         if delta is not None:
             gone = [jid for jid in delta[1] if jid in self.jobs]
@@ -298,7 +304,10 @@ class SlurmView:
         self.sched.withdraw(job)
         self.sched.discharge(job, self._now)
 
-    def _sync_queue(self, ready: Sequence[SlurmJob]) -> None:
+    def _sync_queue(self, ready: Iterable[SlurmJob], dropped: Sequence[int] | None = None) -> None:
+        """Queue the ``ready`` jobs not queued yet. ``dropped`` None: ``ready`` are all
+        the ready jobs, any other leaves the queue; else ``ready`` are those new or to be
+        looked at again and ``dropped`` the ids no longer ready."""
         want: dict[int, Job] = {}
         for sj in ready:
             job = self.job(sj)
@@ -313,11 +322,16 @@ class SlurmView:
                 self.never[sj.job_id] = never
             else:
                 self.queued[sj.job_id] = job
-        for jid in [j for j in self.queued if j not in want]:
+        if dropped is None:
+            out = [j for j in self.queued if j not in want]
+            self.never = {jid: why for jid, why in self.never.items() if jid in want}
+        else:
+            out = [j for j in dropped if j in self.queued]
+            for jid in dropped:
+                self.never.pop(jid, None)
+        for jid in out:
             job = self.queued.pop(jid)
             if jid in self._usage:  # it runs, or is placed: no longer queued, still charged
                 self.sched.withdraw(job)
             else:
                 self._let_go(job)
-        for jid in [j for j in self.never if j not in want]:
-            del self.never[jid]
