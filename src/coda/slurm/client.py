@@ -29,6 +29,7 @@ cost, names asked for apart).
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import subprocess
@@ -456,6 +457,12 @@ class SlurmNode:
         return not any(b in self.state for b in bad)
 
 
+def same_nodes(a: Sequence[SlurmNode], b: Sequence[SlurmNode]) -> bool:
+    """Whether two reads gave the very same node objects (``SlurmClient.nodes`` gives
+    back the same object for a line that did not change): nothing to look at again."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 
 
@@ -505,6 +512,8 @@ class SlurmClient:
         self.run = runner
         self._node_lines: dict[str, SlurmNode] = {}  # the last read: each line's node
         self.unreadable_nodes: list[str] = []  # the last read's lines left out: why
+        self._nodes_text: str | None = None  # the last read's text, and its nodes
+        self._nodes: list[SlurmNode] = []
 
     def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld remembers (squeue --json ignores filters in 22.05)."""
@@ -518,6 +527,8 @@ class SlurmClient:
     def nodes(self) -> list[SlurmNode]:
         # -d: slurmctld reports GresUsed (GPUs taken) only on a detailed request.
         text = self.run(["scontrol", "show", "-o", "-d", "node"])
+        if text == self._nodes_text:  # as last read: the same nodes, not parsed again
+            return list(self._nodes)
         out = []
         last, now = self._node_lines, {}
         self.unreadable_nodes = []
@@ -536,7 +547,8 @@ class SlurmClient:
                 now[line] = node
                 out.append(node)
         self._node_lines = now
-        return out
+        self._nodes_text, self._nodes = text, out
+        return list(out)
 
     def update(self, job_id: int, **fields: object) -> None:
         args = [f"{k}={v}" for k, v in fields.items()]

@@ -54,6 +54,7 @@ from coda.slurm.client import (
     mark_count,
     mark_fields,
     model_key,
+    same_nodes,
 )
 from coda.slurm.cycle_times import CycleTimes
 from coda.slurm.index import ENDED, JobIndex
@@ -162,6 +163,7 @@ class SlurmLimits:
     job_partitions: dict[int, set[str]] = field(default_factory=dict)
     job_excluded: dict[int, set[str]] = field(default_factory=dict)
     node_partitions: dict[str, set[str]] = field(default_factory=dict)
+    _nodes_seen: list[SlurmNode] = field(default_factory=list)  # what they were taken from
 
     def observe(
         self, changed: Sequence[SlurmJob], gone: Sequence[int], nodes: Sequence[SlurmNode]
@@ -179,7 +181,9 @@ class SlurmLimits:
                 parts[j.job_id] = set(j.partitions)
             if j.excluded_nodes:
                 excl[j.job_id] = set(j.excluded_nodes)
-        self.node_partitions = {n.name: set(n.partitions) for n in nodes}
+        if not same_nodes(nodes, self._nodes_seen):
+            self._nodes_seen = list(nodes)
+            self.node_partitions = {n.name: set(n.partitions) for n in nodes}
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
         if node.name in self.job_excluded.get(job.idx, ()):
@@ -255,6 +259,8 @@ class Controller:
         self._delta: tuple[list[SlurmJob], list[int]] | None = None
         self._mirror_current = False  # the mirror has seen the index's last read
         self.ready = ReadyJobs()
+        self._usable: set[str] = set()  # the usable nodes' names, and the read they are of
+        self._usable_of: list[SlurmNode] = []
         # What moved among the ready jobs at this cycle's read (with ``_delta``).
         self._ready_delta: tuple[list[SlurmJob], list[int]] | None = None
         # What the wait marks were last worked out for (``_mark_waits``).
@@ -381,7 +387,10 @@ class Controller:
         self.stats.jobs_by_mark = {s: self.index.marks.get(s, 0) for s in MARK_STATES}
         if learned:
             self._save()
-        usable = {n.name for n in snodes if n.usable}
+        if not same_nodes(snodes, self._usable_of):
+            self._usable_of = list(snodes)
+            self._usable = {n.name for n in snodes if n.usable}
+        usable = self._usable
         self._finish_interrupted(list(self.index.placing.values()))
         self._rehold_stranded(list(self.index.placed_pending.values()), usable)
         self._let_go(list(self.index.released.values()))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from coda.cycle import Reason, Scheduler
 from coda.policy.state import Job, Node
 from coda.runtime.row_job import pcie_heavy
-from coda.slurm.client import SlurmJob, SlurmNode, model_key
+from coda.slurm.client import SlurmJob, SlurmNode, model_key, same_nodes
 
 RUNNING = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
 
@@ -80,6 +80,9 @@ class SlurmView:
         self.touched: set[str] = set()
         self.never: dict[int, Reason] = {}  # held jobs that can never run here
         self._now = 0.0  # the time of the sync under way (usage dropped is released then)
+        self._last_read: list[SlurmNode] = []  # the nodes Slurm listed at the last sync
+        self._slurm_nodes: dict[str, SlurmNode] = {}  # the usable ones, by name
+        self._moved: set[str] = set()  # usable nodes whose record changed at this sync
 
     def job(self, sj: SlurmJob) -> Job:
         """The one Job object of a Slurm job (made again only if its request changed)."""
@@ -144,7 +147,14 @@ class SlurmView:
         return changed
 
     def _sync_nodes(self, snodes: Sequence[SlurmNode]) -> bool:
+        if same_nodes(snodes, self._last_read):
+            self._moved = set()
+            return False
+        self._last_read = list(snodes)
         usable = {n.name: n for n in snodes if n.usable}
+        last = self._slurm_nodes
+        # Nodes whose record changed (or that are new): their free capacity is redone.
+        self._moved = {name for name, sn in usable.items() if last.get(name) is not sn}
         changed = False
         for name in [n for n in self.nodes if n not in usable]:
             self.sched.remove_node(self.nodes.pop(name))
@@ -259,7 +269,12 @@ class SlurmView:
             dropped += [k for k in gone if k in usage]
         for jid in dropped:
             self._drop_usage(jid, changed)
-        for name, node in self.nodes.items():
+        # Only nodes whose jobs or Slurm record changed: every other node's free
+        # capacity stands (in index order, as the dirty marks are taken).
+        nodes = self.nodes
+        for name in sorted(changed.union(self._moved).intersection(nodes),
+                           key=lambda x: nodes[x].idx):  # fmt: skip
+            node = nodes[name]
             sn = self._slurm_nodes[name]
             held = self._held[name]
             g = max(0, sn.gpus - sn.gpus_used - held[0])
