@@ -25,6 +25,7 @@ from coda.slurm.listing import (
     parse_names,
     time_limit_s,
 )
+from coda.slurm.listing_diff import splice
 from coda.slurm.view import SlurmView
 from tests.bench_module import load_bench
 
@@ -691,3 +692,96 @@ def test_exit_codes_of_22_05_and_24_11(text: str, state: str, want: int | None) 
     from coda.slurm.listing import _exit_code
 
     assert _exit_code(text, state) == want
+
+
+# ---------------------------------------------------------------- the splice
+_GOOD = st.tuples(st.integers(1, 40), st.sampled_from(["held", "placed", "held,wait=x"]))
+_PIECES = st.one_of(
+    *[_GOOD] * 16,
+    st.tuples(st.integers(1, 40), st.just("bad")),
+    st.sampled_from([("", ""), ("x", ""), ("nl", "")]),  # an empty line, junk, a comment's newline
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    first=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    edits=st.lists(
+        st.lists(st.tuples(st.integers(0, 40), _PIECES, st.booleans()), max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    sort=st.booleans(),
+    trailing=st.booleans(),
+)
+def test_the_splice_reads_what_every_line_read_gives(
+    first: list[int],
+    edits: list[list[tuple[int, tuple[object, str], bool]]],
+    sort: bool,
+    trailing: bool,
+) -> None:
+    """A listing that reads a changed text only where it differs from the last read
+    gives at each read the jobs, changed, gone and unreadable lines a listing reading
+    every line gives: jobs coming, changing and going, lines it cannot read, ids
+    listed twice, lines out of order, junk, a comment's newline."""
+    rows: list[str] = [_line(j, "held") for j in sorted(set(first))]
+    by_splice, by_line = JobListing(_answering("")), JobListing(_answering(""))
+    by_line.splice = False
+    for k, read in enumerate(edits):
+        for at, piece, insert in read:
+            what, mark = piece
+            if isinstance(what, int):
+                row = _line(what, mark)
+            else:
+                row = {"": "", "x": "x|y", "nl": _line(7, "held") + "\nsecond line"}[str(what)]
+            at = min(at, len(rows))
+            ids = [r.partition("|")[0] for r in rows]
+            if isinstance(what, int) and str(what) in ids and mark != "held,wait=x":
+                at, insert = ids.index(str(what)), False  # its own row changes
+            if insert or at == len(rows):
+                rows.insert(at, row)
+            elif mark == "bad" or k % 2:
+                del rows[at]
+            else:
+                rows[at] = row
+        if sort:
+            rows.sort(key=lambda r: int(r.partition("|")[0]) if r[:1].isdigit() else 0)
+        text = "\n".join(rows) + ("\n" if trailing and rows else "")
+        got = []
+        for listing in (by_splice, by_line):
+            listing.run = _answering(text)
+            jobs = listing.jobs()
+            got.append((
+                jobs, sorted(j.job_id for j in listing.changed), sorted(listing.gone),
+                listing.unreadable, listing.parsed,
+            ))  # fmt: skip
+        assert got[0] == got[1]
+        # Objects kept by both: a job whose line did not change is the last read's.
+        assert [j.job_id for j in by_splice.changed] == [j.job_id for j in by_line.changed]
+
+
+def test_the_splice_looks_only_at_what_differs() -> None:
+    """1,000 jobs; then one ends (its line changes), one is forgotten, one arrives: the
+    splice gives the new lines, the last read's jobs for every line it kept, two lines
+    to parse (the changed and the new) and the forgotten id."""
+    rows = [_line(j, "held") for j in range(1, 1001)]
+    old_text = "".join(r + "\n" for r in rows)
+    before = [parse_line(r) for r in rows]
+    by_line = dict(zip(rows, before, strict=True))
+    rows[499] = _line(500, "placed")
+    del rows[700]  # job 701
+    rows.append(_line(1001, "held"))
+    text = "".join(r + "\n" for r in rows)
+    got = splice(old_text, list(by_line), before, text, by_line)
+    assert got is not None
+    assert got.lines == rows
+    assert [got.lines[i].partition("|")[0] for i in got.fresh] == ["500", "1001"]
+    assert got.gone == [701]
+    assert [j for j in got.jobs if j is not None] == [
+        j for j in before if j.job_id not in (500, 701)
+    ]  # fmt: skip
+    listing = JobListing(_answering(old_text))
+    listing.jobs()
+    listing.run = _answering(text)
+    listing.jobs()
+    assert sorted(j.job_id for j in listing.changed) == [500, 1001] and listing.gone == [701]

@@ -47,6 +47,7 @@ from coda.slurm.client import (
     gres_gpus,
     parse_mark,
 )
+from coda.slurm.listing_diff import splice
 
 # squeue -O's names, in the order of a line; admin_comment last (it may hold '|').
 FIELDS = (
@@ -296,6 +297,11 @@ class JobListing:
         # (an empty listing is a text like any other).
         self._last_text: str | None = None
         self._jobs: list[SlurmJob] = []
+        self._lines: list[str] = []  # its lines, one per job of ``_jobs``
+        self._one_per_id = True  # no id in more than one of them
+        # Read a changed text only where it differs from the last (``listing_diff``);
+        # False: every line, every read.
+        self.splice = True
         self._names: dict[int, tuple[list[str], str]] = {}  # id -> (excluded, name)
         self._unsettled: set[int] = set()  # ids the last read left unsettled
         self._refreshed_at = clock()
@@ -347,11 +353,20 @@ class JobListing:
             self.changed, self.gone = [], []
             return list(self._jobs)
         by_line = self._by_line
-        lines = _split(text)
-        out: list[SlurmJob | None] = list(map(by_line.get, lines))
-        fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
+        spliced = None
+        if self.splice and not refresh and self._last_text is not None and self._one_per_id:
+            spliced = splice(self._last_text, self._lines, self._jobs, text, by_line)
+        gone: list[int] | None = None
+        if spliced is not None:  # only where the text differs from the last read's
+            lines, out, gone = spliced.lines, spliced.jobs, spliced.gone
+            fresh = [(i, lines[i]) for i in spliced.fresh]
+        else:
+            lines = _split(text)
+            out = list(map(by_line.get, lines))
+            fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         look_again = False
-        if any(_START.match(line) is None for _, line in fresh):
+        records = any(_START.match(line) is None for _, line in fresh)
+        if records:
             lines, look_again = split_records(text), True  # an AdminComment's newline
         retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if refresh:
@@ -395,13 +410,18 @@ class JobListing:
         self.parsed += len(fresh)
         self.changed = [sj for _, sj in pairs]
         self.unreadable = list(bad.values())
-        self.gone = self._remember(lines, jobs, pairs, rebuild=bool(stale))
+        if look_again:
+            gone = None  # read another way than the splice read it
+        self.gone = self._remember(lines, jobs, pairs, rebuild=bool(stale), gone=gone)
         for line in stale:
             self._by_line.pop(line, None)  # an unreadable line is parsed again next time
         for again in retry:
             self._unread(again)
         # Something left to read again: the next read must not take the shortcut.
         self._last_text, self._jobs = (None if retry or bad else text), jobs
+        self._lines = lines
+        # The splice takes the last read's lines for its text's lines, one per id.
+        self._one_per_id = not records and len(self._line_of) == len(lines)
         self._unsettled = retry
 
         return list(jobs)
@@ -450,10 +470,12 @@ class JobListing:
         jobs: list[SlurmJob],
         fresh: list[tuple[str, SlurmJob]],
         rebuild: bool = False,
+        gone: list[int] | None = None,
     ) -> list[int]:
         """Keep this read's lines for the next, touching only what changed; returns
         the ids no longer listed. ``rebuild``: made afresh from this read (a line kept
-        at its job's last state is in no count the update by changes relies on)."""
+        at its job's last state is in no count the update by changes relies on).
+        ``gone``: those ids, known (``splice``)."""
         by_line, line_of = self._by_line, self._line_of
         for line, sj in fresh:
             old = line_of.get(sj.job_id)
@@ -463,8 +485,9 @@ class JobListing:
             line_of[sj.job_id] = line
         # line_of holds every id listed, so it is as long as the ids listed only if none
         # is gone (counting ids, not lines: one listed twice must not hide one gone).
-        live = set(map(_JOB_ID, jobs))
-        gone = [jid for jid in line_of if jid not in live] if len(line_of) != len(live) else []
+        if gone is None:
+            live = set(map(_JOB_ID, jobs))
+            gone = [jid for jid in line_of if jid not in live] if len(line_of) != len(live) else []
         for jid in gone:
             by_line.pop(line_of.pop(jid), None)
             self._names.pop(jid, None)
