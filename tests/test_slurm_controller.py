@@ -819,6 +819,27 @@ def test_partitions_and_excluded_nodes_limit_placement() -> None:
     assert got[3][0] == ["g2"]  # no partition recorded: any node (best fit: g2 has 4 left)
 
 
+def test_the_partitions_of_nodes_follow_each_read() -> None:
+    """Taken only from nodes whose record changed, the nodes' partitions are those of
+    the last read: a node moved to another partition, one gone, one new."""
+    from coda.slurm.client import SlurmNode
+    from coda.slurm.controller import SlurmLimits
+
+    limits = SlurmLimits()
+    g1, g2 = SlurmNode("g1", 16, 0, 2, 0, "IDLE", ["main"]), SlurmNode("g2", 16, 0, 2, 0, "IDLE")
+    for read in (
+        [g1, g2],
+        [g1, g2],  # the same objects: nothing looked at
+        [SlurmNode("g1", 16, 4, 2, 1, "MIXED", ["main"]), g2],
+        [
+            SlurmNode("g1", 16, 4, 2, 1, "MIXED", ["gpu"]),
+            SlurmNode("g3", 8, 0, 0, 0, "IDLE", ["x"]),
+        ],
+    ):
+        limits.observe([], [], read)
+        assert limits.node_partitions == {n.name: set(n.partitions) for n in read}
+
+
 def test_a_placed_job_stranded_on_a_down_node_is_placed_again(
     fake: FakeSlurm, tmp_path: Path
 ) -> None:

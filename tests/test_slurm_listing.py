@@ -25,7 +25,7 @@ from coda.slurm.listing import (
     parse_names,
     time_limit_s,
 )
-from coda.slurm.listing_diff import splice
+from coda.slurm.listing_diff import line_starts, splice
 from coda.slurm.view import SlurmView
 from tests.bench_module import load_bench
 
@@ -768,13 +768,15 @@ def test_the_splice_looks_only_at_what_differs() -> None:
     old_text = "".join(r + "\n" for r in rows)
     before = [parse_line(r) for r in rows]
     by_line = dict(zip(rows, before, strict=True))
+    old_starts = line_starts(rows)
     rows[499] = _line(500, "placed")
     del rows[700]  # job 701
     rows.append(_line(1001, "held"))
     text = "".join(r + "\n" for r in rows)
-    got = splice(old_text, list(by_line), before, text, by_line)
+    got = splice(old_text, old_starts, list(by_line), before, text, by_line)
     assert got is not None
     assert got.lines == rows
+    assert list(got.starts) == list(line_starts(rows))
     assert [got.lines[i].partition("|")[0] for i in got.fresh] == ["500", "1001"]
     assert got.gone == [701]
     assert [j for j in got.jobs if j is not None] == [

@@ -99,7 +99,7 @@ class EveryJobReservations:
             estimate = policy.estimates.runtime(job, cores_pn) if seen is not None else 0.0
             if seen is not None and estimate >= seen[0]:
                 job.estimate = estimate
-                job.wait, job.wait_cycle = seen[1], self.clock.cycles
+                self.queue.note_job(job, seen[1])
             elif self.starter.attempt(job, True, [], active, cores_pn):
                 started += job.placement  # they have less room now
                 continue

@@ -41,6 +41,15 @@ class Queue:
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self.maybe_full = True  # some bucket may be owed a full search (Bucket.full)
         self._filed = 0  # entries filed so far (``enqueue``)
+        # For a driver that mirrors each queued job's reason (the Slurm controller's
+        # marks): the jobs noted, filed or gone since it last asked (``reason_changes``;
+        # None until it first asks), the buckets noted, each bucket's reason when it
+        # last asked, and each bucket's jobs that may show a reason of their own.
+        self._touched: dict[Job, None] | None = None
+        self._noted: dict[Bucket, None] = {}
+        self._told: dict[Bucket, object] = {}
+        self._own: dict[Bucket, set[Job]] = {}
+        self._refiled = False
 
     # ------------------------------------------------------------ filing
     def enqueue(self, job: Job) -> None:
@@ -52,6 +61,8 @@ class Queue:
         self._file(arr, job)
         self.tenants.push(arr, job)
         self.queued[job.kind] += 1
+        if self._touched is not None:
+            self._touched[job] = None
 
     def _file(self, arr: str, job: Job) -> None:
         """Put a queued job into its array's bucket for its shape."""
@@ -79,6 +90,7 @@ class Queue:
             for bucket in buckets.values():
                 bucket.full = True
         self.maybe_full = True
+        self._refiled = True
 
     def owe_full_search(self) -> None:
         """Core counts changed (the allocator learned a shape): each bucket's front gets
@@ -90,7 +102,11 @@ class Queue:
 
     def drop(self, arr: str, shape: Shape) -> None:
         """Forget a bucket every job of which started or left."""
-        del self.buckets[arr][shape], self.groups[arr][shape[:2]][shape]
+        bucket = self.buckets[arr].pop(shape)
+        del self.groups[arr][shape[:2]][shape]
+        self._told.pop(bucket, None)
+        self._own.pop(bucket, None)
+        self._noted.pop(bucket, None)
 
     def withdraw(self, job: Job) -> bool:
         """Take a job out of the queue; False if it was not queued."""
@@ -99,12 +115,16 @@ class Queue:
             return False
         job.queue_key = ()
         self.queued[job.kind] -= 1
+        if self._touched is not None:
+            self._touched[job] = None
         return True
 
     def started(self, job: Job) -> None:
         """A queued job started: it leaves the queue (its entries are skipped lazily)."""
         self.bucket_of.pop(job, None)
         self.queued[job.kind] -= 1
+        if self._touched is not None:
+            self._touched[job] = None
 
     def is_queued(self, job: Job) -> bool:
         return job in self.bucket_of
@@ -133,6 +153,49 @@ class Queue:
         bucket = self.bucket_of.get(job)
         if bucket is not None:
             bucket.wait, bucket.wait_cycle = reason, self.clock.cycles
+        if self._touched is not None:
+            self._touched[job] = None
+            if bucket is not None:
+                self._noted[bucket] = None
+
+    def note_job(self, job: Job, reason: object) -> None:
+        """Why the job waits, as of this cycle, and not its bucket's jobs behind it."""
+        job.wait, job.wait_cycle = reason, self.clock.cycles
+        if self._touched is not None:
+            self._touched[job] = None
+
+    def reason_changes(self) -> list[Job] | None:
+        """The jobs whose ``reason_of`` may have changed since the last call (queued
+        since, or gone from the queue since, among them); None: any job's may have
+        (the first call, a refile, or no backfill: every job waits behind its array's
+        head). A job shows its bucket's reason unless noted since the bucket was:
+        when a bucket's reason changes, all its jobs change; when it is noted again
+        with the same one, only those that showed their own."""
+        touched, noted = self._touched, self._noted
+        self._touched, self._noted = {}, {}
+        if touched is None or self._refiled or not self.policy.backfill:
+            self._refiled = False
+            self._told, self._own = {}, {}
+            for buckets in self.buckets.values():
+                for bucket in buckets.values():
+                    self._told[bucket] = bucket.wait
+                    own = {j for j in bucket.live() if j.wait_cycle >= bucket.wait_cycle}
+                    if own:
+                        self._own[bucket] = own
+            return None
+        out = dict(touched)
+        for bucket in noted:
+            own = self._own.pop(bucket, set())
+            if bucket not in self._told or self._told[bucket] != bucket.wait:
+                out.update(dict.fromkeys(bucket.live()))
+            else:
+                out.update(dict.fromkeys(own))
+            self._told[bucket] = bucket.wait
+        for job in touched:
+            home = self.bucket_of.get(job)
+            if home is not None and job.wait_cycle >= home.wait_cycle:
+                self._own.setdefault(home, set()).add(job)
+        return list(out)
 
     def reason_of(self, job: Job) -> Reason | None:
         """Why a queued job waits (None once it has started)."""

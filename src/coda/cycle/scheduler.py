@@ -124,6 +124,10 @@ class Scheduler:
         """Why a queued job waits (None once it has started)."""
         return self.queue.reason_of(job)
 
+    def reason_changes(self) -> list[Job] | None:
+        """The jobs whose reason may have changed since the last call (``Queue``)."""
+        return self.queue.reason_changes()
+
     def waiting(self) -> Iterator[tuple[Job, Reason]]:
         """Every queued job with its reason, in queue order per array."""
         return self.queue.waiting()

@@ -24,13 +24,12 @@ they outlive both the controller and Slurm's memory of ended jobs.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
 import threading
 import time
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +60,7 @@ from coda.slurm.index import ENDED, JobIndex
 from coda.slurm.listing import JobListing
 from coda.slurm.ready import ReadyJobs
 from coda.slurm.view import SlurmView
+from coda.slurm.wait_marks import WaitMarks
 
 STATE_FILE = "controller.json"
 STATE_SCHEMA = "coda-slurm-controller/1"
@@ -182,8 +182,19 @@ class SlurmLimits:
             if j.excluded_nodes:
                 excl[j.job_id] = set(j.excluded_nodes)
         if not same_nodes(nodes, self._nodes_seen):
+            # Only nodes whose record changed (a node's allocation changes it, its
+            # partitions seldom): a new set for those.
+            last = {n.name: n for n in self._nodes_seen}
             self._nodes_seen = list(nodes)
-            self.node_partitions = {n.name: set(n.partitions) for n in nodes}
+            by_node = self.node_partitions
+            listed = set()
+            for n in nodes:
+                listed.add(n.name)
+                was = last.get(n.name)
+                if was is None or was.partitions != n.partitions or n.name not in by_node:
+                    by_node[n.name] = set(n.partitions)
+            for name in by_node.keys() - listed:
+                del by_node[name]
 
     def filter(self, job: Job, node: Node, cores_pn: int) -> bool:
         if node.name in self.job_excluded.get(job.idx, ()):
@@ -263,11 +274,9 @@ class Controller:
         self._usable_of: list[SlurmNode] = []
         # What moved among the ready jobs at this cycle's read (with ``_delta``).
         self._ready_delta: tuple[list[SlurmJob], list[int]] | None = None
-        # What the wait marks were last worked out for (``_mark_waits``).
-        self._cycle_ran = True  # the last decide ran the scheduling cycle
-        self._ready_moved = True  # the last read moved jobs in or out of the ready set
-        self._waits_owed = False  # marks left to write for want of budget
-        self._waits_key: tuple[object, ...] = ()
+        self.wait_marks = WaitMarks()
+        # Ids whose record or readiness moved since the wait marks last looked.
+        self._moved: set[int] = set()
         self.state_dir = Path(state_dir)
         self.limits = SlurmLimits()
         # What Slurm knows and can do: time limits to backfill with, requeue (it cannot
@@ -409,6 +418,8 @@ class Controller:
         )
         # The held jobs to place: those above left out, kept from what changed.
         self._ready_delta = self.ready.update(self.index, changed, self.index.gone, ready)
+        self._moved.update(j.job_id for j in self._ready_delta[0])
+        self._moved.update(self._ready_delta[1])
         by_id = self.index.by_id
         self.decide(snodes, jobs, self.ready.jobs.values(), self.wall())
         self.ready.look_again(p.job.idx for p in self._starts)
@@ -441,15 +452,13 @@ class Controller:
         self._starts, self._requeues, self._undone = [], [], {}
         delta, self._delta = self._delta, None
         ready_delta, self._ready_delta = self._ready_delta, None
-        self._ready_moved = ready_delta is None or bool(ready_delta[0] or ready_delta[1])
         if self.mirror.sync(snodes, jobs, queued, now, delta, ready_delta):
             self.policy.observe_cluster(list(self.mirror.nodes.values()))
         self._mirror_current = True
         harm = self.policy.harm
         if harm is not None:
             harm.advance(now)  # a bucket that allows more by now makes the cycle due
-        self._cycle_ran = self.sched.pending()
-        self._decisions = self.sched.cycle(now, self) if self._cycle_ran else []
+        self._decisions = self.sched.cycle(now, self) if self.sched.pending() else []
 
     def view(self, snodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> list[Node]:
         """Policy nodes as the cycle would see them for this Slurm state (a throwaway
@@ -523,42 +532,21 @@ class Controller:
 
     def _mark_waits(self, handed: set[int], blocked: Sequence[SlurmJob]) -> None:
         """Why each held job waits, into its mark (a few per cycle, in Slurm's order by
-        id); the ``blocked`` ones wait for their dependency. Worked out again only when
-        something that decides a reason moved: the scheduling cycle ran, the queue or
-        what cannot be placed changed, or marks are still to be written."""
-        key = (
-            tuple(j.job_id for j in blocked), tuple(sorted(handed)), tuple(self._undone),
-            len(self.mirror.queued), len(self.mirror.never),
-        )  # fmt: skip
-        if not (self._cycle_ran or self._ready_moved or self._waits_owed or key != self._waits_key):
-            return
-        self._waits_key = key
-        reasons: dict[int, Reason] = dict.fromkeys((j.job_id for j in blocked), _DEPENDENCY)
-        reason_of = self.sched.reason_of
-        for jid, job in self.mirror.queued.items():  # O(1) each, no sort of the queue
-            why = reason_of(job)
-            if why is not None:
-                reasons[jid] = why
-        reasons.update(self.mirror.never)
-        reasons.update(self._undone)
-        self.stats.waits = Counter(r.code for r in reasons.values())  # a token's first word
-        ready = self.ready.jobs
-        budget = WAIT_MARKS_PER_CYCLE
-        self._waits_owed = False
-        for sj in itertools.chain((ready[jid] for jid in self.ready.ordered()), blocked):
-            why = reasons.get(sj.job_id)
-            if why is None or sj.job_id in handed:
-                continue
-            mark = sj.mark
-            if mark is None or mark.get("state") != "held" or mark.get("wait") == why.token:
-                continue
-            if budget <= 0:
-                self._waits_owed = True  # more next cycle
-                break
-            budget -= 1
-            token = why.token
+        id); the ``blocked`` ones wait for their dependency. Only the jobs whose reason
+        or record moved are looked at again (``WaitMarks``)."""
+        extra: dict[int, Reason] = dict.fromkeys((j.job_id for j in blocked), _DEPENDENCY)
+        extra.update(self.mirror.never)
+        extra.update(self._undone)
+        records = ChainMap(self.ready.jobs, {j.job_id: j for j in blocked})
+        marks = self.wait_marks
+        marks.update(self.sched, self.mirror.queued, records, self._moved, extra, handed)
+        self._moved = set()
+        self.stats.waits = marks.counts()  # a token's first word
+        for jid in marks.stale(WAIT_MARKS_PER_CYCLE):
+            sj, why = records[jid], marks.reason(jid)
+            assert why is not None  # stale implies a reason
             try:
-                self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "held", wait=token))
+                self.slurm.update(sj.job_id, AdminComment=self._remark(sj, "held", wait=why.token))
             except SlurmError as e:
                 self.stats.refusals["wait_mark"] += 1
                 self.log(f"job {sj.job_id}: wait mark not written: {e}")

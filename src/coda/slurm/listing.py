@@ -47,7 +47,7 @@ from coda.slurm.client import (
     gres_gpus,
     parse_mark,
 )
-from coda.slurm.listing_diff import splice
+from coda.slurm.listing_diff import Starts, line_starts, splice
 
 # squeue -O's names, in the order of a line; admin_comment last (it may hold '|').
 FIELDS = (
@@ -298,6 +298,7 @@ class JobListing:
         self._last_text: str | None = None
         self._jobs: list[SlurmJob] = []
         self._lines: list[str] = []  # its lines, one per job of ``_jobs``
+        self._starts: Starts = line_starts([])  # where each of them starts in its text
         self._one_per_id = True  # no id in more than one of them
         # Read a changed text only where it differs from the last (``listing_diff``);
         # False: every line, every read.
@@ -355,10 +356,11 @@ class JobListing:
         by_line = self._by_line
         spliced = None
         if self.splice and not refresh and self._last_text is not None and self._one_per_id:
-            spliced = splice(self._last_text, self._lines, self._jobs, text, by_line)
+            spliced = splice(self._last_text, self._starts, self._lines, self._jobs, text, by_line)
         gone: list[int] | None = None
+        starts: Starts | None = None
         if spliced is not None:  # only where the text differs from the last read's
-            lines, out, gone = spliced.lines, spliced.jobs, spliced.gone
+            lines, out, gone, starts = spliced.lines, spliced.jobs, spliced.gone, spliced.starts
             fresh = [(i, lines[i]) for i in spliced.fresh]
         else:
             lines = _split(text)
@@ -422,6 +424,8 @@ class JobListing:
         self._lines = lines
         # The splice takes the last read's lines for its text's lines, one per id.
         self._one_per_id = not records and len(self._line_of) == len(lines)
+        if self.splice and self._last_text is not None and self._one_per_id:
+            self._starts = starts if starts is not None else line_starts(lines)
         self._unsettled = retry
 
         return list(jobs)

@@ -21,29 +21,40 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from coda.slurm.client import SlurmJob
 
 _ID_START = re.compile(r"([0-9]{1,18})\|")
 _BLOCK = 1 << 15  # characters compared at once while the texts agree
+Starts = np.ndarray[Any, np.dtype[np.int64]]  # where each line of a text starts in it
 _NONE = 1 << 80  # the id of the line after a text's last: beyond every job id
 
 
 @dataclass
 class Spliced:
-    """The new read: its lines, each line's job where its text was read before (None
-    where it must be parsed), the indices of those Nones' lines, and the ids of the
-    last read no longer listed."""
+    """The new read: its lines and where each starts in its text, each line's job
+    where its text was read before (None where it must be parsed), the indices of
+    those Nones' lines, and the ids of the last read no longer listed."""
 
     lines: list[str]
+    starts: Starts
     jobs: list[SlurmJob | None]
     fresh: list[int]
     gone: list[int]
 
 
-def _agree(a: str, i: int, b: str, j: int) -> int:
-    """How many characters ``a`` from ``i`` and ``b`` from ``j`` have in common."""
-    n = min(len(a) - i, len(b) - j)
+def line_starts(lines: Sequence[str]) -> Starts:
+    """Where each of a text's lines starts in it (lines joined by newlines)."""
+    ends = np.cumsum(np.fromiter(map(len, lines), np.int64, len(lines)) + 1)
+    return np.concatenate((np.zeros(1, np.int64), ends[:-1])) if len(lines) else ends
+
+
+def _agree(a: str, i: int, a_end: int, b: str, j: int, b_end: int) -> int:
+    """How many characters ``a[i:a_end]`` and ``b[j:b_end]`` have in common first."""
+    n = min(a_end - i, b_end - j)
     k, step = 0, _BLOCK
     while k < n:
         s = min(step, n - k)
@@ -57,57 +68,64 @@ def _agree(a: str, i: int, b: str, j: int) -> int:
 
 
 def splice(
-    old_text: str,
+    old: str,
+    old_starts: Starts,
     old_lines: Sequence[str],
     old_jobs: Sequence[SlurmJob],
-    text: str,
+    new: str,
     by_line: Mapping[str, SlurmJob],
 ) -> Spliced | None:
-    """``text`` read against the last read (its text, lines and their jobs, aligned;
-    ``by_line``: every line of it to its job)."""
-    old = old_text.removesuffix("\n")
-    new = text.removesuffix("\n")
-    if not new or new.isspace() or not old or len(old_lines) != old.count("\n") + 1:
+    """``new`` read against the last read (its text, where its lines start, its lines
+    and their jobs, aligned; ``by_line``: every line of it to its job)."""
+    n_old = len(old) - old.endswith("\n")  # a last newline ends the last line
+    n_new = len(new) - new.endswith("\n")
+    count = len(old_lines)
+    if n_new <= 0 or new.isspace() or n_old <= 0 or len(old_starts) != count:
         return None
     lines: list[str] = []
     jobs: list[SlurmJob | None] = []
+    starts: list[Starts] = []  # pieces of the new lines' starts, in order
     fresh: list[int] = []
     passed: list[int] = []  # ids of old lines that differ from the new text
     differing: set[int] = set()  # ids of new lines that differ from the old text
     i = j = 0  # offsets of the next line in old and new
     li = 0  # index of the line at ``i`` in old_lines
-    n_old, n_new = len(old), len(new)
     while True:
-        k = _agree(old, i, new, j)
+        k = _agree(old, i, n_old, new, j, n_new)
         if i + k == n_old and j + k == n_new:  # the same to the end
             lines.extend(old_lines[li:])
             jobs.extend(old_jobs[li:])
-            li = len(old_lines)
+            starts.append(old_starts[li:] + (j - i))
+            li = count
             break
         cut = new.rfind("\n", j, j + k)
         if cut >= 0:  # whole lines in common: the last read's
-            m = new.count("\n", j, cut + 1)
+            nxt = i + cut + 1 - j
+            m = int(np.searchsorted(old_starts, nxt)) - li
+            if m <= 0 or li + m > count or (li + m < count and old_starts[li + m] != nxt):
+                return None  # its starts are not its text's
             lines.extend(old_lines[li : li + m])
             jobs.extend(old_jobs[li : li + m])
+            starts.append(old_starts[li : li + m] + (j - i))
             li += m
-            i += cut + 1 - j
-            j = cut + 1
+            i, j = nxt, cut + 1
         # The next lines differ (or one text has ended): one line at a time, by id.
         old_line = new_line = ""
         old_id = new_id = _NONE
-        if li < len(old_lines):
-            end = old.find("\n", i)
+        if li < count:
+            end = old.find("\n", i, n_old)
             old_line = old[i : end if end >= 0 else n_old]
             m_old = _ID_START.match(old_line)
             if m_old is None:
                 return None
             old_id = int(m_old.group(1))
         if j <= n_new:
-            end = new.find("\n", j)
+            end = new.find("\n", j, n_new)
             new_line = new[j : end if end >= 0 else n_new]
             if old_id != _NONE and new_line == old_line:  # only what followed differed
                 lines.append(old_line)
                 jobs.append(old_jobs[li])
+                starts.append(np.array([j], np.int64))
                 li += 1
                 i += len(old_line) + 1
                 j += len(new_line) + 1
@@ -125,12 +143,13 @@ def splice(
                 fresh.append(len(lines))
             lines.append(new_line)
             jobs.append(sj)
+            starts.append(np.array([j], np.int64))
             j += len(new_line) + 1
         if old_id <= new_id:  # a job that changed, or is no longer listed here
             passed.append(old_id)
             li += 1
             i += len(old_line) + 1
-    if li != len(old_lines):  # the walk and the last read's lines disagree: not ours
+    if li != count:  # the walk and the last read's lines disagree: not ours
         return None
     gone = [jid for jid in dict.fromkeys(passed) if jid not in differing]
-    return Spliced(lines, jobs, fresh, gone)
+    return Spliced(lines, np.concatenate(starts), jobs, fresh, gone)

@@ -20,13 +20,6 @@ class ReadyJobs:
         self.jobs: dict[int, SlurmJob] = {}  # ready now, by id
         self._built = False
         self._again: set[int] = set()
-        self._order: list[int] | None = []  # the ready ids in order (None: to be sorted)
-
-    def ordered(self) -> list[int]:
-        """The ready jobs' ids in Slurm's order (by id)."""
-        if self._order is None:
-            self._order = sorted(self.jobs)
-        return self._order
 
     def look_again(self, ids: Iterable[int]) -> None:
         """Hand these jobs to the queue again at the next update, changed or not (the
@@ -51,7 +44,6 @@ class ReadyJobs:
                 one = held[jid]
                 if not one.is_array_or_het and verdicts.get(jid, True) is True:
                     jobs[jid] = one
-            self._order = None
             return list(jobs.values()), []
         again, self._again = self._again, set()
         suspects = {j.job_id for j in changed}
@@ -67,6 +59,4 @@ class ReadyJobs:
                     fresh.append(now)
             elif jobs.pop(jid, None) is not None:
                 dropped.append(jid)
-        if fresh or dropped:
-            self._order = None
         return fresh, dropped

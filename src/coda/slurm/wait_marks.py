@@ -1,0 +1,111 @@
+"""Why each held job waits, and which of their marks say otherwise: kept from what
+changed, so a cycle costs the jobs whose reason or record moved, not the queue.
+
+The queue names the jobs whose reason may have changed (``Scheduler.reason_changes``);
+the ready set names the jobs whose record changed (a mark written shows up there).
+Only those are looked at again. The marks to write are taken in job-id order, a few
+per cycle (each is a ``scontrol update``), from the ids whose mark is stale.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from coda.cycle import Reason, Scheduler
+from coda.policy.state import Job
+from coda.slurm.client import SlurmJob
+
+
+class WaitMarks:
+    def __init__(self) -> None:
+        self._queued: dict[int, Reason] = {}  # each queued job's reason, as last worked out
+        self._counts: Counter[str] = Counter()  # their codes
+        self._extra: dict[int, Reason] = {}  # this cycle's others: dependency, never, undone
+        self._stale: set[int] = set()  # ids whose mark's wait is not their reason's token
+        self._order: list[int] = []  # those ids (and ids no longer stale), a heap
+
+    def update(
+        self,
+        sched: Scheduler,
+        queued: Mapping[int, Job],
+        records: Mapping[int, SlurmJob],
+        moved: Iterable[int],
+        extra: dict[int, Reason],
+        handed: set[int],
+    ) -> None:
+        """Bring the reasons up to date. ``queued``: the jobs in the scheduler's queue;
+        ``records``: every held job's record that may be marked; ``moved``: ids whose
+        record or place changed since the last update; ``extra``: reasons of held jobs
+        the queue does not hold (they win over a queued one's); ``handed``: ids given
+        back to Slurm this cycle (their marks are not CODA's to write)."""
+        changes = sched.reason_changes()
+        look = set(moved)
+        look.update(self._extra, extra, handed)
+        if changes is None:  # every queued job's reason may have changed
+            self._queued.clear()
+            self._counts.clear()
+            ids: Iterable[int] = list(queued)
+            look.update(records)
+            self._stale.clear()
+            self._order = []
+        else:
+            ids = {job.idx for job in changes}
+        for jid in ids:
+            job = queued.get(jid)
+            self._take(jid, sched.reason_of(job) if job is not None else None)
+        self._extra = extra
+        look.update(ids)
+        for jid in look:
+            why = self.reason(jid)
+            sj = records.get(jid)
+            mark = sj.mark if sj is not None else None
+            stale = (
+                why is not None
+                and jid not in handed
+                and mark is not None
+                and mark.get("state") == "held"
+                and mark.get("wait") != why.token
+            )
+            if stale and jid not in self._stale:
+                self._stale.add(jid)
+                heapq.heappush(self._order, jid)
+            elif not stale:
+                self._stale.discard(jid)
+        if len(self._order) > 2 * len(self._stale) + 1024:  # mostly ids no longer stale
+            self._order = sorted(self._stale)
+
+    def _take(self, jid: int, why: Reason | None) -> None:
+        old = self._queued.pop(jid, None)
+        if old is not None:
+            self._counts[old.code] -= 1
+        if why is not None:
+            self._queued[jid] = why
+            self._counts[why.code] += 1
+
+    def reason(self, jid: int) -> Reason | None:
+        return self._extra.get(jid) or self._queued.get(jid)
+
+    def counts(self) -> Counter[str]:
+        """Held jobs by their reason's code."""
+        out = +self._counts
+        for jid, why in self._extra.items():
+            old = self._queued.get(jid)
+            if old is not None:
+                out[old.code] -= 1
+            out[why.code] += 1
+        return +out
+
+    def stale(self, n: int) -> list[int]:
+        """The ``n`` lowest ids whose mark is stale (they stay stale until their record
+        says otherwise: a mark written shows in the next read)."""
+        out: list[int] = []
+        order = self._order
+        while order and len(out) < n:
+            jid = heapq.heappop(order)
+            if jid in self._stale and (not out or out[-1] != jid):
+                out.append(jid)
+        for jid in out:
+            heapq.heappush(order, jid)
+        return out
