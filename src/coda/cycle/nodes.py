@@ -54,6 +54,10 @@ class NodeBook:
         # and with time (a harm budget's buckets), never within an instant; a backfill
         # pass over thousands of jobs asks again for the same nodes.
         self._reclaimable: dict[Node, tuple[int, int]] | None = None
+        # Within one instant: (GPUs, cores per node) no GPU node fits even with what its
+        # CPU jobs may give back, since room last grew anywhere. A start only takes room,
+        # so the answer stands until something frees some (``_room_grew``).
+        self._none_fit: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------ nodes
     @property
@@ -124,8 +128,12 @@ class NodeBook:
         if self.dnn_index is not None and node.pool == GPU_POOL:
             self.dnn_index.update(node)
 
+    def _room_grew(self) -> None:
+        self._none_fit.clear()
+
     def mark_dirty(self, node: Node) -> None:
         """Node gained room: retry queued jobs on it, in this cycle if one runs."""
+        self._room_grew()
         if node.idx not in self.nodes:
             return
         self.dirty[node] = None
@@ -213,6 +221,7 @@ class NodeBook:
             return False
         if delta > 0 and delta > min((n.free_cores for n in job.placement), default=0):
             return False
+        self._room_grew()  # what its harm budget allows it to give back may have moved
         for node in job.placement:
             node.free_cores -= delta
             if not job.is_dnn:
@@ -239,6 +248,7 @@ class NodeBook:
         grant_pn = self.grant_pn(job)
         if delta == 0 or not job.running or cores_pn > grant_pn:
             return False
+        self._room_grew()  # a CPU job that works on more cores may give more back
         for node in job.placement:
             node.spare_cores -= delta
             if not job.is_dnn:
@@ -273,6 +283,7 @@ class NodeBook:
         what was granted."""
         grant_pn = self._grants.pop(job, job.cores_pn)
         spare = grant_pn - job.cores_pn
+        self._room_grew()
         for node in job.placement:
             node.spare_cores -= spare
             if not job.is_dnn:
@@ -291,9 +302,18 @@ class NodeBook:
         """GPU nodes with the GPUs that fit ``cores_pn`` only once CPU jobs give cores
         back, in best-fit order."""
         assert self.dnn_index is not None
+        instant = self._reclaimable is not None
+        # More GPUs than a shape none fits: none fits either (not so for more cores: a
+        # node with those free is one that needs no reclaiming for fewer).
+        if instant and any(gpus >= g and cores_pn == c for g, c in self._none_fit):
+            return
+        found = False
         for node in self.dnn_index.best_fit(gpus, cores_pn):
             if node.free_cores < cores_pn and self.dnn_fits(node, cores_pn):
+                found = True
                 yield node
+        if instant and not found:
+            self._none_fit.append((gpus, cores_pn))
 
     def dnn_fits(self, node: Node, cores_pn: int) -> bool:
         """Enough cores once the CPU jobs the reclaim plugin may take are counted out."""
@@ -320,6 +340,7 @@ class NodeBook:
         """Between ``hold_instant(True)`` and ``(False)`` time stands still (a cycle):
         what each node's CPU jobs may give back is worked out once per node version."""
         self._reclaimable = {} if on else None
+        self._none_fit.clear()
 
     def never_fits(self, job: Job, cores_pn: int) -> Reason | None:
         """Why the job could not run even on the empty cluster (None: it could)."""
