@@ -15,6 +15,8 @@ arrive (at most as many end as run); jobs that ended a cycle ago are forgotten
 
 Per case, in one controller's life:
 - first cycle: the one that builds the mirror (``SlurmView``) from nothing;
+- restart cycle: after the steady cycles, a new controller's first (a restart of
+  ``coda slurm controller`` on a busy cluster: everything read and built afresh);
 - decide: ``Controller.decide()`` alone (sync the mirror, run the scheduling
   cycle): no Slurm command and no parsing;
 - parse: turning Slurm's output into ``SlurmJob``/``SlurmNode``
@@ -342,12 +344,18 @@ class Bench:
 
     def __init__(self, n_nodes: int, queued: int, seed: int, state_dir: str) -> None:
         self.slurm = FakeSlurm.backed_up(n_nodes, queued, seed)
-        self.client = SlurmClient(self.slurm)
+        self.state_dir = state_dir
         self._decide_s: list[float] = []
         self._parse_s = 0.0  # jobs()/nodes(), less the fake's answers inside them
+        self.restart()
+
+    def restart(self) -> None:
+        """A new controller (and client) on the same Slurm and state directory, as
+        after ``systemctl restart``: its first cycle reads everything afresh."""
+        self.client = SlurmClient(self.slurm)
         # The bound methods are wrapped on the instances: the controller calls them.
         self.client.nodes = self._parsing(self.client.nodes)  # type: ignore[method-assign]
-        self.ctl = Controller(self.client, state_dir, wall=lambda: self.slurm.now)
+        self.ctl = Controller(self.client, self.state_dir, wall=lambda: self.slurm.now)
         listing = self.ctl.listing
         listing.jobs = self._parsing(listing.jobs)  # type: ignore[method-assign]
         self.ctl.decide = timed(self.ctl.decide, self._decide_s)  # type: ignore[method-assign]
@@ -392,10 +400,11 @@ def run_queue(
     cycles: int,
     seed: int = 0,
     log: Callable[[str], None] = lambda msg: None,
-) -> tuple[Cycle, dict[int, list[Cycle]]]:
+) -> tuple[Cycle, dict[int, list[Cycle]], Cycle]:
     """The first cycle of one controller, then ``cycles`` steady-state cycles for each
-    K in ``changes`` (the same controller goes on). The second cycle, where the
-    first cycle's placements start all at once, is run but not kept."""
+    K in ``changes`` (the same controller goes on), then the first cycle of a new
+    controller on the same cluster (a restart). The second cycle, where the first
+    cycle's placements start all at once, is run but not kept."""
     with tempfile.TemporaryDirectory() as d:
         b = Bench(n_nodes, queued, seed, d)
         first = b.cycle(None)
@@ -408,13 +417,21 @@ def run_queue(
         steady: dict[int, list[Cycle]] = {}
         for k in changes:
             steady[k] = [b.cycle(k) for _ in range(cycles)]
-        if b.ctl.stats.refusals:
-            log(f"  note: Slurm refused: {dict(b.ctl.stats.refusals)}")
+        refused = {k: v for k, v in b.ctl.stats.refusals.items() if v}
+        if refused:
+            log(f"  note: Slurm refused: {refused}")
+        b.slurm.tick(0)
+        b.restart()
+        restart = b.cycle(None)
+        log(
+            f"  restart cycle {restart.whole * 1e3:.0f} ms, decide {restart.decide * 1e3:.0f} "
+            f"ms, parse {restart.parse * 1e3:.0f} ms ({restart.placed} placed)"
+        )
         b.slurm.tick(0)  # what Slurm makes of the last cycle's placements
         if blocked := b.slurm.blocked():
             log(f"  note: {len(blocked)} placed job(s) wait for room on their node, e.g. "
                 f"{', '.join(map(str, blocked[:5]))}")  # fmt: skip
-    return first, steady
+    return first, steady, restart
 
 
 def p90(xs: Sequence[float]) -> float:
@@ -423,7 +440,7 @@ def p90(xs: Sequence[float]) -> float:
 
 
 def summary(
-    n_nodes: int, queued: int, changes: int, first: Cycle, steady: list[Cycle]
+    n_nodes: int, queued: int, changes: int, first: Cycle, steady: list[Cycle], restart: Cycle
 ) -> dict[str, Any]:
     ms = 1e3
     return {
@@ -431,6 +448,7 @@ def summary(
         "queued": queued,
         "changes": changes,
         "first_ms": first.whole * ms,
+        "restart_ms": restart.whole * ms,
         "first_decide_ms": first.decide * ms,
         "decide_median_ms": statistics.median(c.decide for c in steady) * ms,
         "decide_p90_ms": p90([c.decide for c in steady]) * ms,
@@ -449,6 +467,7 @@ COLUMNS = (
     ("queued", "queued", "{:d}"),
     ("changes/cycle", "changes", "{:d}"),
     ("first cycle ms", "first_ms", "{:.1f}"),
+    ("restart cycle ms", "restart_ms", "{:.1f}"),
     ("decide median ms", "decide_median_ms", "{:.2f}"),
     ("decide p90 ms", "decide_p90_ms", "{:.2f}"),
     ("parse median ms", "parse_median_ms", "{:.1f}"),
@@ -530,9 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     for queued in args.queued:
         t0 = time.monotonic()
         log(f"nodes={args.nodes} queued={queued}: building the cluster")
-        first, steady = run_queue(args.nodes, queued, args.changes, args.cycles, args.seed, log)
+        first, steady, restart = run_queue(
+            args.nodes, queued, args.changes, args.cycles, args.seed, log
+        )
         for k, cs in steady.items():
-            r = summary(args.nodes, queued, k, first, cs)
+            r = summary(args.nodes, queued, k, first, cs, restart)
             rows.append(r)
             log(
                 f"  changes={k}: decide median {r['decide_median_ms']:.2f} ms, cycle median "
@@ -542,7 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.nodes} nodes (half with {GPUS} GPUs, {CORES} cores each); {args.cycles} "
         "steady-state cycles per row. One controller per queue length: its first cycle "
-        "(building the mirror) is the same in each of its rows. Times exclude the fake "
+        "(building the mirror from a cluster CODA never saw) is the same in each of its "
+        "rows, and so is the restart cycle (a new controller's first, after the steady "
+        "ones). Times exclude the fake "
         "Slurm's answers; decide: Controller.decide() alone; parse: Slurm's output to "
         "objects; cycle: all of Controller.cycle() (parse and decide included)."
     )

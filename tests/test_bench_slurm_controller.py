@@ -119,12 +119,13 @@ def test_squeue_text_follows_every_change() -> None:
 
 
 def test_run_queue_measures_every_change_count() -> None:
-    first, steady = bench.run_queue(4, 12, [0, 3], cycles=2, seed=5)
+    first, steady, restart = bench.run_queue(4, 12, [0, 3], cycles=2, seed=5)
     assert first.whole >= first.decide > 0
+    assert restart.whole >= restart.decide > 0 and restart.parse > 0
     assert sorted(steady) == [0, 3] and all(len(cs) == 2 for cs in steady.values())
     for cs in steady.values():
         assert all(c.whole >= c.decide and c.parse > 0 and c.slurm > 0 for c in cs)
-    rows = [bench.summary(4, 12, k, first, cs) for k, cs in steady.items()]
+    rows = [bench.summary(4, 12, k, first, cs, restart) for k, cs in steady.items()]
     text = bench.table(rows).splitlines()
     assert len(text) == 4 and text[0].startswith("| nodes | queued | changes/cycle |")
     assert text[2].startswith("| 4 | 12 | 0 |") and text[3].startswith("| 4 | 12 | 3 |")

@@ -41,6 +41,4 @@ def test_the_waits_kept_by_changes_equal_every_reason(seed: int) -> None:
             if j["job_state"] == "PENDING" and j["priority"] == 0
         }
         want = every_reason()
-        assert want and all(
-            f"wait={want[jid].token}" in marks[jid] for jid in want if jid in marks
-        )
+        assert want and all(f"wait={want[jid].token}" in marks[jid] for jid in want if jid in marks)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -118,7 +119,7 @@ _NO_VALUE = (0xFFFFFFFE, 0xFFFFFFFF)
 def _int(v: str, what: str, default: int = 0) -> int:
     if v in _EMPTY:
         return default
-    if not _ID.fullmatch(v):
+    if not (v.isascii() and v.isdigit() and len(v) <= 18):  # _ID, without a regex
         raise ValueError(f"{what} {v!r} is not a whole number")
     n = int(v)
     return default if n in _NO_VALUE else n
@@ -178,6 +179,21 @@ def time_limit_s(v: str) -> float | None:
     return float(total) if total else None
 
 
+# A listing repeats the same few GPU requests, node lists, times and limits thousands
+# of times: each text is read once (a restart reads 191,000 lines).
+_gpus = functools.lru_cache(maxsize=4096)(gres_gpus)
+_hosts = functools.lru_cache(maxsize=16384)(lambda text: tuple(expand_hostlist(text)))
+_limit = functools.lru_cache(maxsize=4096)(time_limit_s)
+_mark = functools.lru_cache(maxsize=16384)(
+    lambda text: None if (m := parse_mark(text)) is None else tuple(m.items())
+)
+
+
+@functools.lru_cache(maxsize=16384)
+def _time(v: str, what: str) -> int:
+    return _epoch(v, what)
+
+
 def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> SlurmJob:
     """One line of the listing (its name and excluded nodes from the second query)."""
     f = line.split("|", len(FIELDS) - 1)
@@ -190,10 +206,10 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
     if job_id < 1:
         raise ValueError("no JobID")
     nodes_n = max(1, _int(n_nodes, "NumNodes", 1))
-    gpus_pn = gres_gpus(_text(tpn))
+    gpus_pn = _gpus(_text(tpn))
     if not gpus_pn:
-        per_job = gres_gpus(_text(tpj))
-        per_task = gres_gpus(_text(tpt)) * max(1, _int(tasks, "NumTasks", 1))
+        per_job = _gpus(_text(tpj))
+        per_task = _gpus(_text(tpt)) * max(1, _int(tasks, "NumTasks", 1))
         gpus_pn = -(-(per_job or per_task) // nodes_n)
     running = state != "PENDING"
     if requeue not in ("0", "1"):
@@ -211,18 +227,18 @@ def parse_line(line: str, name: str = "", excluded: Sequence[str] = ()) -> Slurm
         cpus=max(1, _int(cpus, "NumCPUs", 1)),
         node_count=nodes_n,
         gpus_per_node=gpus_pn,
-        nodes=expand_hostlist(_text(nodelist)) if running else [],
-        required_nodes=expand_hostlist(_text(reqnodes)),
+        nodes=list(_hosts(_text(nodelist))) if running else [],
+        required_nodes=list(_hosts(_text(reqnodes))),
         dependency=_text(dep),
         priority=_int(prio, "PriorityLong"),
-        mark=parse_mark(comment),
+        mark=None if (mark := _mark(comment)) is None else dict(mark),
         admin_comment=comment,
-        submit_time=_epoch(submit, "SubmitTime"),
-        start_time=float(_epoch(start, "StartTime")) or None if running else None,
+        submit_time=_time(submit, "SubmitTime"),
+        start_time=float(_time(start, "StartTime")) or None if running else None,
         end_time=_lenient_epoch(end),
         exit_code=_exit_code(exit_code, state),
         restarts=_int(restarts, "RestartCnt"),
-        time_limit_s=time_limit_s(limit),
+        time_limit_s=_limit(limit),
         # Slurm requeues batch jobs only (an srun or salloc job shows Requeue=1 too).
         requeueable=requeue == "1" and batch != "0" and int(batch) > 0,
         array_job_id=_int(array_jid, "ArrayJobID") if in_array else 0,
