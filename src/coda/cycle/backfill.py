@@ -20,7 +20,7 @@ from coda.cycle.clock import Clock
 from coda.cycle.nodes import NodeBook
 from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
 from coda.cycle.queued import Queue
-from coda.cycle.reasons import Reasons
+from coda.cycle.reasons import Reason, Reasons
 from coda.cycle.reservations import Hold
 from coda.cycle.search import NodeSearch
 from coda.cycle.starts import Starter
@@ -81,13 +81,28 @@ class Backfill:
         walk = bool(dirty) or self.queue.maybe_full
         if walk:
             self._merge(dirty, fresh, active, heads, blocked)
-        # New arrivals come last in a FIFO queue; each gets a full search.
-        bucket_of = self.queue.bucket_of
+        # New arrivals come last in a FIFO queue; each gets a full search. One that fails
+        # by what its bucket's jobs share fails for the next new one of its bucket too,
+        # while nothing changed (a restart queues every held job at once): that one gets
+        # what its search would have given it (its estimate, and the same reason).
+        queue, book, bucket_of = self.queue, self.book, self.queue.bucket_of
+        core_count, estimates = self.policy.core_count, self.policy.estimates
+        stopped: dict[Bucket, tuple[tuple[int, int, int], Reason]] = {}
         for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
             arr = self.policy.arrays.array_of(job)
             if job.start < 0 and job in bucket_of and job is not heads[arr]:
-                if arr not in blocked:
-                    self.starter.attempt(job, True, dirty, active)
+                if arr in blocked:
+                    continue
+                bucket = bucket_of[job]
+                state = (book.book_version, len(dirty), core_count.generation)
+                memo = stopped.get(bucket)
+                if memo is not None and memo[0] == state and bucket.wait == memo[1]:
+                    job.estimate = estimates.runtime(job, book.cores(job))
+                    queue.note(job, memo[1])
+                    continue
+                started = self.starter.attempt(job, True, dirty, active)
+                if not started and self.search.alike and isinstance(job.wait, Reason):
+                    stopped[bucket] = (state, job.wait)
 
     def _merge(
         self,
