@@ -5,7 +5,8 @@
 19,000 jobs: docs/results/benchmarks.md, "Slurm controller"). This listing asks for
 the fields CODA reads, one line per job, ``|`` between fields, and keeps each job's
 last line: a line that did not change gives back the very same ``SlurmJob`` object, so
-the cycle's later passes skip it by identity and the work grows with what changed.
+the cycle's later passes skip it by identity and the work grows with what changed. A
+text that changed is read only where it differs from the last (``listing_diff``).
 
 Free text a user writes is never in the listing: a job's name may hold ``|`` and
 newlines. The name and the excluded nodes (which ``-O`` cannot print in 22.05) come
