@@ -34,6 +34,7 @@ progress to stderr.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -347,18 +348,24 @@ class Bench:
         self.state_dir = state_dir
         self._decide_s: list[float] = []
         self._parse_s = 0.0  # jobs()/nodes(), less the fake's answers inside them
-        self.restart()
+        self.client, self.ctl = self._start()
 
     def restart(self) -> None:
         """A new controller (and client) on the same Slurm and state directory, as
-        after ``systemctl restart``: its first cycle reads everything afresh."""
-        self.client = SlurmClient(self.slurm)
+        after ``systemctl restart``: its first cycle reads everything afresh. The old
+        one's objects are collected first (a new process has none to collect)."""
+        del self.client, self.ctl
+        gc.collect()
+        self.client, self.ctl = self._start()
+
+    def _start(self) -> tuple[SlurmClient, Controller]:
+        client = SlurmClient(self.slurm)
         # The bound methods are wrapped on the instances: the controller calls them.
-        self.client.nodes = self._parsing(self.client.nodes)  # type: ignore[method-assign]
-        self.ctl = Controller(self.client, self.state_dir, wall=lambda: self.slurm.now)
-        listing = self.ctl.listing
-        listing.jobs = self._parsing(listing.jobs)  # type: ignore[method-assign]
-        self.ctl.decide = timed(self.ctl.decide, self._decide_s)  # type: ignore[method-assign]
+        client.nodes = self._parsing(client.nodes)  # type: ignore[method-assign]
+        ctl = Controller(client, self.state_dir, wall=lambda: self.slurm.now)
+        ctl.listing.jobs = self._parsing(ctl.listing.jobs)  # type: ignore[method-assign]
+        ctl.decide = timed(ctl.decide, self._decide_s)  # type: ignore[method-assign]
+        return client, ctl
 
     def _parsing(self, fn: Callable[[], T]) -> Callable[[], T]:
         def wrapper() -> T:
