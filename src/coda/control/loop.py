@@ -10,6 +10,7 @@ Pure: no I/O, no clock (the time is passed in).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from coda.policy.framework import Action, Policy, decisions_of
@@ -30,9 +31,15 @@ class ControlSink(Protocol):
 
 
 class ControlLoop:
-    def __init__(self, policy: Policy, sink: ControlSink) -> None:
+    """``heard``: called with the job after each of its job control's calls, before its
+    actions are carried out (a driver that keeps the control's answers reads them anew)."""
+
+    def __init__(
+        self, policy: Policy, sink: ControlSink, heard: Callable[[Job], None] | None = None
+    ) -> None:
         self.policy = policy  # its controls are read at each call: a driver may swap one
         self.sink = sink
+        self.heard = heard
 
     # ------------------------------------------------------------ job control
     def start(self, job: Job, now: float) -> None:
@@ -40,6 +47,8 @@ class ControlLoop:
         jc = self.policy.job_control
         if jc is not None:
             acts = jc.on_start(job, now)
+            if self.heard is not None:
+                self.heard(job)
             if acts:
                 self.sink.carry_out(acts, now, ALLOCATOR, None)
 
@@ -48,6 +57,8 @@ class ControlLoop:
         jc = self.policy.job_control
         if jc is not None:
             acts = jc.on_sample(job, now, throughput)
+            if self.heard is not None:
+                self.heard(job)
             if acts:
                 self.sink.carry_out(acts, now, ALLOCATOR, None)
 
@@ -56,14 +67,19 @@ class ControlLoop:
         jc = self.policy.job_control
         if jc is not None:
             jc.on_finish(job, now)
+            if self.heard is not None:
+                self.heard(job)
 
     def needs_sample(self, job: Job) -> bool:
         """Whether a DNN job's next window is wanted: by its own control (a search in
         progress), or by the node control watching one of its nodes where a CPU job
         runs (the eliminator judges throttles by it; not below its bandwidth gate)."""
         jc = self.policy.job_control
-        if jc is not None and jc.wants_samples(job):
-            return True
+        return (jc is not None and jc.wants_samples(job)) or self.node_control_needs(job)
+
+    def node_control_needs(self, job: Job) -> bool:
+        """Whether the node control needs a DNN job's next window: it watches one of the
+        job's nodes where a CPU job runs."""
         nc = self.policy.node_control
         if nc is not None:
             for n in job.placement:

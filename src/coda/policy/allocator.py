@@ -57,6 +57,9 @@ __all__ = [
 class AdaptiveAllocator(CoreSearch):
     """CoreCount and JobControl plugin: slims each DNN job to its measured optimum."""
 
+    # wants_samples reads only the job's own track, which only its calls move.
+    answers_on_calls = True
+
     def __init__(
         self,
         book: ThroughputBook,

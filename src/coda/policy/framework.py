@@ -304,6 +304,14 @@ def decisions_of(plugin: object) -> Sequence[dict[str, Any]] | None:
     return None
 
 
+def answers_on_calls(plugin: object) -> bool:
+    """Whether a job control's ``wants_samples(job)`` changes only inside its own calls
+    for that job (``on_start``, ``on_sample``, ``on_finish``), as it declares with a
+    class attribute ``answers_on_calls = True``: a driver may keep its answer from the
+    last such call instead of asking again at every change (the simulator does)."""
+    return getattr(plugin, "answers_on_calls", False) is True
+
+
 # Whom backfill plans a start for: each array's first blocked job (EASY backfill, the
 # default), or every job it looks at, as Slurm's sched/backfill does (cycle/every_job.py).
 RESERVATIONS = ("heads", "every-job")

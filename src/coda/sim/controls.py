@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from coda.control import ControlLoop
-from coda.policy.framework import Policy
-from coda.policy.state import DNN, Node
+from coda.control.loop import ControlSink
+from coda.cycle import InvariantError
+from coda.policy.framework import Policy, answers_on_calls
+from coda.policy.state import DNN, Job, Node
 from coda.sim.constants import REST_AFTER_S, SAMPLE, TICK
 from coda.sim.kernel import EventKernel
 from coda.sim.physics import SpeedModel
@@ -17,7 +19,9 @@ from coda.sim.physics import SpeedModel
 class Controls:
     """``noise``: relative standard deviation of each throughput sample handed to the
     job control (a real job's samples are noisy), drawn from ``rng``. ``loop`` is the
-    control loop every body runs (the executor, its sink, makes both)."""
+    control loop every body runs, carrying its actions out through ``sink`` (the
+    executor). ``check``: compare the kept answers with the job control's at each read
+    (slow; for tests)."""
 
     def __init__(
         self,
@@ -26,12 +30,22 @@ class Controls:
         speed: SpeedModel,
         noise: float,
         rng: np.random.Generator,
-        loop: ControlLoop,
+        sink: ControlSink,
+        check: bool = False,
     ) -> None:
         self.policy = policy
         self.kernel = kernel
         self.speed = speed
-        self.loop = loop
+        self.check = check
+        jc = policy.job_control
+        # Where the job control's answers change only in its own calls, they are kept
+        # from the last one: the jobs that want samples (each with its nodes) and how
+        # many want them on each node, not a rescan of every job at every change.
+        self._kept = jc is None or answers_on_calls(jc)
+        self._wanting: dict[Job, list[Node]] = {}
+        self._wanted_on: dict[Node, int] = {}
+        heard = self._heard if jc is not None and self._kept else None
+        self.loop = ControlLoop(policy, sink, heard)
         self.noise = noise
         self.rng = rng
         self._noise_buf = np.zeros(0)
@@ -41,6 +55,50 @@ class Controls:
         self._quiet: dict[Node, tuple[tuple[int, ...], float]] = {}  # signature, since when
         self.rests = 0  # times a watched node went to rest
         self.armed = {TICK: False, SAMPLE: False}  # a tick of this kind is in the heap
+
+    # ------------------------------------------------- who wants samples
+    def _heard(self, job: Job) -> None:
+        """After a call of the job control for job: keep its answer."""
+        jc = self.policy.job_control
+        assert jc is not None  # heard only where there is one
+        wants = jc.wants_samples(job)
+        wanting = self._wanting
+        if wants == (job in wanting):
+            return
+        counts = self._wanted_on
+        if wants:
+            nodes = wanting[job] = job.placement  # replaced, never changed, while it runs
+            for node in nodes:
+                counts[node] = counts.get(node, 0) + 1
+            return
+        for node in wanting.pop(job):  # its nodes then: a finished job has left them
+            left = counts[node] - 1
+            if left:
+                counts[node] = left
+            else:
+                del counts[node]
+
+    def _wants(self, job: Job) -> bool:
+        """Whether the job control wants job's samples."""
+        if self._kept:
+            return job in self._wanting
+        jc = self.policy.job_control
+        return jc is not None and jc.wants_samples(job)
+
+    def _any_wants(self, node: Node) -> bool:
+        """Whether the job control wants samples of a DNN job on node."""
+        if self._kept and not self.check:
+            return node in self._wanted_on
+        jc = self.policy.job_control
+        found = False
+        if jc is not None:
+            for j in node.jobs:  # a loop, not a generator: called on every change
+                if j.kind == DNN and jc.wants_samples(j):
+                    found = True
+                    break
+        if self._kept and found != (node in self._wanted_on):
+            raise InvariantError(f"{node}: kept answers of its jobs' control are stale")
+        return found
 
     # ---------------------------------------------------------- node control
     def rewatch(self, node: Node) -> None:
@@ -58,7 +116,8 @@ class Controls:
         self._rewatch_one(node)
 
     def _rewatch_one(self, node: Node) -> None:
-        want = self.loop.watches(node)
+        nc = self.policy.node_control
+        want = self._any_wants(node) or (nc is not None and nc.watching(node))
         if want and self._resting(node):
             want = False
         watched = self.watched
@@ -115,9 +174,9 @@ class Controls:
         if nc is not None and not nc.at_rest(node):
             return False
         jc = self.policy.job_control
-        if jc is not None:
+        if jc is not None and self._any_wants(node):
             for job in node.jobs:
-                if job.kind == DNN and jc.wants_samples(job) and not jc.waiting_for_room(job):
+                if job.kind == DNN and self._wants(job) and not jc.waiting_for_room(job):
                     return False
         self.rests += node in self.watched
         return True
@@ -171,7 +230,7 @@ class Controls:
                 if job.kind != DNN or job.sample_t >= now:
                     continue
                 done = job.work - job.remaining + job.speed * (now - job.last_update)
-                if not loop.needs_sample(job):
+                if not self._wants(job) and not loop.node_control_needs(job):
                     # Neither its allocator nor the eliminator needs this window: skip
                     # it (a sample costs a policy call) and start the next.
                     job.sample_t = now

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from coda.control import ControlLoop
 from coda.cycle import InvariantError, Reason, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy.framework import Action, Policy, Preempt, SetQuota
@@ -64,9 +63,10 @@ class ClusterExecutor:
         self.busy: dict[Node, None] = {}  # nodes with at least one job
         # A filter reads the nodes' memory traffic: a node whose bus calms is retried.
         self.reads_bandwidth = any(getattr(f, "reads_bandwidth", False) for f in policy.filters)
-        self.loop = ControlLoop(policy, self)  # the control loop every body runs
-        # When the loop's job and node controls run (they ask it whom to watch).
-        self.controls = Controls(policy, kernel, speed, noise, rng, self.loop)
+        # When the loop's job and node controls run, and the control loop every body
+        # runs, with this executor as its sink.
+        self.controls = Controls(policy, kernel, speed, noise, rng, self, check)
+        self.loop = self.controls.loop
 
     def carry_out(
         self, actions: list[Action], now: float, component: str, reason: dict[str, Any] | None
