@@ -157,8 +157,11 @@ class SpeedModel:
                         speed = v
                 if job.kind == DNN:
                     self.track_episode(job, base, speed)
-                    g.gpu_base += job.gpus * (base - job.core_speed_now)
-                    g.gpu_busy_base += job.gpus * (busy(job, base) - busy(job, job.core_speed_now))
+                    if base != job.core_speed_now:  # else both would add exactly 0.0
+                        g.gpu_base += job.gpus * (base - job.core_speed_now)
+                        g.gpu_busy_base += job.gpus * (
+                            busy(job, base) - busy(job, job.core_speed_now)
+                        )
                 job.core_speed_now = base
                 self.set_speed(job, speed)
 
