@@ -89,12 +89,20 @@ class ControlLoop:
 
     def watches(self, node: Node) -> bool:
         """Whether the node needs ticks and its DNN jobs samples."""
+        return self.jobs_want(node) or self.node_control_watches(node)
+
+    def jobs_want(self, node: Node) -> bool:
+        """Whether the job control wants samples of a DNN job on the node."""
         jc = self.policy.job_control
         if jc is not None:
             wants = jc.wants_samples
             for j in node.jobs:  # a loop, not a generator: called on every change
                 if j.kind == DNN and wants(j):
                     return True
+        return False
+
+    def node_control_watches(self, node: Node) -> bool:
+        """Whether the node control wants the node ticked."""
         nc = self.policy.node_control
         return nc is not None and nc.watching(node)
 

@@ -85,20 +85,21 @@ class Controls:
         jc = self.policy.job_control
         return jc is not None and jc.wants_samples(job)
 
-    def _any_wants(self, node: Node) -> bool:
-        """Whether the job control wants samples of a DNN job on node."""
-        if self._kept and not self.check:
-            return node in self._wanted_on
-        jc = self.policy.job_control
-        found = False
-        if jc is not None:
-            for j in node.jobs:  # a loop, not a generator: called on every change
-                if j.kind == DNN and jc.wants_samples(j):
-                    found = True
-                    break
-        if self._kept and found != (node in self._wanted_on):
-            raise InvariantError(f"{node}: kept answers of its jobs' control are stale")
-        return found
+    def _needs_sample(self, job: Job) -> bool:
+        """Whether a DNN job's next window is wanted (``ControlLoop.needs_sample``)."""
+        if not self._kept:
+            return self.loop.needs_sample(job)
+        return job in self._wanting or self.loop.node_control_needs(job)
+
+    def _watches(self, node: Node) -> bool:
+        """Whether node needs ticks and its DNN jobs samples (``ControlLoop.watches``)."""
+        loop = self.loop
+        if not self._kept:
+            return loop.watches(node)
+        kept = node in self._wanted_on
+        if self.check and kept != loop.jobs_want(node):
+            raise InvariantError(f"{node}: the kept answers of its jobs' control are stale")
+        return kept or loop.node_control_watches(node)
 
     # ---------------------------------------------------------- node control
     def rewatch(self, node: Node) -> None:
@@ -116,8 +117,7 @@ class Controls:
         self._rewatch_one(node)
 
     def _rewatch_one(self, node: Node) -> None:
-        nc = self.policy.node_control
-        want = self._any_wants(node) or (nc is not None and nc.watching(node))
+        want = self._watches(node)
         if want and self._resting(node):
             want = False
         watched = self.watched
@@ -174,7 +174,7 @@ class Controls:
         if nc is not None and not nc.at_rest(node):
             return False
         jc = self.policy.job_control
-        if jc is not None and self._any_wants(node):
+        if jc is not None and (not self._kept or node in self._wanted_on):
             for job in node.jobs:
                 if job.kind == DNN and self._wants(job) and not jc.waiting_for_room(job):
                     return False
@@ -230,7 +230,7 @@ class Controls:
                 if job.kind != DNN or job.sample_t >= now:
                     continue
                 done = job.work - job.remaining + job.speed * (now - job.last_update)
-                if not self._wants(job) and not loop.node_control_needs(job):
+                if not self._needs_sample(job):
                     # Neither its allocator nor the eliminator needs this window: skip
                     # it (a sample costs a policy call) and start the next.
                     job.sample_t = now
