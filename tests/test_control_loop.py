@@ -115,6 +115,20 @@ def test_job_control_steps_go_to_the_sink_as_the_allocators() -> None:
     assert jc.finished == [dnn]
 
 
+def test_heard_follows_each_job_control_call_before_its_actions() -> None:
+    node = _node()
+    dnn = _job(0, 1, node)
+    jc, sink = StepControl(), Sink()
+    seen: list[tuple[bool, int]] = []  # (its answer then, actions carried out before)
+    loop = ControlLoop(
+        _policy(jc=jc), sink, heard=lambda j: seen.append((jc.wants_samples(j), len(sink.calls)))
+    )
+    loop.start(dnn, 1.0)
+    loop.sample(dnn, 11.0, 120.0)  # converged
+    loop.finish(dnn, 20.0)
+    assert seen == [(True, 0), (False, 1), (False, 1)]
+
+
 def test_without_controls_nothing_happens() -> None:
     node = _node()
     dnn = _job(0, 1, node)
