@@ -550,10 +550,10 @@ def test_buckets_that_failed_alike_go_on_after_a_change(monkeypatch: pytest.Monk
     rejoined = 0
     go_on = Backfill._go_on
 
-    def counted(self: Backfill, stopped: Any, heap: list[Any], after: Any, *bound: Any) -> None:
+    def counted(self: Backfill, stopped: Any, heap: list[Any], after: Any) -> None:
         nonlocal rejoined
         before = len(heap)
-        go_on(self, stopped, heap, after, *bound)
+        go_on(self, stopped, heap, after)
         rejoined += len(heap) - before
 
     cases = [

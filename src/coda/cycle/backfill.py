@@ -89,7 +89,8 @@ class Backfill:
         core_count, estimates = self.policy.core_count, self.policy.estimates
         stopped: dict[Bucket, tuple[tuple[int, int, int], Reason]] = {}
         # One that failed by its memory, length or rank as well: a new job of its bucket
-        # needing no less of each fails too while nothing changed (``_dominated``).
+        # needing no less of each fails too while nothing changed (``_dominated``), and
+        # is given that job's reason.
         failed: dict[Bucket, tuple[tuple[Any, ...], Reason]] = {}
         for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
             arr = self.policy.arrays.array_of(job)
@@ -108,8 +109,6 @@ class Backfill:
                     memo_with, reason = held
                     if self._dominated(job, book.cores(job), memo_with, len(dirty)):
                         queue.note(job, reason)
-                        if bucket.full:
-                            bucket.searched_through(job)
                         continue
                 started = self.starter.attempt(job, True, dirty, active)
                 if started or not isinstance(job.wait, Reason):
@@ -135,9 +134,6 @@ class Backfill:
         room = self._room(dirty)
         seen = len(dirty)
         heap: list[Entry] = []
-        # A full bucket's last key that had its full search: its walk on the dirty
-        # nodes stops there, where the walk of the jobs that owe one goes on.
-        bound: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
         parking = Parking(lambda a, shape, b: self._judged(a, shape, b, heads[a], fresh))
         # No bucket owed a full search: a group lacking the room's GPUs parks unseen.
         by_group = bool(dirty) and not queue.maybe_full
@@ -163,24 +159,14 @@ class Backfill:
             for shape in list(buckets):
                 bucket = buckets[shape]
                 full = bucket.full
-                if full:
-                    # Its jobs up to ``searched`` had their full search: they are retried
-                    # on the dirty nodes like any old job's, the rest searched in full.
-                    front = bucket.front()  # first: it may trim, moving the indices
-                    owed = bucket.unsearched()
-                    if owed is None:
-                        full = bucket.full = False
-                    else:
-                        any_full = True
-                        bound[(arr, shape)] = bucket.searched
-                        heap.append((owed[0], arr, shape, owed[1]))
-                        if dirty and front is not None and front[0] < owed[0]:
-                            heap.append((front[0], arr, shape, bucket.pos))
-                        continue
-                if not dirty:
+                any_full = any_full or full
+                if not dirty and not full:
                     continue
-                parked = parking.judge(arr, shape, bucket)
-                if parked is not None:
+                front = bucket.front() if full else None
+                parked = None if full else parking.judge(arr, shape, bucket)
+                if front is not None:
+                    heap.append((front[0], arr, shape, bucket.pos))
+                elif parked is not None:
                     self._take_part(parked, room, heap, parking)
                 elif bucket.front() is None:
                     del buckets[shape], groups[shape[:2]][shape]  # every job started or left
@@ -201,7 +187,7 @@ class Backfill:
         while True:
             if stopped and stamp != (book.book_version, len(dirty), core_count.generation):
                 assert last is not None
-                self._go_on(stopped, heap, last[0], bound)
+                self._go_on(stopped, heap, last[0])
                 stopped = []
             if parking and len(dirty) != seen:
                 # Nodes joined: the merge reads the room afresh at its next room check.
@@ -218,9 +204,8 @@ class Backfill:
             key, arr, shape, at = last
             bucket = queue.buckets[arr][shape]
             job = bucket.jobs[at]
-            searched = bound.get((arr, shape)) if bound else None
             if job.start < 0 and job is not heads[arr] and job not in fresh:
-                if bucket.full and (searched is None or key > searched):
+                if bucket.full:
                     if examined[arr] >= depth:
                         queue.note(job, reasons.why(R.DEPTH))
                         continue  # still full: its search comes next cycle
@@ -271,9 +256,7 @@ class Backfill:
                                     continue
                                 failed_with[(arr, shape)] = (state, search.failed_with)
             nxt_job = bucket.next_after(at)
-            if nxt_job is not None and (
-                searched is None or key > searched or nxt_job[0] <= searched
-            ):
+            if nxt_job is not None:
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
 
     def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
@@ -292,22 +275,16 @@ class Backfill:
         return held_by is None or rank(self.policy, job) >= held_by
 
     def _go_on(
-        self,
-        stopped: list[tuple[str, tuple[Any, ...]]],
-        heap: list[Entry],
-        after: Any,
-        bound: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]],
+        self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
     ) -> None:
         """Stopped buckets rejoin the merge at their first job queued after ``after``
-        (the ones before it were passed over while they would have failed alike), up to
-        a full bucket's ``bound`` (its jobs after that are walked on their own)."""
+        (the ones before it were passed over while they would have failed alike)."""
         for arr, shape in stopped:
             bucket = self.queue.buckets[arr].get(shape)
             if bucket is None:
                 continue
             nxt = bucket.next_after(bisect_right(bucket.keys, after) - 1)
-            searched = bound.get((arr, shape))
-            if nxt is not None and (searched is None or nxt[0] <= searched):
+            if nxt is not None:
                 heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
 
     def _judged(

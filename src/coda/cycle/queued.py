@@ -88,7 +88,7 @@ class Queue:
             for job in jobs:
                 self._file(arr, job)
             for bucket in buckets.values():
-                bucket.owe_full_search()
+                bucket.full = True
         self.maybe_full = True
         self._refiled = True
 
@@ -97,7 +97,7 @@ class Queue:
         one full search, since its count may be smaller now."""
         for buckets in self.buckets.values():
             for bucket in buckets.values():
-                bucket.owe_full_search()
+                bucket.full = True
         self.maybe_full = True
 
     def drop(self, arr: str, shape: Shape) -> None:

@@ -329,7 +329,7 @@ class Scheduler:
         if job in fresh or not self.policy.backfill:
             return True
         bucket = self.queue.bucket_of.get(job)
-        return bucket is not None and bucket.owes_full(job)
+        return bucket is not None and bucket.full
 
     def _start_heads(
         self, dirty: list[Node], fresh: set[Job], active: dict[int, list[Hold]]
