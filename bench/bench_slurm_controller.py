@@ -423,7 +423,17 @@ def run_queue(
         log(f"  settling cycle {settle.whole * 1e3:.0f} ms ({settle.placed} placed)")
         steady: dict[int, list[Cycle]] = {}
         for k in changes:
-            steady[k] = [b.cycle(k) for _ in range(cycles)]
+            steady[k] = []
+            for i in range(cycles):
+                steady[k].append(b.cycle(k))
+                if cycles > 10 and (i + 1) % 10 == 0:  # a long run: does the cycle grow?
+                    last = steady[k][-10:]
+                    log(
+                        f"  changes={k}, cycles {i - 8}-{i + 1}: cycle median "
+                        f"{statistics.median(c.whole for c in last) * 1e3:.0f} ms, decide "
+                        f"{statistics.median(c.decide for c in last) * 1e3:.0f} ms, "
+                        f"{len(b.ctl.sched.book.dirty)} nodes carried to the next as dirty"
+                    )
         refused = {k: v for k, v in b.ctl.stats.refusals.items() if v}
         if refused:
             log(f"  note: Slurm refused: {refused}")

@@ -537,7 +537,9 @@ class Controller:
         extra: dict[int, Reason] = dict.fromkeys((j.job_id for j in blocked), _DEPENDENCY)
         extra.update(self.mirror.never)
         extra.update(self._undone)
-        records = ChainMap(self.ready.jobs, {j.job_id: j for j in blocked})
+        records: Mapping[int, SlurmJob] = self.ready.jobs
+        if blocked:
+            records = ChainMap(self.ready.jobs, {j.job_id: j for j in blocked})
         marks = self.wait_marks
         marks.update(self.sched, self.mirror.queued, records, self._moved, extra, handed)
         self._moved = set()

@@ -52,33 +52,42 @@ class WaitMarks:
             self._order = []
         else:
             ids = {job.idx for job in changes}
+        # Only a job whose reason did change needs its mark compared again (its record's
+        # moves are in ``moved``); one bucket's change names all its jobs at once.
+        reason_of, job_of, reasons = sched.reason_of, queued.get, self._queued
         for jid in ids:
-            job = queued.get(jid)
-            self._take(jid, sched.reason_of(job) if job is not None else None)
+            job = job_of(jid)
+            why = reason_of(job) if job is not None else None
+            old = reasons.get(jid)
+            if old is why or (old is not None and why is not None and old == why):
+                continue
+            self._take(jid, old, why)
+            look.add(jid)
         self._extra = extra
-        look.update(ids)
+        stale_ids, order, records_of = self._stale, self._order, records.get
         for jid in look:
-            why = self.reason(jid)
-            sj = records.get(jid)
+            why = extra.get(jid) or reasons.get(jid)
+            sj = records_of(jid)
             mark = sj.mark if sj is not None else None
             stale = (
                 why is not None
-                and jid not in handed
                 and mark is not None
                 and mark.get("state") == "held"
                 and mark.get("wait") != why.token
+                and jid not in handed
             )
-            if stale and jid not in self._stale:
-                self._stale.add(jid)
-                heapq.heappush(self._order, jid)
-            elif not stale:
-                self._stale.discard(jid)
+            if stale:
+                if jid not in stale_ids:
+                    stale_ids.add(jid)
+                    heapq.heappush(order, jid)
+            else:
+                stale_ids.discard(jid)
         if len(self._order) > 2 * len(self._stale) + 1024:  # mostly ids no longer stale
             self._order = sorted(self._stale)
 
-    def _take(self, jid: int, why: Reason | None) -> None:
-        old = self._queued.pop(jid, None)
+    def _take(self, jid: int, old: Reason | None, why: Reason | None) -> None:
         if old is not None:
+            del self._queued[jid]
             self._counts[old.code] -= 1
         if why is not None:
             self._queued[jid] = why
