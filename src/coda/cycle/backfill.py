@@ -99,18 +99,17 @@ class Backfill:
                     continue
                 bucket = bucket_of[job]
                 state = (book.book_version, len(dirty), core_count.generation)
+                cores_pn = book.cores(job)  # asked once: the memos' and the attempt's
                 memo = stopped.get(bucket)
                 if memo is not None and memo[0] == state and bucket.wait == memo[1]:
-                    job.estimate = estimates.runtime(job, book.cores(job))
+                    job.estimate = estimates.runtime(job, cores_pn)
                     queue.note(job, memo[1])
                     continue
                 held = failed.get(bucket)
-                if held is not None:
-                    memo_with, reason = held
-                    if self._dominated(job, book.cores(job), memo_with, len(dirty)):
-                        queue.note(job, reason)
-                        continue
-                started = self.starter.attempt(job, True, dirty, active)
+                if held is not None and self._dominated(job, cores_pn, held[0], len(dirty)):
+                    queue.note(job, held[1])
+                    continue
+                started = self.starter.attempt(job, True, dirty, active, cores_pn)
                 if started or not isinstance(job.wait, Reason):
                     continue
                 if self.search.alike:

@@ -59,7 +59,7 @@ class WaitMarks:
             job = job_of(jid)
             why = reason_of(job) if job is not None else None
             old = reasons.get(jid)
-            if old is why or (old is not None and why is not None and old == why):
+            if old is why or old == why:
                 continue
             self._take(jid, old, why)
             look.add(jid)
