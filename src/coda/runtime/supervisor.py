@@ -251,15 +251,16 @@ class Supervisor:
             self.log(f"job {r.id}: launch failed: {e}")
             return False
         m.shim_pid, m.shim_start = m.popen.pid, proc_start_time(m.popen.pid)
-        self.store.update(r.id, state="running", shim_pid=m.shim_pid, shim_start=m.shim_start)
         job.start = now
-        self.decisions.record(
-            now,
-            r.id,
-            "scheduler",
-            "start",
-            {"cores": cores, "requested": r.cores, "cpus": format_cpus(cpus), "gpus": gpu_ids},
-        )
+        with self.store.tx():  # running and its start decision at once: a crash keeps both
+            self.store.update(r.id, state="running", shim_pid=m.shim_pid, shim_start=m.shim_start)
+            self.decisions.record(
+                now,
+                r.id,
+                "scheduler",
+                "start",
+                {"cores": cores, "requested": r.cores, "cpus": format_cpus(cpus), "gpus": gpu_ids},
+            )
         self.log(
             f"job {r.id} ({job.job_id}) started on CPUs {format_cpus(cpus)}"
             f"{f', GPUs {gpu_ids}' if gpu_ids else ''} ({cores} of {r.cores} cores asked)"
