@@ -84,9 +84,9 @@ def test_nothing_passed_over_would_have_started(monkeypatch: pytest.MonkeyPatch)
         skipped["dominated"] += hit
         return hit
 
-    def counted_go_on(self: Backfill, stopped: Any, heap: Any, after: Any) -> None:
+    def counted_go_on(self: Backfill, stopped: Any, *args: Any) -> None:
         skipped["stopped"] += len(stopped)
-        go_on(self, stopped, heap, after)
+        go_on(self, stopped, *args)
 
     monkeypatch.setattr(Backfill, "_dominated", counted_dominated)
     monkeypatch.setattr(Backfill, "_go_on", counted_go_on)
@@ -153,51 +153,98 @@ def test_a_filter_must_declare_what_backfill_relies_on() -> None:
         make_policy("static-shared", PolicyOptions(filters=(OnlyEven(),)))  # type: ignore[arg-type]
 
 
-def test_new_jobs_dominated_by_a_failed_one_are_not_searched(
+def test_a_job_searched_in_full_is_not_searched_in_full_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A restart queues every held job at once. A CPU job kept off the only node with room
-    # by the head's reservation (it would end after the head could start) stands for the
-    # new jobs of its bucket behind it that need no less memory and time: they get its
-    # reason without a search, as a search would have given it.
-    counts = {"searched": 0, "dominated": 0}
-    find, dominated = NodeSearch.find, Backfill._dominated
+    # After core counts or pools change, each queued job owes one full search. One that
+    # failed it by what is its own (a reservation, its memory) is retried only where room
+    # appears, as any old job is; the reference searches it in full at every cycle until
+    # its bucket fails alike. Same starts; fewer full searches.
+    from coda.cycle.queue import Bucket
+    from coda.cycle.starts import Starter
 
-    def counted_find(self: NodeSearch, *args: Any, **kw: Any) -> list[Node] | None:
-        counts["searched"] += 1
-        return find(self, *args, **kw)
+    full_searches = {"now": 0, "reference": 0}
+    attempt = Starter.attempt
+    counting = ["now"]
 
-    def counted_dominated(self: Backfill, *args: Any) -> bool:
-        hit = dominated(self, *args)
-        counts["dominated"] += hit
-        return hit
+    def counted(self: Starter, job: Job, full: bool, *args: Any, **kw: Any) -> bool:
+        full_searches[counting[0]] += full
+        return attempt(self, job, full, *args, **kw)
 
-    def run(cls: type[Scheduler]) -> tuple[list[str], list[str]]:
-        policy = make_policy("static-shared", PolicyOptions(estimates="time-limits"))
-        node = Node(0, "n0", 0, 16, 65536, 100.0)
-        policy.observe_cluster([node])
-        sched = cls(policy, [node])
-        busy = Job(100, "busy", 0.0, 0, 12, 0, 1, 100.0, time_limit=100.0)
-        sched.occupy(busy, [node], 12, 0.0)
-        busy.start = 0.0
-        head = Job(1, "head", 1.0, 0, 16, 0, 1, 50.0, time_limit=50.0)
-        waiting = [
-            Job(2 + i, f"w{i}", 2.0, 0, 2, 1024 * (1 + i % 3), 1, 10.0, time_limit=200.0 + i)
-            for i in range(30)
-        ]
-        short = Job(40, "short", 3.0, 0, 2, 0, 1, 10.0, time_limit=20.0)  # fits before it
-        for job in (head, *waiting, short):
-            assert sched.submit(job) is None
-        started = [d.job.job_id for d in sched.cycle(1.0, Booking(sched, 1.0))
-                   if isinstance(d, Start)]  # fmt: skip
-        reasons = [str(sched.queue.reason_of(j)) for j in waiting]
-        return started, reasons
+    monkeypatch.setattr(Starter, "attempt", counted)
+    searched_through = Bucket.searched_through
+    for seed in range(16):
+        memory = seed % 2 == 1
+        policy = ("coda", "coda-no-slimming")[seed % 2]
+        cluster = ("2x5g28c64m,1x0g16c32m", "3x4g16c96m")[seed % 2] if memory else (
+            ("2x5g28c", "3x4g16c")[seed % 2])  # fmt: skip
+        opts = PolicyOptions(estimates="time-limits", default_time_limit_s=300.0)
+        wl = _workload(seed, memory)
+        counting[0] = "now"
+        monkeypatch.setattr(Bucket, "searched_through", searched_through)
+        now = _starts(wl, cluster, policy, opts, Scheduler)
+        counting[0] = "reference"
+        monkeypatch.setattr(Bucket, "searched_through", lambda self, job: None)
+        reference = _starts(wl, cluster, policy, opts, Scheduler)
+        assert now == reference, (seed, policy, cluster)
+    assert full_searches["now"] < full_searches["reference"], full_searches
 
-    monkeypatch.setattr(NodeSearch, "find", counted_find)
-    monkeypatch.setattr(Backfill, "_dominated", counted_dominated)
-    fast = run(Scheduler)
-    searched, skipped = counts["searched"], counts["dominated"]
-    every = run(TriesEveryJob)
-    assert fast == every
-    assert fast[0] == ["short"] and all("reservation" in r for r in fast[1]), fast
-    assert skipped > 20 and searched < counts["searched"] - searched, counts
+
+def test_a_bucket_keeps_where_its_full_searches_reached() -> None:
+    from coda.cycle.queue import Bucket
+
+    jobs = [Job(i, f"j{i}", float(i), 0, 1, 0, 1, 10.0) for i in range(4)]
+    bucket = Bucket()
+    for i, job in enumerate(jobs):
+        job.queue_key = (float(i), i, i)
+        bucket.add(job.queue_key, job)
+    assert not bucket.owes_full(jobs[0])
+    bucket.owe_full_search()
+    assert all(bucket.owes_full(j) for j in jobs)
+    bucket.searched_through(jobs[2])  # out of queue order: records nothing
+    assert bucket.owes_full(jobs[0]) and bucket.owes_full(jobs[2])
+    bucket.searched_through(jobs[0])
+    assert not bucket.owes_full(jobs[0]) and bucket.owes_full(jobs[1])
+    jobs[1].start = 5.0  # started: passed over
+    bucket.searched_through(jobs[2])
+    assert not bucket.owes_full(jobs[2]) and bucket.owes_full(jobs[3])
+    assert bucket.unsearched() == (jobs[3].queue_key, 3)
+    bucket.searched_through(jobs[3])  # the last: the bucket owes nothing more
+    assert not bucket.full and bucket.unsearched() is None
+    bucket.owe_full_search()  # core counts changed again: every queued job owes one
+    assert bucket.owes_full(jobs[0]) and bucket.unsearched() == (jobs[0].queue_key, 0)
+
+
+def test_jobs_the_depth_left_owe_a_full_search_and_no_node_stays_dirty() -> None:
+    # Depth 1: behind the head, one job is looked at per cycle. The ones the sweep did not
+    # get to owe a full search; the node that gained room is not carried as dirty (a
+    # set that only grew while the depth cut every sweep), and a cycle stays due until
+    # the owed searches are done, one job per cycle, with nothing else changing.
+    policy = make_policy("static-shared", PolicyOptions(estimates="time-limits"))
+    policy.backfill_depth = 1
+    n0, n1 = Node(0, "n0", 4, 28, 0, 100.0), Node(1, "n1", 4, 28, 0, 100.0)
+    policy.observe_cluster([n0, n1])
+    sched = Scheduler(policy, [n0, n1])
+    running = [Job(100 + i, f"R{i}", 0.0, 4, 4, 0, 1, 1e6, time_limit=1e6) for i in range(2)]
+    for job, node in zip(running, (n0, n1), strict=True):
+        sched.occupy(job, [node], 4, 0.0)
+        job.start = 0.0
+    head = Job(0, "H", 1.0, 8, 8, 0, 2, 50.0, time_limit=60.0)  # both nodes: it waits
+    queued = [head] + [
+        Job(i, f"Q{i}", 1.0 + i, 1, 1, 0, 1, 50.0, time_limit=60.0) for i in range(1, 5)
+    ]
+    for job in queued:
+        assert sched.submit(job) is None
+    assert sched.cycle(1.0, Booking(sched, 1.0)) == []
+    assert not sched.pending()
+    sched.vacate(running[1], 2.0)  # n1: 4 GPUs free
+    starts = []
+    for t in (2.0, 3.0, 4.0):
+        got = [d.job.job_id for d in sched.cycle(t, Booking(sched, t)) if isinstance(d, Start)]
+        starts.append(got)
+        assert not sched.book.dirty, t
+        assert sched.pending() == (t < 4.0), t
+    # A round per cycle, and a second at 2.0 (the head's reservation moved, its nodes
+    # look again): one job behind the waiting head per round, the rest owed a search.
+    assert starts == [["Q1", "Q2"], ["Q3"], ["Q4"]]
+    assert [sched.reason_of(j) for j in queued[1:]] == [None] * 4

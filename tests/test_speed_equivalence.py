@@ -103,6 +103,7 @@ class ReferenceBackfill(Backfill):
                     heap.append((front[0], arr, shape, bucket.pos))
         heapq.heapify(heap)
         examined = dict.fromkeys(self.policy.arrays.names, 0)
+        cut: set[str] = set()
         cores_of: dict[tuple[Any, ...], int] = {}
         # bucket -> the state (book version, dirty nodes, core generation) it failed alike in
         failed_alike: dict[tuple[str, tuple[Any, ...]], tuple[int, int, int]] = {}
@@ -118,7 +119,8 @@ class ReferenceBackfill(Backfill):
             elif job.start < 0 and job is not heads[arr] and job not in fresh:
                 if bucket.full:
                     if examined[arr] >= depth:
-                        self.queue.note(job, Reason(R.DEPTH))
+                        self._put_off(job)
+                        self.queue.depth_owed = True
                         continue
                     examined[arr] += 1
                     if self.starter.attempt(job, True, dirty, active):
@@ -136,8 +138,10 @@ class ReferenceBackfill(Backfill):
                         continue
                     if job.mem_pn <= max_m or job.nodes > 1:
                         if examined[arr] >= depth:
-                            self.book.defer(dirty)
-                            self.queue.note(job, Reason(R.DEPTH))
+                            if arr not in cut:
+                                cut.add(arr)
+                                self._owe_after_cut(arr, key, room)
+                            self._put_off(job)
                             continue
                         examined[arr] += 1
                         memo = failed_with.get((arr, shape))
@@ -550,10 +554,10 @@ def test_buckets_that_failed_alike_go_on_after_a_change(monkeypatch: pytest.Monk
     rejoined = 0
     go_on = Backfill._go_on
 
-    def counted(self: Backfill, stopped: Any, heap: list[Any], after: Any) -> None:
+    def counted(self: Backfill, stopped: Any, heap: list[Any], after: Any, *bound: Any) -> None:
         nonlocal rejoined
         before = len(heap)
-        go_on(self, stopped, heap, after)
+        go_on(self, stopped, heap, after, *bound)
         rejoined += len(heap) - before
 
     cases = [
@@ -735,8 +739,9 @@ def test_compacting_the_event_heap_changes_no_decision(
 def test_a_retired_finish_events_instant_still_wakes_the_cycle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Where backfill deferred work (depth 1 here), a cycle at a retired event's instant
-    starts jobs: compacting keeps those instants, dropping them would not."""
+    """Where the backfill depth put searches off (depth 1 here), a cycle at a retired
+    event's instant starts jobs: compacting keeps those instants, dropping them would
+    not."""
 
     def simulate(seed: int) -> dict[str, Any]:
         wl, cluster, policy, opts = _random_case(seed)
@@ -751,7 +756,7 @@ def test_a_retired_finish_events_instant_still_wakes_the_cycle(
         self.retired = np.empty(0)
         return self.retired
 
-    for seed in (241, 437, 551):  # found by search: cases where those instants matter
+    for seed in (29, 30, 34):  # found by search: cases where those instants matter
         monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
         never = simulate(seed)
         monkeypatch.setattr(engine, "COMPACT_MIN", 8)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from coda.cycle import reasons as R
@@ -68,9 +68,10 @@ class Backfill:
         a reservation. Old jobs are tried on the dirty nodes, bucket by bucket in
         merged queue order; a bucket stops at its first job that does not fit
         what those nodes offer at that point (the room: the most free GPUs, cores
-        and memory over the dirty nodes, as of the last start). A bucket whose
-        core count may have changed gets a full search for its front instead. New
-        jobs get a full search.
+        and memory over the dirty nodes, as of the last start). The jobs of a bucket
+        whose core count may have changed, and those a sweep cut short by the backfill
+        depth did not get to, owe a full search instead (``Bucket.full``; a cycle is
+        due while any is owed for the depth). New jobs get a full search.
 
         Most buckets cannot fit the room at all (a departure frees one node), so a
         bucket whose next job does not fit it is parked (``Parking``) instead of
@@ -89,8 +90,7 @@ class Backfill:
         core_count, estimates = self.policy.core_count, self.policy.estimates
         stopped: dict[Bucket, tuple[tuple[int, int, int], Reason]] = {}
         # One that failed by its memory, length or rank as well: a new job of its bucket
-        # needing no less of each fails too while nothing changed (``_dominated``), and
-        # is given that job's reason.
+        # needing no less of each fails too while nothing changed (``_dominated``).
         failed: dict[Bucket, tuple[tuple[Any, ...], Reason]] = {}
         for job in sorted(fresh, key=lambda j: j.queue_key) if len(fresh) > 1 else fresh:
             arr = self.policy.arrays.array_of(job)
@@ -108,6 +108,8 @@ class Backfill:
                 held = failed.get(bucket)
                 if held is not None and self._dominated(job, cores_pn, held[0], len(dirty)):
                     queue.note(job, held[1])
+                    if bucket.full:
+                        bucket.searched_through(job)
                     continue
                 started = self.starter.attempt(job, True, dirty, active, cores_pn)
                 if started or not isinstance(job.wait, Reason):
@@ -116,6 +118,7 @@ class Backfill:
                     stopped[bucket] = (state, job.wait)
                 elif self.search.failed_with is not None:
                     failed[bucket] = ((state, self.search.failed_with), job.wait)
+        self.queue.settle_full()
 
     def _merge(
         self,
@@ -129,10 +132,12 @@ class Backfill:
         depth = self.policy.backfill_depth
         core_count = self.policy.core_count
         queue, book, search, starter = self.queue, self.book, self.search, self.starter
-        reasons = self.reasons
         room = self._room(dirty)
         seen = len(dirty)
         heap: list[Entry] = []
+        # A full bucket's last key that had its full search: its walk on the dirty
+        # nodes stops there, where the walk of the jobs that owe one goes on.
+        bound: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]] = {}
         parking = Parking(lambda a, shape, b: self._judged(a, shape, b, heads[a], fresh))
         # No bucket owed a full search: a group lacking the room's GPUs parks unseen.
         by_group = bool(dirty) and not queue.maybe_full
@@ -158,14 +163,24 @@ class Backfill:
             for shape in list(buckets):
                 bucket = buckets[shape]
                 full = bucket.full
-                any_full = any_full or full
-                if not dirty and not full:
+                if full:
+                    # Its jobs up to ``searched`` had their full search: they are retried
+                    # on the dirty nodes like any old job's, the rest searched in full.
+                    front = bucket.front()  # first: it may trim, moving the indices
+                    owed = bucket.unsearched()
+                    if owed is None:
+                        full = bucket.full = False
+                    else:
+                        any_full = True
+                        bound[(arr, shape)] = bucket.searched
+                        heap.append((owed[0], arr, shape, owed[1]))
+                        if dirty and front is not None and front[0] < owed[0]:
+                            heap.append((front[0], arr, shape, bucket.pos))
+                        continue
+                if not dirty:
                     continue
-                front = bucket.front() if full else None
-                parked = None if full else parking.judge(arr, shape, bucket)
-                if front is not None:
-                    heap.append((front[0], arr, shape, bucket.pos))
-                elif parked is not None:
+                parked = parking.judge(arr, shape, bucket)
+                if parked is not None:
                     self._take_part(parked, room, heap, parking)
                 elif bucket.front() is None:
                     del buckets[shape], groups[shape[:2]][shape]  # every job started or left
@@ -173,6 +188,7 @@ class Backfill:
             queue.maybe_full = False  # Bucket.full is set only with a new generation
         heapq.heapify(heap)
         examined = dict.fromkeys(self.policy.arrays.names, 0)
+        cut: set[str] = set()  # arrays whose sweep of the dirty nodes the depth stopped
         cores_of: dict[tuple[Any, ...], int] = {}
         gen = core_count.generation
         last: Entry | None = None  # the entry the merge took last
@@ -186,7 +202,7 @@ class Backfill:
         while True:
             if stopped and stamp != (book.book_version, len(dirty), core_count.generation):
                 assert last is not None
-                self._go_on(stopped, heap, last[0])
+                self._go_on(stopped, heap, last[0], bound)
                 stopped = []
             if parking and len(dirty) != seen:
                 # Nodes joined: the merge reads the room afresh at its next room check.
@@ -203,10 +219,12 @@ class Backfill:
             key, arr, shape, at = last
             bucket = queue.buckets[arr][shape]
             job = bucket.jobs[at]
+            searched = bound.get((arr, shape)) if bound else None
             if job.start < 0 and job is not heads[arr] and job not in fresh:
-                if bucket.full:
+                if bucket.full and (searched is None or key > searched):
                     if examined[arr] >= depth:
-                        queue.note(job, reasons.why(R.DEPTH))
+                        self._put_off(job)
+                        queue.depth_owed = True
                         continue  # still full: its search comes next cycle
                     examined[arr] += 1
                     started = starter.attempt(job, True, dirty, active)
@@ -234,8 +252,10 @@ class Backfill:
                     # (jobs behind it may need less), so it does not use up the depth.
                     if job.mem_pn <= max_m or job.nodes > 1:
                         if examined[arr] >= depth:
-                            book.defer(dirty)
-                            queue.note(job, reasons.why(R.DEPTH))
+                            if arr not in cut:
+                                cut.add(arr)
+                                self._owe_after_cut(arr, key, room)
+                            self._put_off(job)
                             continue
                         examined[arr] += 1  # depth counts real placement attempts
                         memo = failed_with.get((arr, shape)) if failed_with else None
@@ -255,8 +275,30 @@ class Backfill:
                                     continue
                                 failed_with[(arr, shape)] = (state, search.failed_with)
             nxt_job = bucket.next_after(at)
-            if nxt_job is not None:
+            if nxt_job is not None and (
+                searched is None or key > searched or nxt_job[0] <= searched
+            ):
                 heapq.heappush(heap, (nxt_job[0], arr, shape, nxt_job[1]))
+
+    def _owe_after_cut(self, arr: str, key: tuple[Any, ...], room: Room) -> None:
+        """The depth stopped arr's sweep of the dirty nodes at ``key``: the buckets whose
+        jobs fit the room (what those nodes offer) owe their jobs from there on a full
+        search, in later cycles."""
+        gen, cores, owing = self.policy.core_count.generation, self.book.cores, []
+        for shape, bucket in self.queue.buckets[arr].items():
+            max_g, max_c, _ = room[shape[0]]
+            if shape[1] > max_g:
+                continue
+            at = bisect_left(bucket.keys, key)
+            if at < len(bucket.keys) and bucket.cores_of(bucket.jobs[at], gen, cores) <= max_c:
+                owing.append(bucket)
+        self.queue.owe_full_from(owing, key)
+
+    def _put_off(self, job: Job) -> None:
+        """The depth left job unexamined this round: it keeps the reason it last had
+        (as Slurm's backfill does), or is given the depth's."""
+        if self.queue.reason_of(job) is None:
+            self.queue.note(job, self.reasons.why(R.DEPTH))
 
     def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
         """Whether job would fail as its bucket's job that left ``memo`` (the merge's
@@ -274,16 +316,22 @@ class Backfill:
         return held_by is None or rank(self.policy, job) >= held_by
 
     def _go_on(
-        self, stopped: list[tuple[str, tuple[Any, ...]]], heap: list[Entry], after: Any
+        self,
+        stopped: list[tuple[str, tuple[Any, ...]]],
+        heap: list[Entry],
+        after: Any,
+        bound: dict[tuple[str, tuple[Any, ...]], tuple[Any, ...]],
     ) -> None:
         """Stopped buckets rejoin the merge at their first job queued after ``after``
-        (the ones before it were passed over while they would have failed alike)."""
+        (the ones before it were passed over while they would have failed alike), up to
+        a full bucket's ``bound`` (its jobs after that are walked on their own)."""
         for arr, shape in stopped:
             bucket = self.queue.buckets[arr].get(shape)
             if bucket is None:
                 continue
             nxt = bucket.next_after(bisect_right(bucket.keys, after) - 1)
-            if nxt is not None:
+            searched = bound.get((arr, shape))
+            if nxt is not None and (searched is None or nxt[0] <= searched):
                 heapq.heappush(heap, (nxt[0], arr, shape, nxt[1]))
 
     def _judged(

@@ -37,7 +37,6 @@ class NodeBook:
         self.dnn_index: PoolIndex | None = None
         self._max_gpus = 0
         self.dirty: dict[Node, None] = {}  # nodes whose free capacity grew since the last cycle
-        self._deferred: dict[Node, None] = {}  # dirty nodes a depth-limited sweep left
         self._live: list[Node] | None = None  # the running round's dirty nodes
         self._live_set: set[Node] = set()
         self._fit_cache: dict[tuple[Any, ...], bool] = {}
@@ -93,7 +92,6 @@ class NodeBook:
         if self.dnn_index is not None and node.pool == GPU_POOL:
             self.dnn_index.remove(node)
         self.dirty.pop(node, None)
-        self._deferred.pop(node, None)
         self._fit_cache.clear()
         self.book_version += 1
         shape = (node.pool, node.gpus, node.cores, node.mem_mib)
@@ -155,15 +153,6 @@ class NodeBook:
         dirty = list(self.dirty)
         self.dirty = {}
         return dirty
-
-    def defer(self, nodes: list[Node]) -> None:
-        """A depth-limited sweep did not get to every job these nodes may fit."""
-        self._deferred.update(dict.fromkeys(nodes))
-
-    def carry_deferred(self) -> None:
-        """After a cycle: the nodes a sweep did not get to are retried at the next."""
-        self.dirty.update(self._deferred)
-        self._deferred = {}
 
     # ------------------------------------------------------------ ledger
     def occupy(self, job: Job, nodes: Sequence[Node], cores_pn: int, now: float) -> None:

@@ -10,7 +10,7 @@ buckets whose next job cannot fit what the dirty nodes offer.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +19,8 @@ from coda.policy.state import Job
 
 class Bucket:
     __slots__ = (
-        "keys", "jobs", "pos", "wait", "wait_cycle", "full", "memo_job", "memo_gen", "memo_cores",
+        "keys", "jobs", "pos", "wait", "wait_cycle", "full", "searched", "memo_job", "memo_gen",
+        "memo_cores",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -28,8 +29,12 @@ class Bucket:
         self.pos = 0  # entries before pos have all started
         self.wait: object = None  # why its front waited last (a Reason)
         self.wait_cycle = -1
-        # Core counts changed since its front last failed: retry with a full search.
+        # Core counts (or pools) changed since its jobs last failed: each owes one full
+        # search, not only one on the nodes that gained room.
         self.full = False
+        # While full: the queue key up to which its jobs have had that search (they
+        # failed by what is their own, a reservation or memory); () for none yet.
+        self.searched: tuple[Any, ...] = ()
         # The core count last asked for one of its jobs, and the plugin's generation then.
         self.memo_job: Job | None = None
         self.memo_gen = -1
@@ -75,6 +80,43 @@ class Bucket:
         while i < len(jobs) and self._stale(i):
             i += 1
         return (self.keys[i], i) if i < len(jobs) else None
+
+    def owe_full_search(self) -> None:
+        self.full = True
+        self.searched = ()
+
+    def owe_full_from(self, key: tuple[Any, ...]) -> None:
+        """Its jobs queued from ``key`` on owe a full search: a sweep limited by the
+        backfill depth stopped there, so they never saw the nodes that gained room."""
+        at = bisect_left(self.keys, key)
+        if at == len(self.keys):
+            return  # none of its jobs is queued after the sweep stopped
+        mark = self.keys[at - 1] if at > 0 else ()
+        if not self.full or mark < self.searched:
+            self.searched = mark
+        self.full = True
+
+    def owes_full(self, job: Job) -> bool:
+        """Whether job still owes the full search the bucket's jobs are owed."""
+        return self.full and job.queue_key > self.searched
+
+    def unsearched(self) -> tuple[tuple[Any, ...], int] | None:
+        """The first queued job that still owes its full search (key, index)."""
+        i = max(self.pos, bisect_right(self.keys, self.searched)) if self.searched else self.pos
+        jobs = self.jobs
+        while i < len(jobs) and self._stale(i):
+            i += 1
+        return (self.keys[i], i) if i < len(jobs) else None
+
+    def searched_through(self, job: Job) -> None:
+        """job, the first that owed its full search, failed it by what is its own: the
+        jobs up to it need only the nodes that gain room from now on (the searches go
+        in queue order; one out of order records nothing). The last one clears full."""
+        nxt = self.unsearched()
+        if nxt is not None and self.jobs[nxt[1]] is job:
+            self.searched = nxt[0]
+            if self.unsearched() is None:
+                self.full = False
 
     def live(self) -> list[Job]:
         return [self.jobs[i] for i in range(self.pos, len(self.jobs)) if not self._stale(i)]

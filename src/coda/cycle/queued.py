@@ -9,7 +9,7 @@ the reason their front got.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from coda.cycle import reasons as R
@@ -40,6 +40,8 @@ class Queue:
         # Each array's head as the last round settled it (None: nothing blocked).
         self.heads: dict[str, Job | None] = dict.fromkeys(arrays)
         self.maybe_full = True  # some bucket may be owed a full search (Bucket.full)
+        # The backfill depth cut a sweep short of full searches owed: a cycle is due.
+        self.depth_owed = False
         self._filed = 0  # entries filed so far (``enqueue``)
         # For a driver that mirrors each queued job's reason (the Slurm controller's
         # marks): the jobs noted, filed or gone since it last asked (``reason_changes``;
@@ -88,7 +90,7 @@ class Queue:
             for job in jobs:
                 self._file(arr, job)
             for bucket in buckets.values():
-                bucket.full = True
+                bucket.owe_full_search()
         self.maybe_full = True
         self._refiled = True
 
@@ -97,8 +99,31 @@ class Queue:
         one full search, since its count may be smaller now."""
         for buckets in self.buckets.values():
             for bucket in buckets.values():
-                bucket.full = True
+                bucket.owe_full_search()
         self.maybe_full = True
+
+    def owe_full_from(self, buckets: Iterable[Bucket], key: tuple[Any, ...]) -> None:
+        """The backfill depth stopped a sweep at ``key``: these buckets' jobs from there
+        on owe a full search (the nodes that gained room are not carried to later
+        cycles, whose sweeps would stop at the depth again while the set of them grew)."""
+        for bucket in buckets:
+            bucket.owe_full_from(key)
+        self.maybe_full = self.depth_owed = True
+
+    def settle_full(self) -> None:
+        """After a round whose sweep the depth cut: whether full searches are still
+        owed, exactly (a cycle is due while they are: ``Scheduler.pending``)."""
+        if not self.depth_owed:
+            return
+        owed = False
+        for buckets in self.buckets.values():
+            for bucket in buckets.values():
+                if bucket.full:
+                    if bucket.unsearched() is None:
+                        bucket.full = False  # every job it owed a search to started
+                    else:
+                        owed = True
+        self.depth_owed = self.maybe_full = owed
 
     def drop(self, arr: str, shape: Shape) -> None:
         """Forget a bucket every job of which started or left."""

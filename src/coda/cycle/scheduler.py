@@ -202,6 +202,7 @@ class Scheduler:
             or self._new
             or self._carry
             or self.shares.unbound  # shares moved past a reservation (``Shares``)
+            or self.queue.depth_owed  # full searches the backfill depth put off
             or self.policy.core_count.generation != self._generation
             or self.policy.pools.generation != self._pools_generation
             or (self.policy.harm is not None and self.policy.harm.due())
@@ -264,9 +265,7 @@ class Scheduler:
             self._in_cycle = False
             self.book.hold_instant(False)
             self.starter.executor = None
-        # Nodes a depth-limited sweep did not get to: retried at the next cycle; so
-        # are requeued jobs the round limit left without their full search.
-        self.book.carry_deferred()
+        # Requeued jobs the round limit left without their full search: at the next.
         self._carry = {job for job in fresh if job.start < 0 and self.queue.is_queued(job)}
         return self.starter.decisions
 
@@ -329,7 +328,7 @@ class Scheduler:
         if job in fresh or not self.policy.backfill:
             return True
         bucket = self.queue.bucket_of.get(job)
-        return bucket is not None and bucket.full
+        return bucket is not None and bucket.owes_full(job)
 
     def _start_heads(
         self, dirty: list[Node], fresh: set[Job], active: dict[int, list[Hold]]

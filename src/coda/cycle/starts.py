@@ -60,10 +60,13 @@ class Starter:
         nodes = search.find(job, cores_pn, active, None if full else dirty)
         if nodes is None:
             bucket = self.queue.bucket_of.get(job)
-            if full and bucket is not None and bucket.full and search.alike:
-                # Refused by what its bucket's jobs share: they need no full search each
-                # (memory, reservations and per-job filters depend on the job).
-                bucket.full = False
+            if full and bucket is not None and bucket.full:
+                if search.alike:
+                    # Refused by what its bucket's jobs share: they need no full search
+                    # each (memory, reservations and per-job filters depend on the job).
+                    bucket.full = False
+                else:
+                    bucket.searched_through(job)
             return False
         return self.start(job, nodes, cores_pn)
 
