@@ -119,7 +119,9 @@ class Bucket:
                 self.full = False
 
     def live(self) -> list[Job]:
-        return [self.jobs[i] for i in range(self.pos, len(self.jobs)) if not self._stale(i)]
+        pos = self.pos
+        pairs = zip(self.jobs[pos:], self.keys[pos:], strict=True)
+        return [job for job, key in pairs if job.start < 0 and job.queue_key == key]
 
     def cores_of(self, job: Job, generation: int, ask: Callable[[Job], int]) -> int:
         """``ask(job)``, asked again only when the job or the core count's generation

@@ -23,6 +23,22 @@ from coda.policy.state import CPU, DNN, Job
 Shape = tuple[Any, ...]  # (kind, GPUs per node, nodes, core count's group, pools)
 
 
+class ReasonChanges:
+    """The queued jobs whose reason may have changed: ``jobs``, each to be asked its
+    own, and ``groups``, jobs that all show one reason now (a bucket's that changed)."""
+
+    __slots__ = ("jobs", "groups")
+
+    def __init__(self, jobs: list[Job], groups: list[tuple[Reason, list[Job]]]) -> None:
+        self.jobs = jobs
+        self.groups = groups
+
+    def __iter__(self) -> Iterator[Job]:
+        yield from self.jobs
+        for _, jobs in self.groups:
+            yield from jobs
+
+
 class Queue:
     def __init__(self, policy: Policy, clock: Clock) -> None:
         self.policy = policy
@@ -189,13 +205,14 @@ class Queue:
         if self._touched is not None:
             self._touched[job] = None
 
-    def reason_changes(self) -> list[Job] | None:
+    def reason_changes(self) -> ReasonChanges | None:
         """The jobs whose ``reason_of`` may have changed since the last call (queued
         since, or gone from the queue since, among them); None: any job's may have
         (the first call, a refile, or no backfill: every job waits behind its array's
         head). A job shows its bucket's reason unless noted since the bucket was:
-        when a bucket's reason changes, all its jobs change; when it is noted again
-        with the same one, only those that showed their own."""
+        when a bucket's reason changes, all its jobs change (those that show it come
+        as one group, with it); when it is noted again with the same one, only those
+        that showed their own."""
         touched, noted = self._touched, self._noted
         self._touched, self._noted = {}, {}
         if touched is None or self._refiled or not self.policy.backfill:
@@ -209,18 +226,25 @@ class Queue:
                         self._own[bucket] = own
             return None
         out = dict(touched)
+        groups: list[tuple[Reason, list[Job]]] = []
         for bucket in noted:
             own = self._own.pop(bucket, set())
-            if bucket not in self._told or self._told[bucket] != bucket.wait:
-                out.update(dict.fromkeys(bucket.live()))
-            else:
+            why = bucket.wait
+            if bucket in self._told and self._told[bucket] == why:
                 out.update(dict.fromkeys(own))
-            self._told[bucket] = bucket.wait
+            elif isinstance(why, Reason):
+                # Its jobs noted before it was show its reason now (``reason_of``).
+                cycle, live = bucket.wait_cycle, bucket.live()
+                groups.append((why, [j for j in live if j.wait_cycle < cycle and j not in out]))
+                out.update(dict.fromkeys(j for j in live if j.wait_cycle >= cycle))
+            else:
+                out.update(dict.fromkeys(bucket.live()))
+            self._told[bucket] = why
         for job in touched:
             home = self.bucket_of.get(job)
             if home is not None and job.wait_cycle >= home.wait_cycle:
                 self._own.setdefault(home, set()).add(job)
-        return list(out)
+        return ReasonChanges(list(out), groups)
 
     def reason_of(self, job: Job) -> Reason | None:
         """Why a queued job waits (None once it has started)."""

@@ -38,7 +38,7 @@ from coda.cycle.index import PoolIndex
 from coda.cycle.invariant import InvariantError
 from coda.cycle.nodes import NodeBook
 from coda.cycle.queue import Bucket
-from coda.cycle.queued import Queue
+from coda.cycle.queued import Queue, ReasonChanges
 from coda.cycle.reasons import Reason, Reasons
 from coda.cycle.reservations import Hold, Reservations
 from coda.cycle.search import NodeSearch
@@ -124,7 +124,7 @@ class Scheduler:
         """Why a queued job waits (None once it has started)."""
         return self.queue.reason_of(job)
 
-    def reason_changes(self) -> list[Job] | None:
+    def reason_changes(self) -> ReasonChanges | None:
         """The jobs whose reason may have changed since the last call (``Queue``)."""
         return self.queue.reason_changes()
 

@@ -449,12 +449,15 @@ class SlurmNode:
     gpus_used: int
     state: str  # IDLE, MIXED, ALLOCATED, DOWN+DRAIN, ...
     partitions: list[str] = field(default_factory=list)
+    # Up and taking jobs (not down, drained, draining, failing or powered off): read
+    # once, as the cycle asks it of every node.
+    usable: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def usable(self) -> bool:
-        """Up and taking jobs (not down, drained, draining, failing or powered off)."""
-        bad = ("DOWN", "DRAIN", "FAIL", "POWER", "NOT_RESPONDING", "RESERVED", "MAINT")
-        return not any(b in self.state for b in bad)
+    def __post_init__(self) -> None:
+        self.usable = not any(b in self.state for b in _UNUSABLE)
+
+
+_UNUSABLE = ("DOWN", "DRAIN", "FAIL", "POWER", "NOT_RESPONDING", "RESERVED", "MAINT")
 
 
 def same_nodes(a: Sequence[SlurmNode], b: Sequence[SlurmNode]) -> bool:

@@ -161,7 +161,7 @@ class SlurmView:
             self._forget_node(name)
             changed = True
         new: list[Node] = []
-        for name in sorted(usable):
+        for name in sorted(self._moved):  # the rest are the very records of last time
             sn = usable[name]
             node = self.nodes.get(name)
             if node is not None and (node.gpus, node.cores) != (sn.gpus, sn.cpus):

@@ -23,6 +23,7 @@ class WaitMarks:
         self._queued: dict[int, Reason] = {}  # each queued job's reason, as last worked out
         self._counts: Counter[str] = Counter()  # their codes
         self._extra: dict[int, Reason] = {}  # this cycle's others: dependency, never, undone
+        self._held: dict[int, str | None] = {}  # held jobs' marks: the wait each gives
         self._stale: set[int] = set()  # ids whose mark's wait is not their reason's token
         self._order: list[int] = []  # those ids (and ids no longer stale), a heap
 
@@ -43,18 +44,22 @@ class WaitMarks:
         changes = sched.reason_changes()
         look = set(moved)
         look.update(self._extra, extra, handed)
+        reasons = self._queued
         if changes is None:  # every queued job's reason may have changed
-            self._queued.clear()
+            reasons.clear()
             self._counts.clear()
             ids: Iterable[int] = list(queued)
             look.update(records)
+            self._held.clear()
             self._stale.clear()
             self._order = []
         else:
-            ids = {job.idx for job in changes}
+            ids = [job.idx for job in changes.jobs]
+            for shown, jobs in changes.groups:
+                self._take_group(shown, [job.idx for job in jobs if job.idx in queued])
         # Only a job whose reason did change needs its mark compared again (its record's
-        # moves are in ``moved``); one bucket's change names all its jobs at once.
-        reason_of, job_of, reasons = sched.reason_of, queued.get, self._queued
+        # moves are in ``moved``).
+        reason_of, job_of = sched.reason_of, queued.get
         for jid in ids:
             job = job_of(jid)
             why = reason_of(job) if job is not None else None
@@ -64,26 +69,63 @@ class WaitMarks:
             self._take(jid, old, why)
             look.add(jid)
         self._extra = extra
-        stale_ids, order, records_of = self._stale, self._order, records.get
-        for jid in look:
-            why = extra.get(jid) or reasons.get(jid)
+        held, records_of = self._held, records.get
+        for jid in look:  # their records, reasons given to others, or hands, moved
             sj = records_of(jid)
             mark = sj.mark if sj is not None else None
-            stale = (
-                why is not None
-                and mark is not None
-                and mark.get("state") == "held"
-                and mark.get("wait") != why.token
-                and jid not in handed
-            )
-            if stale:
-                if jid not in stale_ids:
-                    stale_ids.add(jid)
-                    heapq.heappush(order, jid)
+            if mark is not None and mark.get("state") == "held":
+                held[jid] = mark.get("wait")
             else:
-                stale_ids.discard(jid)
+                held.pop(jid, None)
+            why = extra.get(jid) or reasons.get(jid)
+            self._mark(jid, why is not None and jid in held and held[jid] != why.token)
+        for jid in handed:  # their marks are not CODA's to write
+            self._mark(jid, False)
         if len(self._order) > 2 * len(self._stale) + 1024:  # mostly ids no longer stale
             self._order = sorted(self._stale)
+
+    def _mark(self, jid: int, stale: bool) -> None:
+        if stale:
+            if jid not in self._stale:
+                self._stale.add(jid)
+                heapq.heappush(self._order, jid)
+        else:
+            self._stale.discard(jid)
+
+    def _take_group(self, why: Reason, ids: list[int]) -> None:
+        """Jobs that all show ``why`` now (a bucket's reason that changed): their
+        reasons, counts and stale marks moved together, without a look at each that
+        its record would take (the marks they hold are kept in ``_held``)."""
+        reasons = self._queued
+        olds = list(map(reasons.get, ids))
+        distinct = dict(zip(map(id, olds), olds, strict=True))
+        same = {key for key, old in distinct.items() if old is why or old == why}
+        if same:
+            changed = [jid for jid, old in zip(ids, olds, strict=True) if id(old) not in same]
+            if not changed:
+                return
+        else:
+            changed = ids  # the usual case: the whole group moved
+        for key, n in Counter(map(id, olds)).items():
+            old = distinct[key]
+            if old is not None and key not in same:
+                self._counts[old.code] -= n
+        self._counts[why.code] += len(changed)
+        reasons.update(dict.fromkeys(changed, why))
+        # A job handed back or given another reason this cycle is looked at after this.
+        token, held, stale_ids = why.token, self._held, self._stale
+        stale = [jid for jid in changed if jid in held and held[jid] != token]
+        clean = set(changed)
+        clean.difference_update(stale)
+        stale_ids.difference_update(clean)
+        new = [jid for jid in stale if jid not in stale_ids]
+        stale_ids.update(new)
+        if len(new) > 64:
+            self._order.extend(new)
+            heapq.heapify(self._order)
+        else:
+            for jid in new:
+                heapq.heappush(self._order, jid)
 
     def _take(self, jid: int, old: Reason | None, why: Reason | None) -> None:
         if old is not None:
