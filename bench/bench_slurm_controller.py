@@ -315,6 +315,18 @@ class FakeSlurm:
 
 
 # ---------------------------------------------------------------- measuring
+class TimedListing:
+    """A controller's listing with its ``jobs()`` timed: the compiled build's
+    ``JobListing`` takes no attribute of its own, so the listing is wrapped instead."""
+
+    def __init__(self, inner: Any, parsing: Callable[[Callable[[], T]], Callable[[], T]]) -> None:
+        self._inner = inner
+        self.jobs = parsing(inner.jobs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def timed(fn: Callable[..., T], out: list[float]) -> Callable[..., T]:
     """``fn``, appending each call's seconds to ``out``."""
 
@@ -363,7 +375,7 @@ class Bench:
         # The bound methods are wrapped on the instances: the controller calls them.
         client.nodes = self._parsing(client.nodes)  # type: ignore[method-assign]
         ctl = Controller(client, self.state_dir, wall=lambda: self.slurm.now)
-        ctl.listing.jobs = self._parsing(ctl.listing.jobs)  # type: ignore[method-assign]
+        ctl.listing = TimedListing(ctl.listing, self._parsing)  # type: ignore[assignment]
         ctl.decide = timed(ctl.decide, self._decide_s)  # type: ignore[method-assign]
         return client, ctl
 
