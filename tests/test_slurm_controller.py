@@ -380,6 +380,40 @@ def test_cycle_places_held_jobs_and_releases_them(fake: FakeSlurm, tmp_path: Pat
     assert any("job 1 ('resnet', dnn) -> g1" in m for m in logs)  # names quoted: repr
 
 
+def test_a_cycle_pauses_the_cyclic_collector_and_leaves_it_as_it_was(
+    fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    fake.job(1, "resnet", 4, gpus_pn=1)
+    ctl = controller(fake, tmp_path)
+    seen: list[bool] = []
+    cycle = Controller._cycle
+
+    def watched(self: Controller) -> Any:
+        seen.append(gc.isenabled())
+        if len(seen) == 2:
+            raise SlurmError("squeue: timed out")
+        return cycle(self)
+
+    monkeypatch.setattr(Controller, "_cycle", watched)
+    was_on = gc.isenabled()
+    try:
+        gc.enable()
+        assert len(ctl.cycle()) == 1
+        assert gc.isenabled()
+        with pytest.raises(SlurmError):
+            ctl.cycle()  # a cycle cut short gives it back too
+        assert gc.isenabled()
+        gc.disable()
+        ctl.cycle()
+        assert not gc.isenabled()  # off before: off after
+    finally:
+        if was_on:
+            gc.enable()
+    assert seen == [False, False, False]
+
+
 def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.job(1, "resnet", 4, gpus_pn=1)
     ctl = controller(fake, tmp_path)

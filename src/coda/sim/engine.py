@@ -21,15 +21,14 @@ retired from the heap in bulk (``EventKernel.compact``).
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 
+from coda.collector import collector_off
 from coda.cycle import Scheduler
 from coda.policy.estimates import ExactProjection
 from coda.policy.framework import Policy
@@ -55,17 +54,7 @@ COMPACT_MIN = 4096
 
 # Python's cyclic collector costs a run some 8% (its passes walk every new object,
 # and the full ones every live one: jobs, nodes, the heap), while a run leaves
-# little cyclic garbage (5,713 objects in a 30,000-job run): it is off for the run
-# and back on after, where it was on.
-@contextmanager
-def _collector_off() -> Iterator[None]:
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
+# little cyclic garbage (5,713 objects in a 30,000-job run): it is off for the run.
 
 
 class Simulator:
@@ -201,7 +190,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> SimResult:
-        with _collector_off():
+        with collector_off():
             result = self._run()
         # The paper's metrics (coda.sim.paper_metrics), so summary.json carries them.
         from coda.sim.paper_metrics import summary_block
