@@ -13,9 +13,11 @@ import pytest
 from test_speed_equivalence import _outcome
 
 import coda.sim.engine as engine
+from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
 from coda.cycle.decisions import Start
 from coda.cycle.once import Booking
+from coda.cycle.reasons import Reason
 from coda.cycle.scheduler import Scheduler
 from coda.cycle.search import NodeSearch
 from coda.policy import PolicyOptions, make_policy
@@ -248,3 +250,21 @@ def test_jobs_the_depth_left_owe_a_full_search_and_no_node_stays_dirty() -> None
     # look again): one job behind the waiting head per round, the rest owed a search.
     assert starts == [["Q1", "Q2"], ["Q3"], ["Q4"]]
     assert [sched.reason_of(j) for j in queued[1:]] == [None] * 4
+
+
+def test_a_job_the_depth_passes_over_keeps_its_reason_or_shows_the_depth() -> None:
+    # As Slurm's backfill: a job the depth leaves unexamined keeps what its last
+    # examination said; one never examined (it shows "new") shows the depth.
+    policy = make_policy("static-shared", PolicyOptions(estimates="time-limits"))
+    n0 = Node(0, "n0", 4, 28, 0, 100.0)
+    policy.observe_cluster([n0])
+    sched = Scheduler(policy, [n0])
+    seen, unseen = (Job(i, f"J{i}", float(i), 1, 1, 0, 1, 50.0, time_limit=60.0) for i in (1, 2))
+    for job in (seen, unseen):
+        sched.queue.enqueue(job)
+    sched.queue.note_job(seen, Reason(R.GPUS, "1"))
+    assert sched.reason_of(unseen) == Reason(R.NEW)
+    for job in (seen, unseen):
+        sched.backfill._put_off(job)
+    assert sched.reason_of(seen) == Reason(R.GPUS, "1")
+    assert sched.reason_of(unseen) == Reason(R.DEPTH)

@@ -295,9 +295,10 @@ class Backfill:
         self.queue.owe_full_from(owing, key)
 
     def _put_off(self, job: Job) -> None:
-        """The depth left job unexamined this round: it keeps the reason it last had
-        (as Slurm's backfill does), or is given the depth's."""
-        if self.queue.reason_of(job) is None:
+        """The depth left job unexamined this round: it keeps the reason its last
+        examination gave (as Slurm's backfill does), or is given the depth's."""
+        shown = self.queue.reason_of(job)
+        if shown is None or shown.code == R.NEW:
             self.queue.note(job, self.reasons.why(R.DEPTH))
 
     def _dominated(self, job: Job, cores_pn: int, memo: tuple[Any, ...], dirty: int) -> bool:
