@@ -7,6 +7,7 @@ its jobs, or a restart (the frozen job found again) end or keep it here too."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Callable
 
 from coda.policy.state import Job
@@ -104,7 +105,12 @@ class Suspensions:
         quietly(lambda: self.cg.thaw(m.cgroup))
         self.processes.kill_until_gone(m)
         if m.popen is not None:
-            m.popen.poll()
+            try:
+                # SIGKILLed above: reaped as soon as it exits, not polled once before
+                # it has (a loaded host left the job suspended for another tick).
+                m.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if self._alive(m):
             self.log(f"job {job_id}: still has processes after SIGKILL; tried again later")
             return False
