@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 
 from coda.policy.state import Job
@@ -49,6 +50,9 @@ class Suspensions:
         self.supervisor = supervisor
         self.wall = wall
         self.log = log
+        # Jobs whose end was asked while processes were left: the state and message
+        # they end with once those are gone (not ``lost``, as one that died unasked).
+        self._ending: dict[int, tuple[str, str]] = {}
 
     def resume(self, job_id: int, job: Job, cores: int, now: float) -> bool:
         """Thaw a suspended job on ``cores`` free CPUs (the cycle booked them); False if
@@ -104,16 +108,21 @@ class Suspensions:
         self.processes.signal(m, signal.SIGKILL)
         quietly(lambda: self.cg.thaw(m.cgroup))
         self.processes.kill_until_gone(m)
+        # SIGKILLed above: its supervisor exits within moments; waited for, not polled
+        # once before it has (a loaded host left the job suspended for another tick).
         if m.popen is not None:
             try:
-                # SIGKILLed above: reaped as soon as it exits, not polled once before
-                # it has (a loaded host left the job suspended for another tick).
                 m.popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        deadline = time.monotonic() + 1.0
+        while alive(m.shim_pid, m.shim_start) and time.monotonic() < deadline:
+            time.sleep(0.01)
         if self._alive(m):
             self.log(f"job {job_id}: still has processes after SIGKILL; tried again later")
+            self._ending[job_id] = (state, message)
             return False
+        self._ending.pop(job_id, None)
         del self.jobs.suspended[job_id]
         self.supervisor.progress_file(job_id).unlink(missing_ok=True)
         self.books.remove_groups(m)
@@ -127,7 +136,8 @@ class Suspensions:
         that vanishes without an exit status is."""
         for job_id, m in list(self.jobs.suspended.items()):
             if not self._alive(m):
-                self.end(job_id, "lost", "ended while suspended")
+                state, message = self._ending.get(job_id, ("lost", "ended while suspended"))
+                self.end(job_id, state, message)
 
     def _alive(self, m: Managed) -> bool:
         return bool(self.processes.pids(m)) or alive(m.shim_pid, m.shim_start)
