@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
+from coda.collector import LongLivedHeap
 from coda.slurm import fake_squeue
 from coda.slurm.client import SlurmClient, SlurmError
 from coda.slurm.controller import Controller
@@ -366,6 +367,8 @@ class Bench:
         """A new controller (and client) on the same Slurm and state directory, as
         after ``systemctl restart``: its first cycle reads everything afresh. The old
         one's objects are collected first (a new process has none to collect)."""
+        if self.ctl.heap is not None:
+            self.ctl.heap.release()  # as the daemon does when it stops
         del self.client, self.ctl
         gc.collect()
         self.client, self.ctl = self._start()
@@ -374,7 +377,9 @@ class Bench:
         client = SlurmClient(self.slurm)
         # The bound methods are wrapped on the instances: the controller calls them.
         client.nodes = self._parsing(client.nodes)  # type: ignore[method-assign]
-        ctl = Controller(client, self.state_dir, wall=lambda: self.slurm.now)
+        ctl = Controller(
+            client, self.state_dir, wall=lambda: self.slurm.now, heap=LongLivedHeap()
+        )  # as the daemon's
         ctl.listing = TimedListing(ctl.listing, self._parsing)  # type: ignore[assignment]
         ctl.decide = timed(ctl.decide, self._decide_s)  # type: ignore[method-assign]
         return client, ctl

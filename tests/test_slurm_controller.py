@@ -414,6 +414,30 @@ def test_a_cycle_pauses_the_cyclic_collector_and_leaves_it_as_it_was(
     assert seen == [False, False, False]
 
 
+def test_the_daemons_heap_freezes_each_cycle_and_sweeps_between_cycles(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    import gc
+
+    from coda.collector import LongLivedHeap
+
+    fake.job(1, "resnet", 4, gpus_pn=1)
+    heap = LongLivedHeap(sweep_every=2)
+    ctl = controller(fake, tmp_path, heap=heap)
+    was_on = gc.isenabled()
+    try:
+        gc.enable()
+        frozen0 = gc.get_freeze_count()
+        assert len(ctl.cycle()) == 1
+        assert gc.get_freeze_count() > frozen0 and gc.isenabled()  # the mirror, frozen
+        assert heap.stretches == 1 and heap.sweeps == 0
+        ctl.run(lambda: ctl.cycles >= 4, period_s=0.0)  # three more, swept after 2 and 4
+        assert heap.sweeps == 2 and heap.stretches == 0
+    finally:
+        gc.unfreeze()
+        (gc.enable if was_on else gc.disable)()
+
+
 def test_a_second_cycle_places_nothing_new(fake: FakeSlurm, tmp_path: Path) -> None:
     fake.job(1, "resnet", 4, gpus_pn=1)
     ctl = controller(fake, tmp_path)

@@ -119,6 +119,7 @@ def controller(
 
     One controller is active at a time (the lease); a second one refuses to start
     unless it is a --standby."""
+    from coda.collector import LongLivedHeap
     from coda.runtime.metrics import MetricsServer, textfile_exporter
     from coda.slurm.client import SlurmClient, SlurmError
     from coda.slurm.controller import Controller
@@ -142,10 +143,11 @@ def controller(
     # A cycle at least every 3 periods (and 2 minutes): one that cannot complete gives
     # the lease up for another controller to try.
     heart = Heartbeat(lease, lambda msg: None, stall_s=max(120.0, 3 * period))
+    heap = LongLivedHeap()
     try:
         _take_lease(heart, standby)
         client = SlurmClient(FencedRunner(lease))
-        ctl = Controller(client, sd, policy=policy, tune=tune, log=say)
+        ctl = Controller(client, sd, policy=policy, tune=tune, log=say, heap=heap)
     except ValueError as e:
         lease.release()
         lock.release()
@@ -202,6 +204,7 @@ def controller(
                 may_cycle=may_cycle)  # fmt: skip
         say(f"controller stopped after {ctl.cycles} cycles, {ctl.placed} jobs placed")
     finally:
+        heap.release()
         heart.stop()
         if server is not None:
             server.close()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coda.collector import collector_off
+from coda.collector import LongLivedHeap, collector_off
 from coda.cycle import Decision, Reason, Reclaimed, Scheduler, Start
 from coda.cycle import reasons as R
 from coda.policy import PolicyOptions, make_policy
@@ -258,8 +258,12 @@ class Controller:
         tune: dict[str, str] | None = None,
         log: Callable[[str], None] | None = None,
         wall: Callable[[], float] = time.time,
+        heap: LongLivedHeap | None = None,
     ) -> None:
         self.slurm = client
+        # The daemon's: what each cycle leaves alive (the mirror) is kept out of the
+        # cyclic collector's walks; None (tests): the collector is only paused.
+        self.heap = heap
         # Each cycle reads the narrow listing: unchanged jobs come back as the same
         # objects, so the passes below cost what changed.
         self.listing = JobListing(client.run)
@@ -360,7 +364,7 @@ class Controller:
                 # A restart's cycle builds the mirror of every job Slurm lists, objects
                 # that live on: the cyclic collector's passes over them were nearly half
                 # of it at 191,000 jobs (``coda.collector``).
-                with collector_off():
+                with collector_off() if self.heap is None else self.heap.stretch():
                     done = self._cycle()
             except SlurmError:
                 self.stats.cycle_errors += 1
@@ -813,6 +817,9 @@ class Controller:
                     self.cycle()
             except SlurmError as e:
                 self.log(f"Slurm: {e} (retrying)")
+            if self.heap is not None and self.heap.sweep_due:  # between cycles
+                if found := self.heap.sweep():
+                    self.log(f"collector: {found} objects of cyclic garbage swept")
             if after_cycle is not None:
                 after_cycle()
             end = t0 + period_s
