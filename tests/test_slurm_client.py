@@ -518,6 +518,18 @@ def test_an_unreadable_node_line_is_left_out_and_said() -> None:
         assert client.unreadable_nodes[0].startswith("scontrol show node: cannot read")
 
 
+def test_a_node_listed_twice_is_left_out_and_said() -> None:
+    text = (
+        "NodeName=n1 CPUAlloc=0 CPUTot=4 Gres=(null) State=IDLE\n"
+        "NodeName=n2 CPUAlloc=0 CPUTot=4 Gres=(null) State=IDLE\n"
+        "NodeName=n1 CPUAlloc=4 CPUTot=4 Gres=(null) State=ALLOCATED\n"
+    )
+    client = SlurmClient(Runner({("scontrol",): text}))
+    assert [n.name for n in client.nodes()] == ["n2"]
+    assert client.unreadable_nodes == ["scontrol show node: node 'n1' listed more than once"]
+    assert [n.name for n in client.nodes()] == ["n2"]  # the same text: the same answer
+
+
 # ------------------------------------------------------------------ actions
 def test_update_builds_one_scontrol_update() -> None:
     run = Runner()

@@ -898,6 +898,46 @@ def test_the_partitions_of_nodes_follow_each_read() -> None:
         assert limits.node_partitions == {n.name: set(n.partitions) for n in read}
 
 
+def test_the_partitions_and_usable_nodes_follow_reads_where_few_nodes_change(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    """Reads that mostly give back the last read's node objects, some changed in place
+    (partitions, state), now and then reordered, grown or shrunk:
+    the nodes' partitions and the usable names are what every node of the read says."""
+    import random
+
+    from coda.slurm.client import SlurmNode, moved_nodes
+    from coda.slurm.controller import SlurmLimits
+
+    rng = random.Random(7)
+    parts = [[], ["main"], ["gpu"], ["gpu", "main"]]
+    states = ["IDLE", "MIXED", "DOWN+NOT_RESPONDING", "DRAIN"]
+
+    def node(name: str) -> SlurmNode:
+        return SlurmNode(name, 16, 0, 2, 0, rng.choice(states), rng.choice(parts))
+
+    limits = SlurmLimits()
+    ctl = controller(fake, tmp_path)
+    read = [node(f"n{i}") for i in range(20)]
+    for _ in range(300):
+        read = list(read)
+        for _ in range(rng.randrange(4)):  # changed in place
+            i = rng.randrange(len(read))
+            read[i] = node(read[i].name)
+        shape = rng.random()
+        if shape < 0.05:
+            rng.shuffle(read)
+        elif shape < 0.1:
+            read.append(node(f"m{rng.randrange(10**6)}"))  # new
+        elif shape < 0.15 and len(read) > 1:
+            read.pop(rng.randrange(len(read)))
+        limits.observe([], [], read)
+        assert limits.node_partitions == {n.name: set(n.partitions) for n in read}
+        assert ctl.usable_names(read) == {n.name for n in read if n.usable}
+    assert moved_nodes(read, read) == []
+    assert moved_nodes(read[::-1], read) is None  # reordered: every node looked at
+
+
 def test_a_placed_job_stranded_on_a_down_node_is_placed_again(
     fake: FakeSlurm, tmp_path: Path
 ) -> None:

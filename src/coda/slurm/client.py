@@ -466,6 +466,21 @@ def same_nodes(a: Sequence[SlurmNode], b: Sequence[SlurmNode]) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
+def moved_nodes(
+    now: Sequence[SlurmNode], last: Sequence[SlurmNode]
+) -> list[tuple[SlurmNode, SlurmNode]] | None:
+    """The nodes whose record changed between two reads, each with its last record,
+    where both list the same nodes in the same order (as ``scontrol`` does while no
+    node comes or goes; ``SlurmClient.nodes`` lists each name once); None where they
+    do not: the caller looks at every node."""
+    if len(now) != len(last):
+        return None
+    moved = [(n, was) for n, was in zip(now, last, strict=True) if n is not was]
+    if any(n.name != was.name for n, was in moved):
+        return None
+    return moved
+
+
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 
 
@@ -534,6 +549,8 @@ class SlurmClient:
             return list(self._nodes)
         out = []
         last, now = self._node_lines, {}
+        names: set[str] = set()
+        twice: set[str] = set()
         self.unreadable_nodes = []
         for line in text.splitlines():
             if line.strip():
@@ -547,8 +564,16 @@ class SlurmClient:
                         why = f"scontrol show node: cannot read {line[:80]!r} ({e})"
                         self.unreadable_nodes.append(why)
                         continue
+                if node.name in names:
+                    twice.add(node.name)
+                names.add(node.name)
                 now[line] = node
                 out.append(node)
+        if twice:  # which record is the node's is not known: none is taken
+            out = [n for n in out if n.name not in twice]
+            for name in sorted(twice):
+                why = f"scontrol show node: node {name[:40]!r} listed more than once"
+                self.unreadable_nodes.append(why)
         self._node_lines = now
         self._nodes_text, self._nodes = text, out
         return list(out)
