@@ -1254,3 +1254,36 @@ def test_a_job_no_node_could_ever_hold_goes_back_to_slurm_at_once(
     ctl.cycle()
     assert fake.jobs[53]["priority"] == 0
     assert fake.jobs[53]["admin_comment"].startswith("coda:held,wait=never")
+
+
+def test_a_job_only_a_node_left_out_of_the_read_could_hold_stays_held(
+    fake: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose line cannot be read, or which is listed twice, is left out: the
+    jobs only it could hold wait for it, held, not handed back for good."""
+    fake.node("g1", 8, gpus=1)
+    fake.node("big", 64, gpus=8)
+    fake.job(60, "eight-gpus", 32, gpus_pn=8)
+    answer = fake.run
+    odd = {"how": "twice"}
+
+    def run(argv: Sequence[str]) -> str:
+        text = answer(argv)
+        if argv[:2] == ["scontrol", "show"] and odd["how"]:
+            big = next(line for line in text.splitlines() if line.startswith("NodeName=big"))
+            if odd["how"] == "twice":
+                return text + big + "\n"
+            return text.replace(big, big.replace("=64 ", "=lots "))
+        return text
+
+    monkeypatch.setattr(fake, "run", run)
+    ctl = controller(fake, tmp_path)
+    for how in ("twice", "unreadable"):
+        odd["how"] = how
+        ctl.cycle()
+        assert fake.jobs[60]["priority"] == 0, how
+        assert fake.jobs[60]["admin_comment"].startswith("coda:held"), how
+        assert ctl.stats.passed["never-fits"] == 0
+    odd["how"] = ""
+    ctl.cycle()
+    assert fake.jobs[60]["priority"] == 1 and fake.jobs[60]["required_nodes"] == "big"

@@ -143,7 +143,7 @@ def controller(
     # A cycle at least every 3 periods (and 2 minutes): one that cannot complete gives
     # the lease up for another controller to try.
     heart = Heartbeat(lease, lambda msg: None, stall_s=max(120.0, 3 * period))
-    heap = LongLivedHeap()
+    heap = LongLivedHeap(sweep_every=max(1, round(3600 / period)))  # an hour of cycles
     try:
         _take_lease(heart, standby)
         client = SlurmClient(FencedRunner(lease))

@@ -733,10 +733,15 @@ class Controller:
     def _hand_back_never(self, by_id: dict[int, SlurmJob], snodes: Sequence[SlurmNode]) -> set[int]:
         """Jobs too big for every node they may use, even empty, go back to Slurm at
         once (its own reason then tells their user), marked ``why=never-fits``; only
-        while every node Slurm lists is usable: a node that is down may fit them when
-        it returns, and they wait held for it. Returns the ids handed back."""
+        while every node Slurm lists is read and usable: a node that is down (or left
+        out of the read) may fit them when it returns, and they wait held for it.
+        Returns the ids handed back."""
         handed: set[int] = set()
-        if not self.mirror.never or not all(n.usable for n in snodes):
+        if (
+            not self.mirror.never
+            or self.slurm.unreadable_nodes
+            or not all(n.usable for n in snodes)
+        ):
             return handed
         for jid, why in list(self.mirror.never.items()):
             sj = by_id.get(jid)
