@@ -316,13 +316,16 @@ class FakeSlurm:
 
 
 # ---------------------------------------------------------------- measuring
-class TimedListing:
-    """A controller's listing with its ``jobs()`` timed: the compiled build's
-    ``JobListing`` takes no attribute of its own, so the listing is wrapped instead."""
+class TimedReads:
+    """A controller's listing or client with one reading method timed (``jobs()``,
+    ``nodes()``): the compiled build's classes take no attribute of their own, so the
+    object is wrapped instead."""
 
-    def __init__(self, inner: Any, parsing: Callable[[Callable[[], T]], Callable[[], T]]) -> None:
+    def __init__(
+        self, inner: Any, method: str, parsing: Callable[[Callable[[], T]], Callable[[], T]]
+    ) -> None:
         self._inner = inner
-        self.jobs = parsing(inner.jobs)
+        setattr(self, method, parsing(getattr(inner, method)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -375,12 +378,12 @@ class Bench:
 
     def _start(self) -> tuple[SlurmClient, Controller]:
         client = SlurmClient(self.slurm)
-        # The bound methods are wrapped on the instances: the controller calls them.
-        client.nodes = self._parsing(client.nodes)  # type: ignore[method-assign]
         ctl = Controller(
             client, self.state_dir, wall=lambda: self.slurm.now, heap=LongLivedHeap()
         )  # as the daemon's
-        ctl.listing = TimedListing(ctl.listing, self._parsing)  # type: ignore[assignment]
+        # Its reads timed where the controller calls them.
+        ctl.slurm = TimedReads(client, "nodes", self._parsing)  # type: ignore[assignment]
+        ctl.listing = TimedReads(ctl.listing, "jobs", self._parsing)  # type: ignore[assignment]
         ctl.decide = timed(ctl.decide, self._decide_s)  # type: ignore[method-assign]
         return client, ctl
 

@@ -22,7 +22,7 @@ from pathlib import Path
 COMPILED = (
     "control", "cycle", "policy", "policy/plugins", "sim", "workload/job_perf.py",
     "slurm/listing.py", "slurm/listing_diff.py", "slurm/view.py", "slurm/wait_marks.py",
-    "slurm/index.py", "slurm/ready.py",
+    "slurm/index.py", "slurm/ready.py", "slurm/client.py",
 )  # fmt: skip
 NOT_COMPILED = frozenset({"cycle/invariant.py", "sim/result.py", "sim/paper_metrics.py"})
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coda.policy.learned_profiles import MAX_CORES
+from coda.slurm.errors import SlurmError as SlurmError  # where callers import it from
 
 HELD = "coda:held"
 # The states a CODA mark can be in (its first word), in a job's life order.
@@ -45,10 +46,6 @@ MARK_STATES = ("held", "placing", "placed", "passed")
 PLACED = "coda:placed"
 
 Runner = Callable[[Sequence[str]], str]
-
-
-class SlurmError(RuntimeError):
-    """A Slurm command failed or printed something CODA cannot read."""
 
 
 def slurm_env() -> dict[str, str]:
@@ -99,19 +96,21 @@ MAX_SLURM_NODE_GPUS = 1024
 MAX_HOST_DIMENSIONS = 8  # [...] groups in one name (Slurm's own names use one to three)
 
 
-def expand_hostlist(text: str) -> list[str]:
+def expand_hostlist(text: str | None) -> list[str]:
     """``n[1-3,5],gpu7`` -> ``[n1, n2, n3, n5, gpu7]`` (Slurm's compressed form,
     zero padding kept). SlurmError for one naming more than ``MAX_HOSTS`` nodes
     (checked before each range is written out, so a hostile list costs nothing)."""
     out: list[str] = []
+    if not text:  # None or empty (squeue --json's missing fields): no node
+        return out
     depth = 0
-    for ch in text or "":
+    for ch in text:
         depth += {"[": 1, "]": -1}.get(ch, 0)
         if depth not in (0, 1):
             raise SlurmError(f"cannot read host list {text!r}: unbalanced brackets")
     if depth:
         raise SlurmError(f"cannot read host list {text!r}: unbalanced brackets")
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text or ""):
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
         m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
         if m is None:
             out.append(part)
@@ -578,31 +577,31 @@ class SlurmClient:
         self._nodes_text, self._nodes = text, out
         return list(out)
 
-    def update(self, job_id: int, **fields: object) -> None:
+    def update(self, job_id: object, **fields: object) -> None:
         args = [f"{k}={v}" for k, v in fields.items()]
         for a in args:
             if re.search(r"\s", a):
                 raise ValueError(f"scontrol update: a value with spaces: {a!r}")
         self.run(["scontrol", "update", f"JobId={_job_id(job_id)}", *args])
 
-    def release(self, job_id: int) -> None:
+    def release(self, job_id: object) -> None:
         self.run(["scontrol", "release", _job_id(job_id)])
 
-    def hold(self, job_id: int) -> None:
+    def hold(self, job_id: object) -> None:
         self.run(["scontrol", "hold", _job_id(job_id)])
 
-    def requeue_hold(self, job_id: int) -> None:
+    def requeue_hold(self, job_id: object) -> None:
         """Kill a running batch job that Slurm may requeue (Requeue=1) and put it back
         PENDING with priority 0 (held), its AdminComment and ReqNodeList kept; Slurm
         refuses it for other jobs (SlurmError)."""
         self.run(["scontrol", "requeuehold", _job_id(job_id)])
 
-    def start_now(self, job_id: int) -> None:
+    def start_now(self, job_id: object) -> None:
         """Lift the begin time (~120 s) Slurm puts on a requeued job once released."""
         self.update(job_id, StartTime="now")
 
 
-def _job_id(job_id: int) -> str:
+def _job_id(job_id: object) -> str:
     """A job id as one argv word; ValueError for anything but a positive int (a bool or
     a float would name some other job)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:

@@ -571,7 +571,7 @@ class JobListing:
                     unsettled.add(jid)
                     continue
                 exc, name = got[jid]
-                self._names[jid] = (expand_hostlist(_text(exc)), name)
+                self._names[jid] = (list(_hosts(_text(exc))), name)
         return unsettled
 
     def _ask(self, argv: list[str]) -> str:
