@@ -830,9 +830,14 @@ def test_a_count_no_machine_has_is_not_learned_and_the_state_reloads(
     fake.job(80, "bert", 4, gpus_pn=1, state="RUNNING", priority=1, nodes="g1",
              comment=f"coda:placed,req=4,grant=4,nodes=g1,settled={value}")  # fmt: skip
     fake.job(81, "prep", 2)
-    ctl = controller(fake, tmp_path)
+    logs: list[str] = []
+    ctl = controller(fake, tmp_path, log=logs.append)
     assert [p.job.idx for p in ctl.cycle()] == [81]
+    fake.jobs[80]["end_time"] = 1_700_000_999  # its record changed: read again
+    ctl.cycle()
     assert ctl.stats.learned_jobs == 0
+    said = [m for m in logs if "ignoring settled" in m]
+    assert len(said) == (0 if value == "\u00b2" else 1)  # ², not ASCII: not CODA's field
     again = controller(fake, tmp_path)  # reads the state the first one saved
     assert again.allocator is not None and again.allocator.learned.shapes() == {}
 

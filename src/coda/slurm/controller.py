@@ -601,16 +601,17 @@ class Controller:
             return False
         new = False
         for j in jobs:
-            text = (j.mark or {}).get("settled", "")
+            text = j.mark.get("settled", "") if j.mark is not None else ""
+            if not text:  # nothing to learn (and nothing to say) from this one
+                continue
             # Array tasks and heterogeneous jobs: their names are not read (one record
             # stands for several jobs), so there is no model to learn for.
             if j.job_id in self.learned_from or not j.is_dnn or j.is_array_or_het:
                 continue
             settled = mark_count(j.mark, "settled")
-            if settled is None:
-                if text:
-                    self.learned_from.add(j.job_id)  # unreadable: say so once, not every cycle
-                    self.log(f"job {j.job_id}: ignoring settled={text[:40]!r} in its mark")
+            if settled is None:  # unreadable: said once, not every cycle
+                self.learned_from.add(j.job_id)
+                self.log(f"job {j.job_id}: ignoring settled={text[:40]!r} in its mark")
                 continue
             key = (model_key(j), j.gpus_per_node, j.node_count)
             alloc.learned.record(key, settled)
