@@ -19,6 +19,13 @@ class Cell:
         self.me: Cell | None = None
 
 
+def cyclic_garbage() -> weakref.ref[Cell]:
+    """A cell that refers to itself, let go: only the collector can free it."""
+    cell = Cell()
+    cell.me = cell
+    return weakref.ref(cell)
+
+
 @pytest.fixture
 def collector_restored() -> Iterator[None]:
     """The collector as it was, and nothing left frozen, whatever the test did."""
@@ -53,10 +60,7 @@ def test_a_stretch_freezes_what_it_leaves_alive(collector_restored: None) -> Non
 def test_cyclic_garbage_a_stretch_froze_waits_for_the_sweep(collector_restored: None) -> None:
     heap = LongLivedHeap(sweep_every=2)
     with heap.stretch():
-        cell = Cell()
-        cell.me = cell
-        ref = weakref.ref(cell)
-        del cell
+        ref = cyclic_garbage()
     gc.collect()
     assert ref() is not None  # frozen: out of the collector's reach
     with heap.stretch():
@@ -79,10 +83,7 @@ def test_a_stretch_cut_short_freezes_and_restores_too(collector_restored: None) 
 def test_released_the_frozen_are_collectable_again(collector_restored: None) -> None:
     heap = LongLivedHeap()
     with heap.stretch():
-        cell = Cell()
-        cell.me = cell
-        ref = weakref.ref(cell)
-        del cell
+        ref = cyclic_garbage()
     heap.release()
     assert gc.get_freeze_count() == 0 and heap.stretches == 0
     gc.collect()

@@ -55,7 +55,6 @@ from coda.slurm.client import (
     mark_fields,
     model_key,
     moved_nodes,
-    same_nodes,
 )
 from coda.slurm.cycle_times import CycleTimes
 from coda.slurm.index import ENDED, JobIndex
@@ -183,14 +182,13 @@ class SlurmLimits:
                 parts[j.job_id] = set(j.partitions)
             if j.excluded_nodes:
                 excl[j.job_id] = set(j.excluded_nodes)
-        if same_nodes(nodes, self._nodes_seen):
-            return
         # Only nodes whose record changed (a node's allocation changes it, its
         # partitions seldom): a new set for those.
         by_node = self.node_partitions
         moved = moved_nodes(nodes, self._nodes_seen)
         if moved is not None:  # the same nodes as last read, a few of them changed
-            self._nodes_seen = list(nodes)
+            if moved:
+                self._nodes_seen = list(nodes)
             for n, before in moved:
                 if before.partitions != n.partitions or n.name not in by_node:
                     by_node[n.name] = set(n.partitions)
@@ -400,14 +398,13 @@ class Controller:
     def usable_names(self, snodes: Sequence[SlurmNode]) -> set[str]:
         """The names of the usable nodes of this read, kept from the nodes whose
         record changed since the last."""
-        if not same_nodes(snodes, self._usable_of):
-            moved = moved_nodes(snodes, self._usable_of)
+        moved = moved_nodes(snodes, self._usable_of)
+        if moved is None:
+            self._usable = {n.name for n in snodes if n.usable}
+        for n, _ in moved or ():
+            (self._usable.add if n.usable else self._usable.discard)(n.name)
+        if moved is None or moved:  # not the very records of last time
             self._usable_of = list(snodes)
-            if moved is None:
-                self._usable = {n.name for n in snodes if n.usable}
-            else:
-                for n, _ in moved:
-                    (self._usable.add if n.usable else self._usable.discard)(n.name)
         return self._usable
 
     def _say_new(self, what: str, now: list[str], said: list[str]) -> list[str]:
