@@ -363,13 +363,16 @@ class JobListing:
             self.array_unique = False
             return text
 
-    def jobs(self) -> list[SlurmJob]:
+    def jobs(self) -> Sequence[SlurmJob]:
+        """Every job Slurm lists. The sequence is the listing's own, not a copy (a copy
+        of 191,000 references touches every job object, each a cache miss): read
+        it, never change it; the next read makes a new one."""
         text = self._squeue(listing_argv())
         now = self.clock()
         refresh = now - self._refreshed_at >= NAMES_REFRESH_S
         if text == self._last_text and not refresh:  # nothing changed: last time's jobs
             self.changed, self.gone = [], []
-            return list(self._jobs)
+            return self._jobs
         by_line = self._by_line
         spliced = None
         if self.splice and not refresh and self._last_text is not None and self._one_per_id:
@@ -445,7 +448,7 @@ class JobListing:
             self._starts = starts if starts is not None else line_starts(lines)
         self._unsettled = retry
 
-        return list(jobs)
+        return jobs
 
     def _unknown_pending(self, line: str, unsettled: set[int]) -> bool:
         """A pending job whose name and excluded nodes are unsettled and were never

@@ -58,7 +58,7 @@ def _agree(a: str, i: int, a_end: int, b: str, j: int, b_end: int) -> int:
     k, step = 0, _BLOCK
     while k < n:
         s = min(step, n - k)
-        if a[i + k : i + k + s] == b[j + k : j + k + s]:
+        if a.startswith(b[j + k : j + k + s], i + k):  # one side copied, not both
             k += s
         elif s == 1:
             break
