@@ -15,6 +15,11 @@ arrive (at most as many end as run); jobs that ended a cycle ago are forgotten
 
 Per case, in one controller's life:
 - first cycle: the one that builds the mirror (``SlurmView``) from nothing;
+- warm-up (``--warmup W``, none by default): W cycles run, not measured, before each
+  K's measured ones. A start leaves a backlog that the next cycles work through (the
+  first cycle's thousands of placements start, backfill's depth owes searches to the
+  jobs it did not get to): cycles measured right after it show that transient, cycles
+  measured after a warm-up the steady state;
 - restart cycle: after the steady cycles, a new controller's first (a restart of
   ``coda slurm controller`` on a busy cluster: everything read and built afresh);
 - decide: ``Controller.decide()`` alone (sync the mirror, run the scheduling
@@ -427,11 +432,13 @@ def run_queue(
     cycles: int,
     seed: int = 0,
     log: Callable[[str], None] = lambda msg: None,
+    warmup: int = 0,
 ) -> tuple[Cycle, dict[int, list[Cycle]], Cycle]:
     """The first cycle of one controller, then ``cycles`` steady-state cycles for each
-    K in ``changes`` (the same controller goes on), then the first cycle of a new
-    controller on the same cluster (a restart). The second cycle, where the first
-    cycle's placements start all at once, is run but not kept."""
+    K in ``changes`` (the same controller goes on), each K's after ``warmup`` cycles
+    not kept, then the first cycle of a new controller on the same cluster (a
+    restart). The second cycle, where the first cycle's placements start all at once,
+    is run but not kept."""
     with tempfile.TemporaryDirectory() as d:
         b = Bench(n_nodes, queued, seed, d)
         first = b.cycle(None)
@@ -443,6 +450,12 @@ def run_queue(
         log(f"  settling cycle {settle.whole * 1e3:.0f} ms ({settle.placed} placed)")
         steady: dict[int, list[Cycle]] = {}
         for k in changes:
+            warm: list[float] = []
+            for i in range(warmup):
+                warm.append(b.cycle(k).whole)
+                if (i + 1) % 25 == 0 or i + 1 == warmup:  # the transient, as it fades
+                    log(f"  changes={k}, warm-up cycles {max(1, i - 23)}-{i + 1}: cycle "
+                        f"median {statistics.median(warm[-25:]) * 1e3:.0f} ms")  # fmt: skip
             steady[k] = []
             for i in range(cycles):
                 steady[k].append(b.cycle(k))
@@ -477,13 +490,20 @@ def p90(xs: Sequence[float]) -> float:
 
 
 def summary(
-    n_nodes: int, queued: int, changes: int, first: Cycle, steady: list[Cycle], restart: Cycle
+    n_nodes: int,
+    queued: int,
+    changes: int,
+    first: Cycle,
+    steady: list[Cycle],
+    restart: Cycle,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     ms = 1e3
     return {
         "nodes": n_nodes,
         "queued": queued,
         "changes": changes,
+        "warmup": warmup,
         "first_ms": first.whole * ms,
         "restart_ms": restart.whole * ms,
         "first_decide_ms": first.decide * ms,
@@ -503,6 +523,7 @@ COLUMNS = (
     ("nodes", "nodes", "{:d}"),
     ("queued", "queued", "{:d}"),
     ("changes/cycle", "changes", "{:d}"),
+    ("warm-up cycles", "warmup", "{:d}"),
     ("first cycle ms", "first_ms", "{:.1f}"),
     ("restart cycle ms", "restart_ms", "{:.1f}"),
     ("decide median ms", "decide_median_ms", "{:.2f}"),
@@ -568,6 +589,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--cycles", type=_int_in(1, MAX_CYCLES), default=10,
         help="steady-state cycles measured per row",
     )  # fmt: skip
+    ap.add_argument(
+        "--warmup", type=_int_in(0, MAX_CYCLES), default=0,
+        help="cycles run, not measured, before each row's measured ones",
+    )  # fmt: skip
     ap.add_argument("--seed", type=_int_in(0, 2**32 - 1), default=0)
     return ap
 
@@ -575,9 +600,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
-    arrivals = sum(args.changes) * args.cycles
+    arrivals = sum(args.changes) * (args.cycles + args.warmup)
     if arrivals > MAX_ARRIVALS:
-        ap.error(f"--changes x --cycles: {arrivals} new jobs over a run, at most {MAX_ARRIVALS}")
+        ap.error(
+            f"--changes x (--cycles + --warmup): {arrivals} new jobs over a run, at most "
+            f"{MAX_ARRIVALS}"
+        )
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -587,10 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         log(f"nodes={args.nodes} queued={queued}: building the cluster")
         first, steady, restart = run_queue(
-            args.nodes, queued, args.changes, args.cycles, args.seed, log
+            args.nodes, queued, args.changes, args.cycles, args.seed, log, args.warmup
         )
         for k, cs in steady.items():
-            r = summary(args.nodes, queued, k, first, cs, restart)
+            r = summary(args.nodes, queued, k, first, cs, restart, args.warmup)
             rows.append(r)
             log(
                 f"  changes={k}: decide median {r['decide_median_ms']:.2f} ms, cycle median "
@@ -599,12 +627,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  ({time.monotonic() - t0:.0f} s)")
     print(
         f"{args.nodes} nodes (half with {GPUS} GPUs, {CORES} cores each); {args.cycles} "
-        "steady-state cycles per row. One controller per queue length: its first cycle "
-        "(building the mirror from a cluster CODA never saw) is the same in each of its "
-        "rows, and so is the restart cycle (a new controller's first, after the steady "
-        "ones). Times exclude the fake "
-        "Slurm's answers; decide: Controller.decide() alone; parse: Slurm's output to "
-        "objects; cycle: all of Controller.cycle() (parse and decide included)."
+        f"steady-state cycles per row, after {args.warmup} not measured. One controller "
+        "per queue length: its first cycle (building the mirror from a cluster CODA never "
+        "saw) is the same in each of its rows, and so is the restart cycle (a new "
+        "controller's first, after the steady ones). Times exclude the fake Slurm's "
+        "answers; decide: Controller.decide() alone; parse: Slurm's output to objects; "
+        "cycle: all of Controller.cycle() (parse and decide included)."
     )
     print()
     print(table(rows))

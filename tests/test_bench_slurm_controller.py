@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -131,6 +132,27 @@ def test_run_queue_measures_every_change_count() -> None:
     assert text[2].startswith("| 4 | 12 | 0 |") and text[3].startswith("| 4 | 12 | 3 |")
 
 
+def test_warm_up_cycles_run_before_the_measured_ones_and_are_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks: list[int] = []
+    tick = bench.FakeSlurm.tick
+
+    def counted(self: Any, changes: int) -> None:
+        ticks.append(changes)
+        tick(self, changes)
+
+    monkeypatch.setattr(bench.FakeSlurm, "tick", counted)
+    logged: list[str] = []
+    _, steady, _ = bench.run_queue(4, 12, [0, 2], cycles=2, seed=5, log=logged.append, warmup=3)
+    assert all(len(cs) == 2 for cs in steady.values())
+    # settling (0), per K its 3 warm-up and 2 measured cycles, then around the restart
+    assert ticks == [0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 0, 0]
+    assert any("changes=2, warm-up cycles 1-3" in line for line in logged)
+    row = bench.summary(4, 12, 2, steady[2][0], steady[2], steady[2][0], warmup=3)
+    assert "| 4 | 12 | 2 | 3 |" in bench.table([row])
+
+
 def test_main_prints_one_row_per_case(capsys: pytest.CaptureFixture[str]) -> None:
     rc = bench.main(["--nodes", "3", "--queued", "6,4", "--changes", "1,0", "--cycles", "1"])
     out, err = capsys.readouterr()
@@ -167,9 +189,13 @@ def test_runs_that_would_add_too_many_jobs_are_refused(capsys: pytest.CaptureFix
         bench.main(["--nodes", "2", "--queued", "1", "--changes", "10000", "--cycles", "21"])
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"{bench.build_parser().prog}: error: --changes x --cycles: 210000 new jobs over a "
-        f"run, at most {bench.MAX_ARRIVALS}"
+        f"{bench.build_parser().prog}: error: --changes x (--cycles + --warmup): 210000 new "
+        f"jobs over a run, at most {bench.MAX_ARRIVALS}"
     ]
+    with pytest.raises(SystemExit) as e:  # the warm-up's arrivals count too
+        bench.main(["--nodes", "2", "--queued", "1", "--changes", "10000", "--cycles", "1",
+                    "--warmup", "20"])  # fmt: skip
+    assert e.value.code == 2 and "210000 new jobs" in capsys.readouterr().err
 
 
 def test_bad_flag_from_the_shell() -> None:
