@@ -760,6 +760,44 @@ def test_the_splice_reads_what_every_line_read_gives(
         assert [j.job_id for j in by_splice.changed] == [j.job_id for j in by_line.changed]
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 600),
+    edits=st.lists(st.tuples(st.integers(0, 700), st.sampled_from(["mark", "drop", "new"]))),
+    trailing=st.booleans(),
+)
+def test_long_runs_of_lines_in_common_are_taken_whole(
+    n: int, edits: list[tuple[int, str]], trailing: bool
+) -> None:
+    """Listings of hundreds of lines (runs of whole lines compared at once, doubling
+    and halving): each line of the new text gets the last read's job where its text
+    was read before, the rest are to parse, and the ids not listed again are gone."""
+    marks = {jid: "held" for jid in range(1, n + 1)}
+    rows = [_line(jid, mark) for jid, mark in marks.items()]
+    old_text = "\n".join(rows) + ("\n" if trailing else "")
+    before = {r: parse_line(r) for r in rows}
+    for at, what in edits:
+        if what == "new":
+            marks[n + 1 + at] = "held"
+        elif what == "drop":
+            marks.pop(at, None)
+        elif at in marks:  # a line that ends longer, or differs within
+            marks[at] = {"held": "held,wait=x", "held,wait=x": "placed", "placed": "held"}[
+                marks[at]
+            ]
+    new_rows = [_line(jid, marks[jid]) for jid in sorted(marks)]
+    text = "\n".join(new_rows) + ("\n" if trailing and new_rows else "")
+    got = splice(old_text, line_starts(rows), rows, list(before.values()), text, before)
+    if not new_rows:
+        assert got is None
+        return
+    assert got is not None
+    assert got.lines == new_rows and list(got.starts) == list(line_starts(new_rows))
+    assert got.jobs == [before.get(r) for r in new_rows]
+    assert got.fresh == [i for i, r in enumerate(new_rows) if r not in before]
+    assert sorted(got.gone) == [jid for jid in range(1, n + 1) if jid not in marks]
+
+
 def test_the_splice_looks_only_at_what_differs() -> None:
     """1,000 jobs; then one ends (its line changes), one is forgotten, one arrives: the
     splice gives the new lines, the last read's jobs for every line it kept, two lines

@@ -3,9 +3,10 @@
 squeue prints every job Slurm remembers (191,000 lines at 10,000 nodes and 100,000
 held jobs), and from one cycle to the next a few hundred of them change. Splitting
 the whole text into lines and looking each up cost more than the rest of a cycle, so
-the new text is compared with the last one in large blocks (a block compare is a
-memory compare), and only where they differ is it cut into lines: the lines in
-between are the last read's, with their jobs.
+the new text is compared with the last one in runs of the last read's whole lines
+(where its lines start is kept: a run's compare is one memory compare), and only
+where they differ is it cut into lines: the lines in between are the last read's,
+with their jobs.
 
 The result is what a read of every line gives (``JobListing`` checks its jobs by
 line either way): a line that differs is looked up by its text, as every line is on
@@ -28,7 +29,7 @@ import numpy as np
 from coda.slurm.client import SlurmJob
 
 _ID_START = re.compile(r"([0-9]{1,18})\|")
-_BLOCK = 1 << 15  # characters compared at once while the texts agree
+_GALLOP = 64  # lines compared at once at first where the texts agree
 Starts = np.ndarray[Any, np.dtype[np.int64]]  # where each line of a text starts in it
 _NONE = 1 << 80  # the id of the line after a text's last: beyond every job id
 
@@ -52,19 +53,31 @@ def line_starts(lines: Sequence[str]) -> Starts:
     return np.concatenate((np.zeros(1, np.int64), ends[:-1])) if len(lines) else ends
 
 
-def _agree(a: str, i: int, a_end: int, b: str, j: int, b_end: int) -> int:
-    """How many characters ``a[i:a_end]`` and ``b[j:b_end]`` have in common first."""
-    n = min(a_end - i, b_end - j)
-    k, step = 0, _BLOCK
-    while k < n:
-        s = min(step, n - k)
-        if a.startswith(b[j + k : j + k + s], i + k):  # one side copied, not both
-            k += s
-        elif s == 1:
+def _lines_agree(
+    old: str, old_starts: Starts, li: int, count: int, new: str, j: int, gallop: int
+) -> int:
+    """How many of old's lines from index ``li`` on (its last line excepted) the new
+    text holds from offset ``j``, each with its newline: runs of whole lines compared
+    at once (a compare of a run is one copy of it and a memory compare), doubling
+    while they agree, halving where they do not."""
+    taken, step = 0, gallop
+    last = count - 1  # the last line may lack its newline: the caller reads it alone
+    if li >= last:
+        return 0
+    at = int(old_starts[li])
+    while li + taken < last:
+        m = min(step, last - li - taken)
+        end = int(old_starts[li + taken + m])
+        if new.startswith(old[at:end], j):
+            taken += m
+            j += end - at
+            at = end
+            step *= 2
+        elif m == 1:
             break
         else:
-            step = max(1, s // 2)
-    return k
+            step = m // 2
+    return taken
 
 
 def splice(
@@ -91,24 +104,19 @@ def splice(
     i = j = 0  # offsets of the next line in old and new
     li = 0  # index of the line at ``i`` in old_lines
     while True:
-        k = _agree(old, i, n_old, new, j, n_new)
-        if i + k == n_old and j + k == n_new:  # the same to the end
-            lines.extend(old_lines[li:])
-            jobs.extend(old_jobs[li:])
-            starts.append(old_starts[li:] + (j - i))
-            li = count
-            break
-        cut = new.rfind("\n", j, j + k)
-        if cut >= 0:  # whole lines in common: the last read's
-            nxt = i + cut + 1 - j
-            m = int(np.searchsorted(old_starts, nxt)) - li
-            if m <= 0 or li + m > count or (li + m < count and old_starts[li + m] != nxt):
-                return None  # its starts are not its text's
+        if li < count and int(old_starts[li]) != i:
+            return None  # its starts are not its text's
+        m = _lines_agree(old, old_starts, li, count, new, j, _GALLOP)
+        if m:  # whole lines in common: the last read's
+            nxt = int(old_starts[li + m])
+            if nxt - int(old_starts[li + m - 1]) != len(old_lines[li + m - 1]) + 1:
+                return None  # its starts are not its lines'
             lines.extend(old_lines[li : li + m])
             jobs.extend(old_jobs[li : li + m])
             starts.append(old_starts[li : li + m] + (j - i))
             li += m
-            i, j = nxt, cut + 1
+            j += nxt - i
+            i = nxt
         # The next lines differ (or one text has ended): one line at a time, by id.
         old_line = new_line = ""
         old_id = new_id = _NONE
