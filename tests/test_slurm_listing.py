@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -796,6 +797,15 @@ def test_long_runs_of_lines_in_common_are_taken_whole(
     assert got.jobs == [before.get(r) for r in new_rows]
     assert got.fresh == [i for i, r in enumerate(new_rows) if r not in before]
     assert sorted(got.gone) == [jid for jid in range(1, n + 1) if jid not in marks]
+
+
+def test_a_last_read_whose_starts_are_not_its_lines_is_not_spliced() -> None:
+    rows = [_line(jid, "held") for jid in (1, 2, 10)]
+    jobs = [parse_line(r) for r in rows]
+    old = "\n".join(rows)
+    wrong = line_starts(rows) + np.array([0, 1, 1])  # each line but the first one off
+    for new in (old, old + "\n" + _line(11, "held")):
+        assert splice(old, wrong, rows, jobs, new, dict(zip(rows, jobs, strict=True))) is None
 
 
 def test_the_splice_looks_only_at_what_differs() -> None:

@@ -30,6 +30,7 @@ from coda.slurm.client import SlurmJob
 
 _ID_START = re.compile(r"([0-9]{1,18})\|")
 _GALLOP = 64  # lines compared at once at first where the texts agree
+_MOST = 2048  # ... and at most (a run's compare copies it: some 300 KiB)
 Starts = np.ndarray[Any, np.dtype[np.int64]]  # where each line of a text starts in it
 _NONE = 1 << 80  # the id of the line after a text's last: beyond every job id
 
@@ -72,7 +73,7 @@ def _lines_agree(
             taken += m
             j += end - at
             at = end
-            step *= 2
+            step = min(2 * step, _MOST)
         elif m == 1:
             break
         else:
@@ -124,8 +125,8 @@ def splice(
             end = old.find("\n", i, n_old)
             old_line = old[i : end if end >= 0 else n_old]
             m_old = _ID_START.match(old_line)
-            if m_old is None:
-                return None
+            if m_old is None or old_line != old_lines[li]:
+                return None  # not a line of the last read's (its starts are not its text's)
             old_id = int(m_old.group(1))
         if j <= n_new:
             end = new.find("\n", j, n_new)
