@@ -54,14 +54,12 @@ def line_starts(lines: Sequence[str]) -> Starts:
     return np.concatenate((np.zeros(1, np.int64), ends[:-1])) if len(lines) else ends
 
 
-def _lines_agree(
-    old: str, old_starts: Starts, li: int, count: int, new: str, j: int, gallop: int
-) -> int:
+def _lines_agree(old: str, old_starts: Starts, li: int, count: int, new: str, j: int) -> int:
     """How many of old's lines from index ``li`` on (its last line excepted) the new
     text holds from offset ``j``, each with its newline: runs of whole lines compared
     at once (a compare of a run is one copy of it and a memory compare), doubling
     while they agree, halving where they do not."""
-    taken, step = 0, gallop
+    taken, step = 0, _GALLOP
     last = count - 1  # the last line may lack its newline: the caller reads it alone
     if li >= last:
         return 0
@@ -107,7 +105,7 @@ def splice(
     while True:
         if li < count and int(old_starts[li]) != i:
             return None  # its starts are not its text's
-        m = _lines_agree(old, old_starts, li, count, new, j, _GALLOP)
+        m = _lines_agree(old, old_starts, li, count, new, j)
         if m:  # whole lines in common: the last read's
             nxt = int(old_starts[li + m])
             if nxt - int(old_starts[li + m - 1]) != len(old_lines[li + m - 1]) + 1:

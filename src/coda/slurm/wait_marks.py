@@ -102,23 +102,18 @@ class WaitMarks:
         token = why.token
         new: list[int] = []
         moved = 0
-        # The group's jobs mostly come from one old reason: counted off by runs of it.
-        run: Reason | None = None
-        run_n = 0
-        run_same = first = True
+        lost: dict[str, int] = {}  # the group's old reasons' codes: how many left each
+        # The group's jobs mostly come from one old reason: compared with why once a run.
+        last: Reason | None = why
+        last_same = True
         for jid in ids:
             old = reasons.get(jid)
-            if old is why:
-                continue
-            if first or old is not run:
-                if run is not None and run_n:
-                    counts[run.code] -= run_n
-                run, run_n, first = old, 0, False
-                run_same = old is not None and old == why
-            if run_same:
-                continue  # an equal reason: nothing of it moves
+            if old is not last:
+                last, last_same = old, old is not None and old == why
+            if last_same:
+                continue  # the same reason, or an equal one: nothing of it moves
             if old is not None:
-                run_n += 1
+                lost[old.code] = lost.get(old.code, 0) + 1
             reasons[jid] = why
             moved += 1
             # A job handed back or given another reason this cycle is looked at after.
@@ -128,8 +123,8 @@ class WaitMarks:
                     new.append(jid)
             else:
                 stale_ids.discard(jid)
-        if run is not None and run_n:
-            counts[run.code] -= run_n
+        for code, n in lost.items():
+            counts[code] -= n
         if moved:
             counts[why.code] += moved
         if len(new) > 64:
