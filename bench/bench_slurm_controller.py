@@ -11,7 +11,8 @@ on. Half the nodes have 8 GPUs, all have 64 cores; running jobs fill most of the
 and ``--queued`` jobs are held for CODA. Before each measured cycle K things
 change (K from ``--changes``): K running jobs end (COMPLETED) and K new held jobs
 arrive (at most as many end as run); jobs that ended a cycle ago are forgotten
-(Slurm's MinJobAge).
+(Slurm's MinJobAge). Slurm's clock moves on by ``--period`` seconds a cycle (the
+controller's own period, 1 s, by default).
 
 Per case, in one controller's life:
 - first cycle: the one that builds the mirror (``SlurmView``) from nothing;
@@ -25,7 +26,7 @@ Per case, in one controller's life:
 - decide: ``Controller.decide()`` alone (sync the mirror, run the scheduling
   cycle): no Slurm command and no parsing;
 - parse: turning Slurm's output into ``SlurmJob``/``SlurmNode``
-  (the controller's ``JobListing.jobs()`` and ``SlurmClient.nodes()``, the fake's
+  (the controller's ``JobListing.read()`` and ``SlurmClient.nodes()``, the fake's
   own time taken out);
 - cycle: the whole ``Controller.cycle()`` less the time the fake Slurm took to
   answer (Slurm's own commands excluded; our parsing and writing included).
@@ -59,7 +60,11 @@ T = TypeVar("T")
 
 GPUS = 8  # on a GPU node (half the nodes)
 CORES = 64  # on every node
-PERIOD_S = 10.0  # fake time between cycles
+# Fake time between cycles: the controller's own period (``coda slurm controller
+# --period``, 1 s by default). The fake never ends a job at its time limit (Slurm
+# does): a longer step ages the running jobs past their limits faster than any real
+# cluster lets them run (at 10 s a step, some 40% of them by the 200th cycle).
+PERIOD_S = 1.0
 T0 = 1_700_000_000.0
 MAX_NODES = 20_000
 MAX_QUEUED = 200_000
@@ -106,6 +111,7 @@ class FakeSlurm:
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     answer_s: float = 0.0
+    period_s: float = PERIOD_S  # fake time a tick moves on
     ended: list[int] = field(default_factory=list)  # ended at the last tick
     # Each job's line of the listing, dropped when the job changes: a cycle's
     # answers cost what changed, so the benchmark's own run stays short.
@@ -118,10 +124,12 @@ class FakeSlurm:
 
     # ------------------------------------------------------------ the cluster
     @classmethod
-    def backed_up(cls, n_nodes: int, queued: int, seed: int = 0) -> FakeSlurm:
+    def backed_up(
+        cls, n_nodes: int, queued: int, seed: int = 0, period_s: float = PERIOD_S
+    ) -> FakeSlurm:
         """A busy cluster: most GPUs and cores taken by running jobs (DNN jobs, and
         CPU jobs beside them, which Slurm may requeue), ``queued`` jobs held."""
-        s = cls(random.Random(seed))
+        s = cls(random.Random(seed), period_s=period_s)
         for i in range(n_nodes):
             node = FakeNode(f"node{i:05d}", GPUS if i < n_nodes // 2 else 0)
             s.nodes[node.name] = node
@@ -242,7 +250,7 @@ class FakeSlurm:
         """Slurm between two cycles: released jobs start where CODA placed them (if
         there is room), the jobs that ended a tick ago are forgotten, ``changes``
         running jobs end and as many new held jobs arrive."""
-        self.now += PERIOD_S
+        self.now += self.period_s
         for jid in self.ended:
             self.jobs.pop(jid, None)
             self._text.pop(jid, None)
@@ -322,7 +330,7 @@ class FakeSlurm:
 
 # ---------------------------------------------------------------- measuring
 class TimedReads:
-    """A controller's listing or client with one reading method timed (``jobs()``,
+    """A controller's listing or client with one reading method timed (``read()``,
     ``nodes()``): the compiled build's classes take no attribute of their own, so the
     object is wrapped instead."""
 
@@ -364,11 +372,13 @@ class Cycle:
 class Bench:
     """One controller on one fake cluster, its cycles measured one at a time."""
 
-    def __init__(self, n_nodes: int, queued: int, seed: int, state_dir: str) -> None:
-        self.slurm = FakeSlurm.backed_up(n_nodes, queued, seed)
+    def __init__(
+        self, n_nodes: int, queued: int, seed: int, state_dir: str, period_s: float = PERIOD_S
+    ) -> None:
+        self.slurm = FakeSlurm.backed_up(n_nodes, queued, seed, period_s)
         self.state_dir = state_dir
         self._decide_s: list[float] = []
-        self._parse_s = 0.0  # jobs()/nodes(), less the fake's answers inside them
+        self._parse_s = 0.0  # read()/nodes(), less the fake's answers inside them
         self.client, self.ctl = self._start()
 
     def restart(self) -> None:
@@ -388,7 +398,7 @@ class Bench:
         )  # as the daemon's
         # Its reads timed where the controller calls them.
         ctl.slurm = TimedReads(client, "nodes", self._parsing)  # type: ignore[assignment]
-        ctl.listing = TimedReads(ctl.listing, "jobs", self._parsing)  # type: ignore[assignment]
+        ctl.listing = TimedReads(ctl.listing, "read", self._parsing)  # type: ignore[assignment]
         ctl.decide = timed(ctl.decide, self._decide_s)  # type: ignore[method-assign]
         return client, ctl
 
@@ -433,6 +443,7 @@ def run_queue(
     seed: int = 0,
     log: Callable[[str], None] = lambda msg: None,
     warmup: int = 0,
+    period_s: float = PERIOD_S,
 ) -> tuple[Cycle, dict[int, list[Cycle]], Cycle]:
     """The first cycle of one controller, then ``cycles`` steady-state cycles for each
     K in ``changes`` (the same controller goes on), each K's after ``warmup`` cycles
@@ -440,7 +451,7 @@ def run_queue(
     restart). The second cycle, where the first cycle's placements start all at once,
     is run but not kept."""
     with tempfile.TemporaryDirectory() as d:
-        b = Bench(n_nodes, queued, seed, d)
+        b = Bench(n_nodes, queued, seed, d, period_s)
         first = b.cycle(None)
         log(
             f"  first cycle {first.whole * 1e3:.0f} ms, decide {first.decide * 1e3:.0f} ms, "
@@ -562,6 +573,19 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _float_in(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not lo <= v <= hi:  # NaN is in no range
+            raise argparse.ArgumentTypeError(f"must be in [{lo:g}, {hi:g}], got {text!r}")
+        return v
+
+    return parse
+
+
 def _int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
     one = _int_in(lo, hi)
 
@@ -593,6 +617,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup", type=_int_in(0, MAX_CYCLES), default=0,
         help="cycles run, not measured, before each row's measured ones",
     )  # fmt: skip
+    ap.add_argument(
+        "--period", type=_float_in(0.01, 3600.0), default=PERIOD_S,
+        help="fake seconds between two cycles (the controller's period)",
+    )  # fmt: skip
     ap.add_argument("--seed", type=_int_in(0, 2**32 - 1), default=0)
     return ap
 
@@ -615,8 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         log(f"nodes={args.nodes} queued={queued}: building the cluster")
         first, steady, restart = run_queue(
-            args.nodes, queued, args.changes, args.cycles, args.seed, log, args.warmup
-        )
+            args.nodes, queued, args.changes, args.cycles, args.seed, log, args.warmup,
+            args.period,
+        )  # fmt: skip
         for k, cs in steady.items():
             r = summary(args.nodes, queued, k, first, cs, restart, args.warmup)
             rows.append(r)
@@ -627,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  ({time.monotonic() - t0:.0f} s)")
     print(
         f"{args.nodes} nodes (half with {GPUS} GPUs, {CORES} cores each); {args.cycles} "
-        f"steady-state cycles per row, after {args.warmup} not measured. One controller "
+        f"steady-state cycles per row, after {args.warmup} not measured, {args.period:g} s "
+        "of Slurm's time between two. One controller "
         "per queue length: its first cycle (building the mirror from a cluster CODA never "
         "saw) is the same in each of its rows, and so is the restart cycle (a new "
         "controller's first, after the steady ones). Times exclude the fake Slurm's "

@@ -78,6 +78,16 @@ def test_released_placements_start_and_changes_end_and_arrive() -> None:
         assert not any(jid in b.slurm.jobs for jid in ended)  # forgotten a tick later
 
 
+def test_slurms_clock_moves_on_by_the_period_a_tick() -> None:
+    slow = bench.FakeSlurm.backed_up(4, 10, 1, period_s=10.0)
+    fast = bench.FakeSlurm.backed_up(4, 10, 1)
+    t0 = fast.now
+    for _ in range(3):
+        slow.tick(0)
+        fast.tick(0)
+    assert fast.now - t0 == 3 * bench.PERIOD_S == 3.0 and slow.now - t0 == 30.0
+
+
 def test_a_released_job_waits_when_its_node_is_full() -> None:
     s = bench.FakeSlurm.backed_up(2, 2, seed=4)
     node = s.nodes["node00000"]
@@ -173,7 +183,8 @@ def test_int_list_sorted_distinct(values: list[int]) -> None:
     "args",
     [["--nodes", "1"], ["--nodes", "x"], ["--queued", ""], ["--queued", "1,,2"],
      ["--queued", "-1"], ["--changes", "a"], ["--cycles", "0"], ["--seed", "1.5"],
-     ["--changes", "10001"], ["--bogus"]],
+     ["--changes", "10001"], ["--bogus"], ["--period", "0"], ["--period", "nan"],
+     ["--period", "x"]],
 )  # fmt: skip
 def test_bad_flags_one_line_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:

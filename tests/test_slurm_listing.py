@@ -26,7 +26,7 @@ from coda.slurm.listing import (
     parse_names,
     time_limit_s,
 )
-from coda.slurm.listing_diff import line_starts, splice
+from coda.slurm.listing_diff import Spliced, line_starts, splice
 from coda.slurm.view import SlurmView
 from tests.bench_module import load_bench
 
@@ -788,24 +788,59 @@ def test_long_runs_of_lines_in_common_are_taken_whole(
             ]
     new_rows = [_line(jid, marks[jid]) for jid in sorted(marks)]
     text = "\n".join(new_rows) + ("\n" if trailing and new_rows else "")
-    got = splice(old_text, line_starts(rows), rows, list(before.values()), text, before)
+    got = splice(old_text, line_starts(rows), _ids(rows), _line_of(rows), text)
     if not new_rows:
         assert got is None
         return
     assert got is not None
-    assert got.lines == new_rows and list(got.starts) == list(line_starts(new_rows))
-    assert got.jobs == [before.get(r) for r in new_rows]
-    assert got.fresh == [i for i, r in enumerate(new_rows) if r not in before]
+    assert _spliced_lines(got, rows) == new_rows
+    assert list(got.starts) == list(line_starts(new_rows))
+    assert list(got.ids) == sorted(marks)
+    assert [line for _, line in got.differing] == [r for r in new_rows if r not in before]
     assert sorted(got.gone) == [jid for jid in range(1, n + 1) if jid not in marks]
+
+
+def _ids(rows: list[str]) -> np.ndarray:
+    return np.array([int(r.partition("|")[0]) for r in rows], np.int64)
+
+
+def _line_of(rows: list[str]) -> dict[int, str]:
+    return {int(r.partition("|")[0]): r for r in rows}
+
+
+def _spliced_lines(got: Spliced, old_rows: list[str]) -> list[str]:
+    """The new text's lines as the splice describes them: the last read's line of each
+    id, but where a line differs."""
+    lines = [_line_of(old_rows).get(jid, "") for jid in got.ids.tolist()]
+    for i, line in got.differing:
+        lines[i] = line
+    return lines
 
 
 def test_a_last_read_whose_starts_are_not_its_lines_is_not_spliced() -> None:
     rows = [_line(jid, "held") for jid in (1, 2, 10)]
-    jobs = [parse_line(r) for r in rows]
     old = "\n".join(rows)
     wrong = line_starts(rows) + np.array([0, 1, 1])  # each line but the first one off
     for new in (old, old + "\n" + _line(11, "held")):
-        assert splice(old, wrong, rows, jobs, new, dict(zip(rows, jobs, strict=True))) is None
+        assert splice(old, wrong, _ids(rows), _line_of(rows), new) is None
+
+
+def test_ids_that_are_not_the_lines_ids_or_an_id_on_two_lines_are_not_spliced() -> None:
+    """The last read's ids must be its lines' where the texts differ (else a kept line
+    would be read as another job's), and a new text with an id on two lines is read
+    in full."""
+    rows = [_line(jid, "held") for jid in range(1, 200)]
+    old = "\n".join(rows)
+    ids = _ids(rows)
+    new = old.replace(_line(150, "held"), _line(150, "placed"))
+    assert splice(old, line_starts(rows), ids, _line_of(rows), new) is not None
+    wrong = ids.copy()
+    wrong[149] = 151  # job 150's line, where the texts differ
+    assert splice(old, line_starts(rows), wrong, _line_of(rows), new) is None
+    twice = old.replace(_line(150, "held"), _line(150, "placed") + "\n" + _line(150, "held"))
+    assert splice(old, line_starts(rows), ids, _line_of(rows), twice) is None
+    again = old.replace(_line(150, "held"), _line(149, "placed"))
+    assert splice(old, line_starts(rows), ids, _line_of(rows), again) is None
 
 
 def test_the_splice_looks_only_at_what_differs() -> None:
@@ -821,17 +856,34 @@ def test_the_splice_looks_only_at_what_differs() -> None:
     del rows[700]  # job 701
     rows.append(_line(1001, "held"))
     text = "".join(r + "\n" for r in rows)
-    got = splice(old_text, old_starts, list(by_line), before, text, by_line)
+    got = splice(old_text, old_starts, _ids(list(by_line)), _line_of(list(by_line)), text)
     assert got is not None
-    assert got.lines == rows
+    assert _spliced_lines(got, list(by_line)) == rows
     assert list(got.starts) == list(line_starts(rows))
-    assert [got.lines[i].partition("|")[0] for i in got.fresh] == ["500", "1001"]
+    assert [line.partition("|")[0] for _, line in got.differing] == ["500", "1001"]
     assert got.gone == [701]
-    assert [j for j in got.jobs if j is not None] == [
-        j for j in before if j.job_id not in (500, 701)
-    ]  # fmt: skip
     listing = JobListing(_answering(old_text))
     listing.jobs()
     listing.run = _answering(text)
     listing.jobs()
     assert sorted(j.job_id for j in listing.changed) == [500, 1001] and listing.gone == [701]
+
+
+def test_the_jobs_a_controller_cycle_passes_on_are_the_reads_and_only_until_the_next() -> None:
+    """``ListedJobs``: the read's jobs, in order, as ``listed()`` gives them (made only
+    when looked at); looked at after the listing's next read, an error, never the
+    next read's jobs."""
+    from coda.slurm.controller import ListedJobs
+
+    rows = [_line(j, "held") for j in range(1, 301)]
+    listing = JobListing(_answering("\n".join(rows)))
+    listing.read()
+    rows[99] = _line(100, "placed")
+    listing.run = _answering("\n".join(rows))
+    listing.read()
+    seen = ListedJobs(listing)
+    assert [j.job_id for j in seen] == list(range(1, 301)) and len(seen) == 300
+    assert seen[99].mark == {"state": "placed"} and list(seen[:2]) == listing.listed()[:2]
+    listing.read()
+    with pytest.raises(RuntimeError, match="after its next read"):
+        list(seen)

@@ -30,10 +30,10 @@ import re
 import threading
 import time
 from collections import ChainMap, Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from coda.collector import LongLivedHeap, collector_off
 from coda.cycle import Decision, Reason, Reclaimed, Scheduler, Start
@@ -75,6 +75,34 @@ WAIT_MARKS_PER_CYCLE = 20
 _DEPENDENCY = Reason(R.DEPENDENCY)
 _RECLAIM = Reason(R.RECLAIM)
 _PLACE = Reason(R.PLACE)
+
+
+class ListedJobs(Sequence[SlurmJob]):
+    """The jobs of a ``JobListing``'s last read, made into a list only when looked at
+    (a cycle that takes what changed never does: the list touches every job object).
+    Looked at after the listing's next read, it says so instead of giving those jobs."""
+
+    def __init__(self, listing: JobListing) -> None:
+        self._listing = listing
+        self._read = listing.reads
+
+    def _jobs(self) -> list[SlurmJob]:
+        if self._listing.reads != self._read:
+            raise RuntimeError("a listing's jobs looked at after its next read")
+        return self._listing.listed()
+
+    def __len__(self) -> int:
+        return len(self._jobs())
+
+    @overload
+    def __getitem__(self, i: int) -> SlurmJob: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[SlurmJob]: ...
+    def __getitem__(self, i: int | slice) -> SlurmJob | Sequence[SlurmJob]:
+        return self._jobs()[i]
+
+    def __iter__(self) -> Iterator[SlurmJob]:
+        return iter(self._jobs())
 
 
 _DEP = re.compile(r"^(after|afterany|afterok|afternotok):(\d+)(?:_(\d+))?(?:\+\d+)?(?:\((\w+)\))?$")
@@ -419,7 +447,8 @@ class Controller:
         # Jobs first, then nodes: a placed job Slurm starts between the two reads is
         # then counted twice (placed, and in its node's allocation) for one cycle, never
         # not at all (read the other way round, its cores looked free for a cycle).
-        jobs = self.listing.jobs()
+        self.listing.read()
+        jobs = ListedJobs(self.listing)  # the mirror takes what changed: no list is made
         self._unreadable = self._say_new(
             "squeue: a line not read", self.listing.unreadable, self._unreadable
         )

@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
+import numpy as np
+
 from coda.slurm.client import (
     ENDED_STATES,
     Runner,
@@ -49,7 +51,7 @@ from coda.slurm.client import (
     gres_gpus,
     parse_mark,
 )
-from coda.slurm.listing_diff import Starts, line_starts, splice
+from coda.slurm.listing_diff import Ids, Spliced, Starts, line_starts, splice
 
 # squeue -O's names, in the order of a line; admin_comment last (it may hold '|').
 FIELDS = (
@@ -313,9 +315,12 @@ class JobListing:
         # The last read's whole text, and its jobs; None: read the next one through
         # (an empty listing is a text like any other).
         self._last_text: str | None = None
-        self._jobs: list[SlurmJob] = []
-        self._lines: list[str] = []  # its lines, one per job of ``_jobs``
-        self._starts: Starts = line_starts([])  # where each of them starts in its text
+        # Its jobs in order; None: not made yet (``listed()``), each the job of its line:
+        # ``_by_line[_line_of[id]]`` for each id of ``_ids``.
+        self._jobs: list[SlurmJob] | None = []
+        self._ids: Ids = np.zeros(0, np.int64)  # each line's job id
+        self._starts: Starts = line_starts([])  # where each line starts in its text
+        self.reads = 0
         self._one_per_id = True  # no id in more than one of them
         # Read a changed text only where it differs from the last (``listing_diff``);
         # False: every line, every read.
@@ -345,6 +350,7 @@ class JobListing:
     def _unread(self, job_id: int) -> None:
         """The job's line is parsed again next time it is listed. Its id stays among
         the last read's, so a job that is not listed again is still reported gone."""
+        self.listed()  # made while every line still has its job
         line = self._line_of.get(job_id)
         if line is not None:
             self._by_line.pop(line, None)
@@ -363,25 +369,46 @@ class JobListing:
             self.array_unique = False
             return text
 
-    def jobs(self) -> Sequence[SlurmJob]:
-        """Every job Slurm lists. The sequence is the listing's own, not a copy (a copy
-        of 191,000 references touches every job object, each a cache miss): read
-        it, never change it; the next read makes a new one."""
+    def jobs(self) -> list[SlurmJob]:
+        """Every job Slurm lists: ``read()``, then ``listed()``."""
+        self.read()
+        return self.listed()
+
+    def listed(self) -> list[SlurmJob]:
+        """The jobs of the last read, in its order. The list is the listing's own, made
+        once per read and only when asked for (most reads keep the jobs as their ids,
+        and a list touches every job object, each a cache miss): read it, never change
+        it; the next read makes a new one."""
+        if self._jobs is None:
+            by_line, line_of = self._by_line, self._line_of
+            self._jobs = [by_line[line_of[jid]] for jid in self._ids.tolist()]
+        return self._jobs
+
+    def read(self) -> None:
+        """Read Slurm's jobs: ``changed``, ``gone`` and ``unreadable`` say what this
+        read found that the last did not; ``listed()`` gives them all."""
         text = self._squeue(listing_argv())
         now = self.clock()
+        self.reads += 1
         refresh = now - self._refreshed_at >= NAMES_REFRESH_S
         if text == self._last_text and not refresh:  # nothing changed: last time's jobs
             self.changed, self.gone = [], []
-            return self._jobs
+            return
         by_line = self._by_line
         spliced = None
         if self.splice and not refresh and self._last_text is not None and self._one_per_id:
-            spliced = splice(self._last_text, self._starts, self._lines, self._jobs, text, by_line)
+            spliced = splice(self._last_text, self._starts, self._ids, self._line_of, text)
         gone: list[int] | None = None
-        starts: Starts | None = None
+        retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if spliced is not None:  # only where the text differs from the last read's
-            lines, out, gone, starts = spliced.lines, spliced.jobs, spliced.gone, spliced.starts
-            fresh = [(i, lines[i]) for i in spliced.fresh]
+            differing = [(i, line) for i, line in spliced.differing if line not in by_line]
+            if differing:
+                retry = self._learn_names([line for _, line in differing])
+            if not retry and self._take_spliced(text, spliced, differing):
+                return
+            lines, out = self._spread(spliced)
+            gone = spliced.gone
+            fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         else:
             lines = _split(text)
             out = list(map(by_line.get, lines))
@@ -390,7 +417,6 @@ class JobListing:
         records = any(_START.match(line) is None for _, line in fresh)
         if records:
             lines, look_again = split_records(text), True  # an AdminComment's newline
-        retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if refresh:
             self._refreshed_at = now
             retry |= self._refresh(lines)
@@ -398,7 +424,7 @@ class JobListing:
         if look_again:
             out = list(map(by_line.get, lines))
             fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
-        if fresh:
+        if fresh and spliced is None:
             retry |= self._learn_names([line for _, line in fresh])
         bad: dict[int, str] = {}  # the index of each line it could not read: why
         for i, line in fresh:
@@ -419,7 +445,7 @@ class JobListing:
         if bad:
             # A job read before keeps its last state while its line cannot be read:
             # Slurm still lists it, and taking it for gone would free what it holds.
-            last = {sj.job_id: sj for sj in self._jobs}
+            last = {sj.job_id: sj for sj in self.listed()}
             for i, why in bad.items():
                 jid = lines[i].partition("|")[0]
                 if _ID.fullmatch(jid) and (kept := last.get(int(jid))) is not None:
@@ -437,18 +463,56 @@ class JobListing:
         self.gone = self._remember(lines, jobs, pairs, rebuild=bool(stale), gone=gone)
         for line in stale:
             self._by_line.pop(line, None)  # an unreadable line is parsed again next time
+        self._jobs = jobs
         for again in retry:
             self._unread(again)
         # Something left to read again: the next read must not take the shortcut.
-        self._last_text, self._jobs = (None if retry or bad else text), jobs
-        self._lines = lines
+        self._last_text = None if retry or bad else text
         # The splice takes the last read's lines for its text's lines, one per id.
         self._one_per_id = not records and len(self._line_of) == len(lines)
         if self.splice and self._last_text is not None and self._one_per_id:
-            self._starts = starts if starts is not None else line_starts(lines)
+            self._starts = line_starts(lines)
+            self._ids = np.fromiter(map(_JOB_ID, jobs), np.int64, len(jobs))
         self._unsettled = retry
 
-        return jobs
+    def _take_spliced(self, text: str, spliced: Spliced, fresh: list[tuple[int, str]]) -> bool:
+        """The read as the splice found it, if each line that differs is read (its
+        names known, its line readable): only those lines are looked at. False (and
+        nothing taken) where one is not."""
+        parsed: list[tuple[str, SlurmJob]] = []
+        for _, line in fresh:
+            try:
+                parsed.append((line, self._parse(line)))
+            except ValueError:
+                return False  # the whole read says why, and keeps what it must
+        by_line, line_of = self._by_line, self._line_of
+        for line, sj in parsed:
+            old = line_of.get(sj.job_id)
+            if old is not None:
+                by_line.pop(old, None)
+            by_line[line] = sj
+            line_of[sj.job_id] = line
+        for jid in spliced.gone:
+            by_line.pop(line_of.pop(jid), None)
+            self._names.pop(jid, None)
+        self.parsed += len(fresh)
+        self.changed = [sj for _, sj in parsed]
+        self.gone = spliced.gone
+        self.unreadable = []
+        self._last_text, self._jobs = text, None
+        self._ids, self._starts = spliced.ids, spliced.starts
+        self._unsettled = set()
+        return True
+
+    def _spread(self, spliced: Spliced) -> tuple[list[str], list[SlurmJob | None]]:
+        """The splice's read as every line and its job where read before (None: to
+        parse), as a read of every line gives them."""
+        line_of, by_line = self._line_of, self._by_line
+        # The last read's line of each id; the lines that differ are put in below.
+        lines = [line_of.get(jid, "") for jid in spliced.ids.tolist()]
+        for i, line in spliced.differing:
+            lines[i] = line
+        return lines, list(map(by_line.get, lines))
 
     def _unknown_pending(self, line: str, unsettled: set[int]) -> bool:
         """A pending job whose name and excluded nodes are unsettled and were never

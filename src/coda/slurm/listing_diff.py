@@ -6,15 +6,16 @@ the whole text into lines and looking each up cost more than the rest of a cycle
 the new text is compared with the last one in runs of the last read's whole lines
 (where its lines start is kept: a run's compare is one memory compare), and only
 where they differ is it cut into lines: the lines in between are the last read's,
-with their jobs.
+kept as their ids and starts (arrays: no line or job object is touched, as a list of
+them would touch each one, a cache miss apiece).
 
 The result is what a read of every line gives (``JobListing`` checks its jobs by
 line either way): a line that differs is looked up by its text, as every line is on
 the slow path. Lines are matched by job id across a difference, so jobs that came,
 changed or went in between cost only themselves; the ids Slurm no longer lists are
 those passed over in the last read that no differing new line carries. Anything
-unusual (a line without an id, a text that is not newline-separated lines, a last
-read with an id twice) gives None: the caller reads every line.
+unusual (a line without an id, a text that is not newline-separated lines, an id on
+two lines) gives None: the caller reads every line.
 """
 
 from __future__ import annotations
@@ -26,25 +27,24 @@ from typing import Any
 
 import numpy as np
 
-from coda.slurm.client import SlurmJob
-
 _ID_START = re.compile(r"([0-9]{1,18})\|")
 _GALLOP = 64  # lines compared at once at first where the texts agree
 _MOST = 2048  # ... and at most (a run's compare copies it: some 300 KiB)
 Starts = np.ndarray[Any, np.dtype[np.int64]]  # where each line of a text starts in it
+Ids = np.ndarray[Any, np.dtype[np.int64]]  # the job id of each line of a text
 _NONE = 1 << 80  # the id of the line after a text's last: beyond every job id
 
 
 @dataclass
 class Spliced:
-    """The new read: its lines and where each starts in its text, each line's job
-    where its text was read before (None where it must be parsed), the indices of
-    those Nones' lines, and the ids of the last read no longer listed."""
+    """The new read: each line's job id and where the line starts in its text, the
+    lines whose text the last read did not have (by index: the rest are the last read's
+    lines of their ids), and the ids of the last read no longer listed. No id is on
+    two lines."""
 
-    lines: list[str]
+    ids: Ids
     starts: Starts
-    jobs: list[SlurmJob | None]
-    fresh: list[int]
+    differing: list[tuple[int, str]]
     gone: list[int]
 
 
@@ -80,39 +80,42 @@ def _lines_agree(old: str, old_starts: Starts, li: int, count: int, new: str, j:
 
 
 def splice(
-    old: str,
-    old_starts: Starts,
-    old_lines: Sequence[str],
-    old_jobs: Sequence[SlurmJob],
-    new: str,
-    by_line: Mapping[str, SlurmJob],
+    old: str, old_starts: Starts, old_ids: Ids, line_of: Mapping[int, str], new: str
 ) -> Spliced | None:
-    """``new`` read against the last read (its text, where its lines start, its lines
-    and their jobs, aligned; ``by_line``: every line of it to its job)."""
+    """``new`` read against the last read (its text, where its lines start and their
+    ids, aligned; ``line_of``: each of those ids' line). The lines in common are not
+    touched one by one: their ids and starts are copied as arrays."""
     n_old = len(old) - old.endswith("\n")  # a last newline ends the last line
     n_new = len(new) - new.endswith("\n")
-    count = len(old_lines)
+    count = len(old_ids)
     if n_new <= 0 or new.isspace() or n_old <= 0 or len(old_starts) != count:
         return None
-    lines: list[str] = []
-    jobs: list[SlurmJob | None] = []
-    starts: list[Starts] = []  # pieces of the new lines' starts, in order
-    fresh: list[int] = []
+    ids: list[Ids] = []  # pieces of the new lines' ids and starts, in order
+    starts: list[Starts] = []
+    one_ids: list[int] = []  # lines taken one at a time since the last piece
+    one_starts: list[int] = []
+    differing: list[tuple[int, str]] = []
+    n = 0  # lines of the new text so far
     passed: list[int] = []  # ids of old lines that differ from the new text
-    differing: set[int] = set()  # ids of new lines that differ from the old text
+    differ: set[int] = set()  # ids of new lines that differ from the old text
     i = j = 0  # offsets of the next line in old and new
-    li = 0  # index of the line at ``i`` in old_lines
+    li = 0  # index of the line at ``i`` in the last read
     while True:
         if li < count and int(old_starts[li]) != i:
             return None  # its starts are not its text's
         m = _lines_agree(old, old_starts, li, count, new, j)
         if m:  # whole lines in common: the last read's
             nxt = int(old_starts[li + m])
-            if nxt - int(old_starts[li + m - 1]) != len(old_lines[li + m - 1]) + 1:
+            last = line_of.get(int(old_ids[li + m - 1]))
+            if last is None or nxt - int(old_starts[li + m - 1]) != len(last) + 1:
                 return None  # its starts are not its lines'
-            lines.extend(old_lines[li : li + m])
-            jobs.extend(old_jobs[li : li + m])
+            if one_ids:
+                ids.append(np.array(one_ids, np.int64))
+                starts.append(np.array(one_starts, np.int64))
+                one_ids, one_starts = [], []
+            ids.append(old_ids[li : li + m])
             starts.append(old_starts[li : li + m] + (j - i))
+            n += m
             li += m
             j += nxt - i
             i = nxt
@@ -123,16 +126,18 @@ def splice(
             end = old.find("\n", i, n_old)
             old_line = old[i : end if end >= 0 else n_old]
             m_old = _ID_START.match(old_line)
-            if m_old is None or old_line != old_lines[li]:
-                return None  # not a line of the last read's (its starts are not its text's)
+            if m_old is None:
+                return None
             old_id = int(m_old.group(1))
+            if old_id != int(old_ids[li]) or old_line != line_of.get(old_id):
+                return None  # not a line of the last read's (its starts are not its text's)
         if j <= n_new:
             end = new.find("\n", j, n_new)
             new_line = new[j : end if end >= 0 else n_new]
             if old_id != _NONE and new_line == old_line:  # only what followed differed
-                lines.append(old_line)
-                jobs.append(old_jobs[li])
-                starts.append(np.array([j], np.int64))
+                one_ids.append(old_id)
+                one_starts.append(j)
+                n += 1
                 li += 1
                 i += len(old_line) + 1
                 j += len(new_line) + 1
@@ -144,13 +149,13 @@ def splice(
         if old_id == _NONE and new_id == _NONE:
             break
         if new_id <= old_id:  # a job new, or changed (the same id on both sides)
-            differing.add(new_id)
-            sj = by_line.get(new_line)
-            if sj is None:
-                fresh.append(len(lines))
-            lines.append(new_line)
-            jobs.append(sj)
-            starts.append(np.array([j], np.int64))
+            if new_id in differ:
+                return None  # an id on two lines
+            differ.add(new_id)
+            differing.append((n, new_line))
+            one_ids.append(new_id)
+            one_starts.append(j)
+            n += 1
             j += len(new_line) + 1
         if old_id <= new_id:  # a job that changed, or is no longer listed here
             passed.append(old_id)
@@ -158,5 +163,11 @@ def splice(
             i += len(old_line) + 1
     if li != count:  # the walk and the last read's lines disagree: not ours
         return None
-    gone = [jid for jid in dict.fromkeys(passed) if jid not in differing]
-    return Spliced(lines, np.concatenate(starts), jobs, fresh, gone)
+    left = set(passed)
+    if any(jid in line_of and jid not in left for jid in differ):
+        return None  # an id on a line of the last read's kept and on a new one
+    if one_ids:
+        ids.append(np.array(one_ids, np.int64))
+        starts.append(np.array(one_starts, np.int64))
+    gone = [jid for jid in dict.fromkeys(passed) if jid not in differ]
+    return Spliced(np.concatenate(ids), np.concatenate(starts), differing, gone)
