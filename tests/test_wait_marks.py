@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coda.cycle import Reason
+from coda.cycle.queue import Bucket
 from coda.cycle.queued import ReasonChanges
 from coda.policy.state import Job
-from coda.slurm.wait_marks import WaitMarks
+from coda.slurm.wait_marks import SharedReason, WaitMarks
 
 
 @pytest.mark.parametrize(("seed", "nodes", "held"), [(0, 12, 80), (1, 12, 80), (2, 40, 1500)])
@@ -22,14 +23,14 @@ def test_the_waits_kept_by_changes_equal_every_reason(
     seed: int, nodes: int, held: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bench = load_bench("bench_slurm_controller")
-    grouped = []  # jobs whose reasons moved with their bucket's, as one group
-    take_group = WaitMarks._take_group
+    grouped = []  # jobs whose reasons moved with their bucket's, at once
+    move = WaitMarks._move
 
-    def counted(self: WaitMarks, why: Reason, ids: list[int]) -> None:
-        grouped.append(len(ids))
-        take_group(self, why, ids)
+    def counted(self: WaitMarks, shared: SharedReason, why: Reason) -> None:
+        grouped.append(shared.count)
+        move(self, shared, why)
 
-    monkeypatch.setattr(WaitMarks, "_take_group", counted)
+    monkeypatch.setattr(WaitMarks, "_move", counted)
     with tempfile.TemporaryDirectory() as d:
         b = bench.Bench(nodes, held, seed, d)  # type: ignore[attr-defined]
         ctl = b.ctl
@@ -68,17 +69,24 @@ class _Record:
 
 
 class _Changes:
-    """A scheduler as the marks ask it: every reason first, then one bucket's group."""
+    """A scheduler as the marks ask it: every reason first, then what moved: some
+    buckets' reasons (the jobs that show them move with them) and some jobs'."""
 
-    def __init__(self, reasons: dict[int, Reason | None]) -> None:
-        self.reasons = reasons
+    def __init__(self, reasons: dict[int, Reason | None], homes: dict[int, Bucket]) -> None:
+        self.reasons = reasons  # each job's own reason
+        self.homes = homes  # the jobs that show their bucket's, and that bucket
+        self.shown: dict[Bucket, Reason] = {}
         self.next: ReasonChanges | None = None
 
     def reason_changes(self) -> ReasonChanges | None:
         return self.next
 
     def reason_of(self, job: Job) -> Reason | None:
-        return self.reasons[job.idx]
+        home = self.homes.get(job.idx)
+        return self.shown[home] if home is not None else self.reasons[job.idx]
+
+    def shown_by(self, job: Job) -> Bucket | None:
+        return self.homes.get(job.idx)
 
 
 # Equal reasons that are not one object (``Reasons`` starts afresh past its limit).
@@ -98,36 +106,61 @@ _MARKS = (None, {"state": "placed"}, {"state": "held"}) + tuple(
 @settings(max_examples=300, deadline=None)
 @given(
     jobs=st.lists(
-        st.tuples(st.integers(0, len(_POOL) - 1), st.integers(0, len(_MARKS) - 1)),
+        st.tuples(st.integers(0, len(_POOL) - 1), st.integers(0, len(_MARKS) - 1),
+                  st.integers(-1, 2)),  # own reason, mark, bucket shown (-1: its own)
         min_size=1,
         max_size=40,
     ),
-    group=st.lists(st.integers(0, 60), max_size=40),
-    why=st.integers(0, len(_POOL) - 2),
-)
-def test_a_group_moved_at_once_leaves_what_a_look_at_each_job_leaves(
-    jobs: list[tuple[int, int]], group: list[int], why: int
+    moves=st.lists(st.tuples(st.integers(0, 2), st.integers(0, len(_POOL) - 2)), max_size=4),
+    own=st.lists(st.tuples(st.integers(0, 60), st.integers(-1, 2), st.integers(0, 5))),
+    marks=st.lists(st.tuples(st.integers(0, 60), st.integers(0, len(_MARKS) - 1))),
+)  # fmt: skip
+def test_buckets_moved_at_once_leave_what_a_look_at_each_job_leaves(
+    jobs: list[tuple[int, int, int]],
+    moves: list[tuple[int, int]],
+    own: list[tuple[int, int, int]],
+    marks: list[tuple[int, int]],
 ) -> None:
-    reasons = {jid: _POOL[r] for jid, (r, _) in enumerate(jobs)}
+    """Reasons, counts and stale marks kept from buckets moved at once (and some jobs
+    that leave or join a bucket, or whose mark changed) equal a look at every job."""
+    buckets = [Bucket() for _ in range(3)]
+    reasons = {jid: _POOL[r] for jid, (r, _, _) in enumerate(jobs)}
+    homes = {jid: buckets[b] for jid, (_, _, b) in enumerate(jobs) if b >= 0}
     queued = {jid: Job(jid, f"j{jid}", 0.0, 1, 1, 0, 1, 1.0) for jid in reasons}
-    records = {jid: _Record(_MARKS[m]) for jid, (_, m) in enumerate(jobs)}
-    sched = _Changes(reasons)
-    marks = WaitMarks()
-    marks.update(sched, queued, records, (), {}, set())  # type: ignore[arg-type]
-    shown = _POOL[why]
-    assert shown is not None
-    members = [queued[jid] for jid in dict.fromkeys(group) if jid in queued]
-    sched.next = ReasonChanges([], [(shown, members)])
-    for job in members:
-        if reasons[job.idx] != shown:
-            reasons[job.idx] = shown
-    marks.update(sched, queued, records, (), {}, set())  # type: ignore[arg-type]
+    records = {jid: _Record(_MARKS[m]) for jid, (_, m, _) in enumerate(jobs)}
+    sched = _Changes(reasons, homes)
+    sched.shown = {b: _POOL[i] for i, b in enumerate(buckets)}  # type: ignore[misc]
+    marks_kept = WaitMarks()
+    marks_kept.update(sched, queued, records, (), {}, set())  # type: ignore[arg-type]
+    moved: list[tuple[Bucket, Reason]] = []
+    for b, why in moves:
+        shown = _POOL[why]
+        assert shown is not None
+        sched.shown[buckets[b]] = shown
+        moved.append((buckets[b], shown))
+    named: list[Job] = []
+    for jid, b, r in own:  # a job that leaves its bucket's reason, or joins one
+        if jid in queued:
+            if b < 0:
+                homes.pop(jid, None)
+                reasons[jid] = _POOL[r]
+            else:
+                homes[jid] = buckets[b]
+            named.append(queued[jid])
+    changed: list[int] = []
+    for jid, m in marks:  # a record whose mark changed
+        if jid in records:
+            records[jid] = _Record(_MARKS[m])
+            changed.append(jid)
+    sched.next = ReasonChanges(named, moved)
+    marks_kept.update(sched, queued, records, changed, {}, set())  # type: ignore[arg-type]
 
-    assert Counter(r.code for r in reasons.values() if r is not None) == marks.counts()
-    for jid, r in reasons.items():
-        assert marks.reason(jid) == r
+    now = {jid: sched.reason_of(job) for jid, job in queued.items()}
+    assert Counter(r.code for r in now.values() if r is not None) == marks_kept.counts()
+    for jid, r in now.items():
+        assert marks_kept.reason(jid) == r
     held = {jid: rec.mark.get("wait") for jid, rec in records.items()
             if rec.mark is not None and rec.mark.get("state") == "held"}  # fmt: skip
-    want = sorted(jid for jid, r in reasons.items() if r is not None and jid in held
+    want = sorted(jid for jid, r in now.items() if r is not None and jid in held
                   and held[jid] != r.token)  # fmt: skip
-    assert marks.stale(len(reasons) + 1) == want
+    assert marks_kept.stale(len(now) + 1) == want

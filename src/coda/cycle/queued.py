@@ -24,19 +24,17 @@ Shape = tuple[Any, ...]  # (kind, GPUs per node, nodes, core count's group, pool
 
 
 class ReasonChanges:
-    """The queued jobs whose reason may have changed: ``jobs``, each to be asked its
-    own, and ``groups``, jobs that all show one reason now (a bucket's that changed)."""
+    """What moved since the last call: ``jobs``, whose reason may have changed, each to
+    be asked its own (and the bucket whose reason it shows, ``Queue.shown_by``), and
+    ``moved``, buckets whose reason changed: each job that showed a bucket's reason
+    at the last call and is not among ``jobs`` shows its new one. A bucket's thousands
+    of jobs move with it, named nowhere."""
 
-    __slots__ = ("jobs", "groups")
+    __slots__ = ("jobs", "moved")
 
-    def __init__(self, jobs: list[Job], groups: list[tuple[Reason, list[Job]]]) -> None:
+    def __init__(self, jobs: list[Job], moved: list[tuple[Bucket, Reason]]) -> None:
         self.jobs = jobs
-        self.groups = groups
-
-    def __iter__(self) -> Iterator[Job]:
-        yield from self.jobs
-        for _, jobs in self.groups:
-            yield from jobs
+        self.moved = moved
 
 
 class Queue:
@@ -210,9 +208,9 @@ class Queue:
         since, or gone from the queue since, among them); None: any job's may have
         (the first call, a refile, or no backfill: every job waits behind its array's
         head). A job shows its bucket's reason unless noted since the bucket was:
-        when a bucket's reason changes, all its jobs change (those that show it come
-        as one group, with it); when it is noted again with the same one, only those
-        that showed their own."""
+        when a bucket's reason changes, all its jobs change (those that show it are
+        not named: the bucket is, with its new reason); when it is noted again, those
+        that showed their own are named."""
         touched, noted = self._touched, self._noted
         self._touched, self._noted = {}, {}
         if touched is None or self._refiled or not self.policy.backfill:
@@ -226,17 +224,17 @@ class Queue:
                         self._own[bucket] = own
             return None
         out = dict(touched)
-        groups: list[tuple[Reason, list[Job]]] = []
+        moved: list[tuple[Bucket, Reason]] = []
         for bucket in noted:
-            own = self._own.pop(bucket, set())
+            # Its jobs that showed their own show the bucket's now (or their own again).
+            out.update(dict.fromkeys(self._own.pop(bucket, ())))
             why = bucket.wait
             if bucket in self._told and self._told[bucket] == why:
-                out.update(dict.fromkeys(own))
+                pass
             elif isinstance(why, Reason):
-                # Its jobs noted before it was show its reason now (``reason_of``).
-                cycle, live = bucket.wait_cycle, bucket.live()
-                groups.append((why, [j for j in live if j.wait_cycle < cycle and j not in out]))
-                out.update(dict.fromkeys(j for j in live if j.wait_cycle >= cycle))
+                # The rest of its jobs noted before it was show its reason now
+                # (``reason_of``); those noted since are among the touched.
+                moved.append((bucket, why))
             else:
                 out.update(dict.fromkeys(bucket.live()))
             self._told[bucket] = why
@@ -244,7 +242,20 @@ class Queue:
             home = self.bucket_of.get(job)
             if home is not None and job.wait_cycle >= home.wait_cycle:
                 self._own.setdefault(home, set()).add(job)
-        return ReasonChanges(list(out), groups)
+        return ReasonChanges(list(out), moved)
+
+    def shown_by(self, job: Job) -> Bucket | None:
+        """The bucket whose reason the job shows as its own (``reason_of``), if any."""
+        bucket = self.bucket_of.get(job)
+        if (
+            bucket is None
+            or job.start >= 0
+            or bucket.wait_cycle <= job.wait_cycle
+            or not isinstance(bucket.wait, Reason)
+            or not self.policy.backfill  # each job shows the head it is behind
+        ):
+            return None
+        return bucket
 
     def reason_of(self, job: Job) -> Reason | None:
         """Why a queued job waits (None once it has started)."""

@@ -124,6 +124,10 @@ class Scheduler:
         """Why a queued job waits (None once it has started)."""
         return self.queue.reason_of(job)
 
+    def shown_by(self, job: Job) -> Bucket | None:
+        """The bucket whose reason the job shows (``Queue``)."""
+        return self.queue.shown_by(job)
+
     def reason_changes(self) -> ReasonChanges | None:
         """The jobs whose reason may have changed since the last call (``Queue``)."""
         return self.queue.reason_changes()

@@ -1,10 +1,14 @@
 """Why each held job waits, and which of their marks say otherwise: kept from what
 changed, so a cycle costs the jobs whose reason or record moved, not the queue.
 
-The queue names the jobs whose reason may have changed (``Scheduler.reason_changes``);
-the ready set names the jobs whose record changed (a mark written shows up there).
-Only those are looked at again. The marks to write are taken in job-id order, a few
-per cycle (each is a ``scontrol update``), from the ids whose mark is stale.
+The queue names the jobs whose reason may have changed and the buckets whose reason
+changed (``Scheduler.reason_changes``); the ready set names the jobs whose record
+changed (a mark written shows up there). A job that shows its bucket's reason holds
+the bucket's ``SharedReason``, one object for all of them: a bucket's new reason moves
+its thousands of jobs at once, and only those whose mark names the old or the new
+reason are looked at (marks are indexed by the wait they give). The marks to write
+are taken in job-id order, a few per cycle (each is a ``scontrol update``), from the
+ids whose mark is stale.
 """
 
 from __future__ import annotations
@@ -14,16 +18,31 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from coda.cycle import Reason, Scheduler
+from coda.cycle.queue import Bucket
 from coda.policy.state import Job
 from coda.slurm.client import SlurmJob
 
 
+class SharedReason:
+    """A bucket's reason as the jobs that show it hold it, and how many do."""
+
+    __slots__ = ("bucket", "why", "count")
+
+    def __init__(self, bucket: Bucket, why: Reason) -> None:
+        self.bucket = bucket
+        self.why = why
+        self.count = 0
+
+
 class WaitMarks:
     def __init__(self) -> None:
-        self._queued: dict[int, Reason] = {}  # each queued job's reason, as last worked out
+        # Each queued job's reason, as last worked out: its own, or its bucket's.
+        self._queued: dict[int, Reason | SharedReason] = {}
+        self._shared: dict[Bucket, SharedReason] = {}  # those held by some job
         self._counts: Counter[str] = Counter()  # their codes
         self._extra: dict[int, Reason] = {}  # this cycle's others: dependency, never, undone
         self._held: dict[int, str | None] = {}  # held jobs' marks: the wait each gives
+        self._holders: dict[str, set[int]] = {}  # the held jobs whose mark gives each wait
         self._stale: set[int] = set()  # ids whose mark's wait is not their reason's token
         self._order: list[int] = []  # those ids (and ids no longer stale), a heap
 
@@ -44,45 +63,121 @@ class WaitMarks:
         changes = sched.reason_changes()
         look = set(moved)
         look.update(self._extra, extra, handed)
-        reasons = self._queued
+        entries = self._queued
         if changes is None:  # every queued job's reason may have changed
-            reasons.clear()
+            entries.clear()
+            self._shared.clear()
             self._counts.clear()
             ids: Iterable[int] = list(queued)
             look.update(records)
             self._held.clear()
+            self._holders.clear()
             self._stale.clear()
             self._order = []
         else:
+            for home, shown in changes.moved:
+                shared = self._shared.get(home)
+                if shared is not None:
+                    self._move(shared, shown)
             ids = [job.idx for job in changes.jobs]
-            for shown, jobs in changes.groups:
-                self._take_group(shown, [job.idx for job in jobs if job.idx in queued])
         # Only a job whose reason did change needs its mark compared again (its record's
         # moves are in ``moved``).
-        reason_of, job_of = sched.reason_of, queued.get
+        reason_of, shown_by, job_of = sched.reason_of, sched.shown_by, queued.get
         for jid in ids:
             job = job_of(jid)
             why = reason_of(job) if job is not None else None
-            old = reasons.get(jid)
-            if old is why or old == why:
-                continue
-            self._take(jid, old, why)
-            look.add(jid)
+            entry = entries.get(jid)
+            old: Reason | None = entry.why if isinstance(entry, SharedReason) else entry
+            bucket = None
+            if why is not None and job is not None:
+                bucket = shown_by(job)
+            now: Reason | SharedReason | None = why
+            if bucket is not None and why is not None:
+                now = self._shared_of(bucket, why)
+            if now is not entry:
+                self._take(jid, entry, now)
+            if old is not why and old != why:
+                look.add(jid)
         self._extra = extra
         held, records_of = self._held, records.get
         for jid in look:  # their records, reasons given to others, or hands, moved
             sj = records_of(jid)
             mark = sj.mark if sj is not None else None
             if mark is not None and mark.get("state") == "held":
-                held[jid] = mark.get("wait")
-            else:
-                held.pop(jid, None)
-            why = extra.get(jid) or reasons.get(jid)
-            self._mark(jid, why is not None and jid in held and held[jid] != why.token)
+                self._hold(jid, mark.get("wait"))
+            elif jid in held:
+                self._let_go(jid)
+            wait = extra.get(jid) or self.reason_of_queued(jid)
+            self._mark(jid, wait is not None and jid in held and held[jid] != wait.token)
         for jid in handed:  # their marks are not CODA's to write
             self._mark(jid, False)
         if len(self._order) > 2 * len(self._stale) + 1024:  # mostly ids no longer stale
             self._order = sorted(self._stale)
+
+    def _shared_of(self, bucket: Bucket, why: Reason) -> SharedReason:
+        shared = self._shared.get(bucket)
+        if shared is None:
+            shared = self._shared[bucket] = SharedReason(bucket, why)
+        elif shared.why is not why and shared.why != why:
+            self._move(shared, why)  # never expected: the queue names every move
+        return shared
+
+    def _move(self, shared: SharedReason, why: Reason) -> None:
+        """A bucket's reason changed: its jobs' counts move at once, and only those
+        whose mark gives the old wait or the new one change staleness."""
+        old, shared.why = shared.why, why
+        if old is why or old == why:
+            return
+        self._counts[old.code] -= shared.count
+        self._counts[why.code] += shared.count
+        if old.token == why.token:
+            return
+        entries = self._queued
+        for jid in self._holders.get(old.token, ()):
+            if entries.get(jid) is shared:
+                self._mark(jid, True)
+        for jid in self._holders.get(why.token, ()):
+            if entries.get(jid) is shared:
+                self._mark(jid, False)
+
+    def _take(
+        self, jid: int, entry: Reason | SharedReason | None, now: Reason | SharedReason | None
+    ) -> None:
+        counts = self._counts
+        if isinstance(entry, SharedReason):
+            counts[entry.why.code] -= 1
+            entry.count -= 1
+            if not entry.count:
+                del self._shared[entry.bucket]
+        elif entry is not None:
+            counts[entry.code] -= 1
+        if now is None:
+            self._queued.pop(jid, None)
+            return
+        self._queued[jid] = now
+        if isinstance(now, SharedReason):
+            now.count += 1
+            counts[now.why.code] += 1
+        else:
+            counts[now.code] += 1
+
+    def _hold(self, jid: int, wait: str | None) -> None:
+        held = self._held
+        if jid in held:
+            if held[jid] == wait:
+                return
+            self._let_go(jid)
+        held[jid] = wait
+        if wait is not None:
+            self._holders.setdefault(wait, set()).add(jid)
+
+    def _let_go(self, jid: int) -> None:
+        wait = self._held.pop(jid)
+        if wait is not None:
+            holders = self._holders[wait]
+            holders.discard(jid)
+            if not holders:
+                del self._holders[wait]
 
     def _mark(self, jid: int, stale: bool) -> None:
         if stale:
@@ -92,64 +187,19 @@ class WaitMarks:
         else:
             self._stale.discard(jid)
 
-    def _take_group(self, why: Reason, ids: list[int]) -> None:
-        """Jobs that all show ``why`` now (a bucket's reason that changed): their
-        reasons, counts and stale marks moved in one pass, without a look at each that
-        its record would take (the marks they hold are kept in ``_held``). A group is
-        thousands of jobs in tables of a hundred thousand: each job's entries are
-        touched as few times as can be (a touch there costs a cache miss)."""
-        reasons, counts, held, stale_ids = self._queued, self._counts, self._held, self._stale
-        token = why.token
-        new: list[int] = []
-        moved = 0
-        lost: dict[str, int] = {}  # the group's old reasons' codes: how many left each
-        # The group's jobs mostly come from one old reason: compared with why once a run.
-        last: Reason | None = why
-        last_same = True
-        for jid in ids:
-            old = reasons.get(jid)
-            if old is not last:
-                last, last_same = old, old is not None and old == why
-            if last_same:
-                continue  # the same reason, or an equal one: nothing of it moves
-            if old is not None:
-                lost[old.code] = lost.get(old.code, 0) + 1
-            reasons[jid] = why
-            moved += 1
-            # A job handed back or given another reason this cycle is looked at after.
-            if held.get(jid, token) != token:
-                if jid not in stale_ids:
-                    stale_ids.add(jid)
-                    new.append(jid)
-            else:
-                stale_ids.discard(jid)
-        for code, n in lost.items():
-            counts[code] -= n
-        if moved:
-            counts[why.code] += moved
-        if len(new) > 64:
-            self._order.extend(new)
-            heapq.heapify(self._order)
-        else:
-            for jid in new:
-                heapq.heappush(self._order, jid)
-
-    def _take(self, jid: int, old: Reason | None, why: Reason | None) -> None:
-        if old is not None:
-            del self._queued[jid]
-            self._counts[old.code] -= 1
-        if why is not None:
-            self._queued[jid] = why
-            self._counts[why.code] += 1
+    def reason_of_queued(self, jid: int) -> Reason | None:
+        """A queued job's reason as last worked out (None: not queued)."""
+        entry = self._queued.get(jid)
+        return entry.why if isinstance(entry, SharedReason) else entry
 
     def reason(self, jid: int) -> Reason | None:
-        return self._extra.get(jid) or self._queued.get(jid)
+        return self._extra.get(jid) or self.reason_of_queued(jid)
 
     def counts(self) -> Counter[str]:
         """Held jobs by their reason's code."""
         out = +self._counts
         for jid, why in self._extra.items():
-            old = self._queued.get(jid)
+            old = self.reason_of_queued(jid)
             if old is not None:
                 out[old.code] -= 1
             out[why.code] += 1
