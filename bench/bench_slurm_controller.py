@@ -63,7 +63,7 @@ CORES = 64  # on every node
 # Fake time between cycles: the controller's own period (``coda slurm controller
 # --period``, 1 s by default). The fake never ends a job at its time limit (Slurm
 # does): a longer step ages the running jobs past their limits faster than any real
-# cluster lets them run (at 10 s a step, some 40% of them by the 200th cycle).
+# cluster lets them run (at 10 s a step, nearly half of them by the 200th cycle).
 PERIOD_S = 1.0
 T0 = 1_700_000_000.0
 MAX_NODES = 20_000

@@ -887,3 +887,27 @@ def test_the_jobs_a_controller_cycle_passes_on_are_the_reads_and_only_until_the_
     listing.read()
     with pytest.raises(RuntimeError, match="after its next read"):
         list(seen)
+
+
+def test_a_job_records_init_takes_each_of_its_fields_in_order_with_their_defaults() -> None:
+    """``SlurmJob`` writes its own ``__init__`` (compiled): it must take the dataclass's
+    fields, in order, with their defaults (a list's: a new empty one)."""
+    import dataclasses
+    import inspect
+
+    params = list(inspect.signature(SlurmJob.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(SlurmJob)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for p, f in zip(params, fields, strict=True):
+        if f.default is not dataclasses.MISSING:
+            assert p.default == f.default, f.name
+        elif f.default_factory is not dataclasses.MISSING:
+            assert p.default is None, f.name
+        else:
+            assert p.default is inspect.Parameter.empty, f.name
+    a = parse_line(_line(7, "held"))
+    b = SlurmJob(**{f.name: getattr(a, f.name) for f in fields})
+    assert a == b and repr(a) == repr(b)
+    c = SlurmJob(1, "n", 0, "PENDING", "", 1, 1, 0, [], [], "", 0, None)
+    d = SlurmJob(2, "n", 0, "PENDING", "", 1, 1, 0, [], [], "", 0, None)
+    assert c.partitions == [] and c.partitions is not d.partitions
