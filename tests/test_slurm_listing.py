@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coda.cycle import Scheduler
-from coda.slurm.client import SlurmJob, SlurmNode
+from coda.slurm.client import SlurmError, SlurmJob, SlurmNode
 from coda.slurm.index import JobIndex
 from coda.slurm.listing import (
     LISTING,
@@ -911,3 +911,46 @@ def test_a_job_records_init_takes_each_of_its_fields_in_order_with_their_default
     c = SlurmJob(1, "n", 0, "PENDING", "", 1, 1, 0, [], [], "", 0, None)
     d = SlurmJob(2, "n", 0, "PENDING", "", 1, 1, 0, [], [], "", 0, None)
     assert c.partitions == [] and c.partitions is not d.partitions
+
+
+def test_a_read_that_fails_half_way_leaves_the_next_to_read_every_line() -> None:
+    """A read whose names query fails after its refresh forgot a renamed job's line:
+    the next read, of a changed text, still gives every job (not a splice over a line
+    with no job)."""
+    rows = [_line(j, "held") for j in range(1, 6)]
+    names = {j: f"n{j}" for j in range(1, 8)}
+    state = {"text": "\n".join(rows), "fail": 0}
+
+    def slurm(argv: Sequence[str]) -> str:
+        if list(argv) == list(LISTING):
+            return state["text"]  # type: ignore[return-value]
+        if state["fail"]:
+            state["fail"] -= 1  # type: ignore[operator]
+            if not state["fail"]:
+                raise SlurmError("squeue: timed out")
+        asked = [int(x) for x in argv[4].removeprefix("--jobs=").split(",")]
+        return "".join(f"{jid}||{names[jid]}\n" for jid in asked)
+
+    now = [0.0]
+    listing = JobListing(slurm, clock=lambda: now[0])
+    listing.read()
+    now[0], names[4], state["fail"] = 61.0, "renamed", 2  # the refresh's second query fails
+    with pytest.raises(SlurmError):
+        listing.read()
+    now[0], state["text"] = 62.0, "\n".join([*rows, _line(6, "held")])
+    listing.read()
+    assert [(j.job_id, j.name) for j in listing.listed()] == [
+        (1, "n1"), (2, "n2"), (3, "n3"), (4, "renamed"), (5, "n5"), (6, "n6")
+    ]  # fmt: skip
+
+
+def test_reads_without_the_splice_keep_what_a_later_splice_needs() -> None:
+    listing = JobListing(_answering("\n".join(_line(j, "held") for j in (11, 12, 13, 14))))
+    listing.read()
+    listing.splice = False
+    listing.run = _answering("\n".join(_line(j, "held") for j in (11, 15, 13, 14)))
+    listing.read()
+    listing.splice = True
+    listing.run = _answering("\n".join(_line(j, "held") for j in (11, 15, 13, 14, 16)))
+    listing.read()
+    assert [j.job_id for j in listing.listed()] == [11, 15, 13, 14, 16]

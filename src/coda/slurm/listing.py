@@ -398,6 +398,9 @@ class JobListing:
         spliced = None
         if self.splice and not refresh and self._last_text is not None and self._one_per_id:
             spliced = splice(self._last_text, self._starts, self._ids, self._line_of, text)
+        # Until this read is taken whole, the next reads every line: one that fails
+        # half-way (a names query that times out) may have forgotten lines.
+        self._last_text = None
         gone: list[int] | None = None
         retry: set[int] = set()  # ids to read afresh next time (names not settled)
         if spliced is not None:  # only where the text differs from the last read's
@@ -470,7 +473,7 @@ class JobListing:
         self._last_text = None if retry or bad else text
         # The splice takes the last read's lines for its text's lines, one per id.
         self._one_per_id = not records and len(self._line_of) == len(lines)
-        if self.splice and self._last_text is not None and self._one_per_id:
+        if self._last_text is not None and self._one_per_id:  # for a splice, if turned on
             self._starts = line_starts(lines)
             self._ids = np.fromiter(map(_JOB_ID, jobs), np.int64, len(jobs))
         self._unsettled = retry
@@ -478,7 +481,9 @@ class JobListing:
     def _take_spliced(self, text: str, spliced: Spliced, fresh: list[tuple[int, str]]) -> bool:
         """The read as the splice found it, if each line that differs is read (its
         names known, its line readable): only those lines are looked at. False (and
-        nothing taken) where one is not."""
+        nothing taken) where one is not, or where a line kept has no job."""
+        if len(self._by_line) != len(self._line_of):
+            return False  # a line forgotten: every line is read
         parsed: list[tuple[str, SlurmJob]] = []
         for _, line in fresh:
             try:
