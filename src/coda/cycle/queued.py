@@ -229,14 +229,13 @@ class Queue:
             # Its jobs that showed their own show the bucket's now (or their own again).
             out.update(dict.fromkeys(self._own.pop(bucket, ())))
             why = bucket.wait
-            if bucket in self._told and self._told[bucket] == why:
-                pass
-            elif isinstance(why, Reason):
-                # The rest of its jobs noted before it was show its reason now
-                # (``reason_of``); those noted since are among the touched.
-                moved.append((bucket, why))
-            else:
-                out.update(dict.fromkeys(bucket.live()))
+            if bucket not in self._told or self._told[bucket] != why:
+                if isinstance(why, Reason):
+                    # The rest of its jobs noted before it was show its reason now
+                    # (``reason_of``); those noted since are among the touched.
+                    moved.append((bucket, why))
+                else:
+                    out.update(dict.fromkeys(bucket.live()))
             self._told[bucket] = why
         for job in touched:
             home = self.bucket_of.get(job)
@@ -246,25 +245,26 @@ class Queue:
 
     def shown_by(self, job: Job) -> Bucket | None:
         """The bucket whose reason the job shows as its own (``reason_of``), if any."""
-        bucket = self.bucket_of.get(job)
-        if (
-            bucket is None
-            or job.start >= 0
-            or bucket.wait_cycle <= job.wait_cycle
-            or not isinstance(bucket.wait, Reason)
-            or not self.policy.backfill  # each job shows the head it is behind
-        ):
+        if not self.policy.backfill:  # each job shows the head it is behind
             return None
-        return bucket
+        return self._showing(job)
+
+    def _showing(self, job: Job) -> Bucket | None:
+        """The job's bucket, if it was noted since the job was (with a reason)."""
+        bucket = self.bucket_of.get(job)
+        if bucket is None or bucket.wait_cycle <= job.wait_cycle or job.start >= 0:
+            return None
+        return bucket if isinstance(bucket.wait, Reason) else None
 
     def reason_of(self, job: Job) -> Reason | None:
         """Why a queued job waits (None once it has started)."""
         if job.start >= 0:
             return None
         reason = job.wait if isinstance(job.wait, Reason) else None
+        shown = self._showing(job)
+        if shown is not None and isinstance(shown.wait, Reason):  # _showing says it is
+            reason = shown.wait
         bucket = self.bucket_of.get(job)
-        if bucket is not None and bucket.wait_cycle > job.wait_cycle:
-            reason = bucket.wait if isinstance(bucket.wait, Reason) else reason
         if bucket is not None and not self.policy.backfill:
             head = self.heads.get(self.policy.arrays.array_of(job))
             if head is not None and head is not job and head.start < 0:

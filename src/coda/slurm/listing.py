@@ -396,7 +396,9 @@ class JobListing:
             return
         by_line = self._by_line
         spliced = None
-        if self.splice and not refresh and self._last_text is not None and self._one_per_id:
+        # The splice keeps the last read's lines as their ids: each must have its job.
+        kept_whole = self._one_per_id and len(by_line) == len(self._line_of)
+        if self.splice and not refresh and self._last_text is not None and kept_whole:
             spliced = splice(self._last_text, self._starts, self._ids, self._line_of, text)
         # Until this read is taken whole, the next reads every line: one that fails
         # half-way (a names query that times out) may have forgotten lines.
@@ -411,11 +413,10 @@ class JobListing:
                 return
             lines, out = self._spread(spliced)
             gone = spliced.gone
-            fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         else:
             lines = _split(text)
             out = list(map(by_line.get, lines))
-            fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
+        fresh = [(i, lines[i]) for i, sj in enumerate(out) if sj is None]
         look_again = False
         records = any(_START.match(line) is None for _, line in fresh)
         if records:
@@ -481,25 +482,15 @@ class JobListing:
     def _take_spliced(self, text: str, spliced: Spliced, fresh: list[tuple[int, str]]) -> bool:
         """The read as the splice found it, if each line that differs is read (its
         names known, its line readable): only those lines are looked at. False (and
-        nothing taken) where one is not, or where a line kept has no job."""
-        if len(self._by_line) != len(self._line_of):
-            return False  # a line forgotten: every line is read
+        nothing taken) where one is not."""
         parsed: list[tuple[str, SlurmJob]] = []
         for _, line in fresh:
             try:
                 parsed.append((line, self._parse(line)))
             except ValueError:
                 return False  # the whole read says why, and keeps what it must
-        by_line, line_of = self._by_line, self._line_of
-        for line, sj in parsed:
-            old = line_of.get(sj.job_id)
-            if old is not None:
-                by_line.pop(old, None)
-            by_line[line] = sj
-            line_of[sj.job_id] = line
-        for jid in spliced.gone:
-            by_line.pop(line_of.pop(jid), None)
-            self._names.pop(jid, None)
+        self._take_lines(parsed)
+        self._drop_ids(spliced.gone)
         self.parsed += len(fresh)
         self.changed = [sj for _, sj in parsed]
         self.gone = spliced.gone
@@ -569,6 +560,22 @@ class JobListing:
         the ids no longer listed. ``rebuild``: made afresh from this read (a line kept
         at its job's last state is in no count the update by changes relies on).
         ``gone``: those ids, known (``splice``)."""
+        self._take_lines(fresh)
+        line_of = self._line_of
+        # line_of holds every id listed, so it is as long as the ids listed only if none
+        # is gone (counting ids, not lines: one listed twice must not hide one gone).
+        if gone is None:
+            live = set(map(_JOB_ID, jobs))
+            gone = [jid for jid in line_of if jid not in live] if len(line_of) != len(live) else []
+        self._drop_ids(gone)
+        # Counts that disagree: an id listed twice.
+        if rebuild or len(line_of) != len(lines) or len(self._by_line) != len(lines):
+            self._by_line = dict(zip(lines, jobs, strict=True))
+            self._line_of = {sj.job_id: line for line, sj in self._by_line.items()}
+        return gone
+
+    def _take_lines(self, fresh: Iterable[tuple[str, SlurmJob]]) -> None:
+        """Jobs read from new lines: each line stands for its job from now on."""
         by_line, line_of = self._by_line, self._line_of
         for line, sj in fresh:
             old = line_of.get(sj.job_id)
@@ -576,18 +583,12 @@ class JobListing:
                 by_line.pop(old, None)
             by_line[line] = sj
             line_of[sj.job_id] = line
-        # line_of holds every id listed, so it is as long as the ids listed only if none
-        # is gone (counting ids, not lines: one listed twice must not hide one gone).
-        if gone is None:
-            live = set(map(_JOB_ID, jobs))
-            gone = [jid for jid in line_of if jid not in live] if len(line_of) != len(live) else []
+
+    def _drop_ids(self, gone: Iterable[int]) -> None:
+        """Jobs no longer listed: their lines and names forgotten."""
         for jid in gone:
-            by_line.pop(line_of.pop(jid), None)
+            self._by_line.pop(self._line_of.pop(jid), None)
             self._names.pop(jid, None)
-        if rebuild or len(line_of) != len(lines) or len(by_line) != len(lines):  # listed twice
-            self._by_line = dict(zip(lines, jobs, strict=True))
-            self._line_of = {sj.job_id: line for line, sj in self._by_line.items()}
-        return gone
 
     def some(self, ids: Sequence[int]) -> dict[int, SlurmJob]:
         """Some jobs read again now (a read-back after writing to them), by id: their
