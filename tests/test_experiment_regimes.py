@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from coda.cli import main
-from coda.experiment.paper import RunRecord
+from coda.experiment.paper import PaperRecord
 from coda.experiment.regimes import (
     BASELINES,
     CLUSTERS,
@@ -274,9 +274,11 @@ def test_pool_runs_every_cell_in_grid_order(tmp_path):
 def _rec(policy: str, seed: int, util: float | None, cpu_jct: float = 100.0) -> CellRecord:
     cell = Cell(5.6, 0.75, 1.2)
     if util is None:
-        return CellRecord(cell, "shared", policy, seed, RunRecord(seed, policy, 0.0, error="X: y"))
+        return CellRecord(
+            cell, "shared", policy, seed, PaperRecord(seed, policy, 0.0, error="X: y")
+        )
     metrics = {"gpu_util_effective": util, "cpu_jct_mean_s": cpu_jct, "dnn_jct_mean_s": 50.0}
-    return CellRecord(cell, "shared", policy, seed, RunRecord(seed, policy, 1.0, metrics))
+    return CellRecord(cell, "shared", policy, seed, PaperRecord(seed, policy, 1.0, metrics))
 
 
 def test_gains_are_paired_by_seed_with_a_ci():

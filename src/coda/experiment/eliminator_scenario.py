@@ -23,8 +23,8 @@ import numpy as np
 
 from coda.experiment.paper import (
     PaperConfig,
+    PaperRecord,
     Run,
-    RunRecord,
     run_labelled,
     write_workloads,
 )
@@ -122,14 +122,14 @@ def prepare_runs(cfg: ScenarioConfig) -> list[Arm]:
 def run_scenario(
     cfg: ScenarioConfig,
     arms: Sequence[Arm],
-    on_done: Callable[[Arm, RunRecord, int, int], None] | None = None,
-) -> list[tuple[Arm, RunRecord]]:
+    on_done: Callable[[Arm, PaperRecord, int, int], None] | None = None,
+) -> list[tuple[Arm, PaperRecord]]:
     """Run the prepared arms (prepare_runs) in cfg.workers processes."""
     return run_labelled([(a, a.run) for a in arms], cfg.workers, on_done)
 
 
 def _per_seed(
-    runs: Sequence[tuple[Arm, RunRecord]], share: float, arm: str
+    runs: Sequence[tuple[Arm, PaperRecord]], share: float, arm: str
 ) -> dict[int, dict[str, Any]]:
     return {r.seed: r.metrics for a, r in runs if a.share == share and a.arm == arm and r.ok}
 
@@ -161,7 +161,7 @@ def _ratio(key: str) -> Callable[[Any, Any], float | None]:
     return fn
 
 
-def summarise(cfg: ScenarioConfig, runs: Sequence[tuple[Arm, RunRecord]]) -> dict[str, Any]:
+def summarise(cfg: ScenarioConfig, runs: Sequence[tuple[Arm, PaperRecord]]) -> dict[str, Any]:
     """results.json: per share, each arm's means and the eliminator's paired effects."""
     shares: list[dict[str, Any]] = []
     for share in cfg.shares:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.experiment.paper import POLICY_OPTIONS, Run, RunRecord, run_many
+from coda.experiment.paper import POLICY_OPTIONS, PaperRecord, Run, run_many
 from coda.experiment.published import MONTH
 from coda.study.config import RunConfig
 from coda.workload.generate import PaperParams, generate, write_csv
@@ -408,7 +408,7 @@ def evaluate_in_pool(
             left = {id(c): len(BASELINES) * len(seeds) for c in batch}
             got: dict[int, dict[str, list[dict[str, Any]]]] = {id(c): {} for c in batch}
 
-            def done(i: int, rec: RunRecord) -> None:
+            def done(i: int, rec: PaperRecord) -> None:
                 cand = owner[i]
                 if rec.ok:
                     got[id(cand)].setdefault(rec.policy, []).append(rec.metrics)

@@ -191,7 +191,7 @@ class Run:
 
 
 @dataclass
-class RunRecord:
+class PaperRecord:
     """One (seed, policy) run: its paper metrics, or its one-line error."""
 
     seed: int
@@ -252,7 +252,7 @@ def _series(result: Any) -> dict[str, np.ndarray]:
     }
 
 
-def run_one(run: Run) -> RunRecord:
+def run_one(run: Run) -> PaperRecord:
     """Prepare the seed's workload and run one policy; any failure becomes the record's
     one-line error (type and message), never an exception."""
     start = time.perf_counter()
@@ -266,23 +266,25 @@ def run_one(run: Run) -> RunRecord:
         series = _series(result) if run.keep_series else {}
     except Exception as exc:  # noqa: BLE001 - recorded per run, the others go on
         text = " ".join(str(exc).split()) or type(exc).__name__
-        return RunRecord(
+        return PaperRecord(
             run.seed, run.policy, time.perf_counter() - start, error=f"{type(exc).__name__}: {text}"
         )
-    return RunRecord(run.seed, run.policy, time.perf_counter() - start, metrics, None, series)
+    return PaperRecord(run.seed, run.policy, time.perf_counter() - start, metrics, None, series)
 
 
 def default_workers() -> int:
     return min(2, os.cpu_count() or 1)
 
 
-def run_many(runs: Sequence[Run], workers: int, on_done: Callable[[int, RunRecord], None]) -> None:
+def run_many(
+    runs: Sequence[Run], workers: int, on_done: Callable[[int, PaperRecord], None]
+) -> None:
     """Run each of ``runs`` inline (workers 1) or in a spawn process pool; ``on_done(i,
     record)`` is called in this process as run ``i`` finishes (in any order). A worker
     that dies is recorded as that run's one-line error and the others go on."""
 
-    def failed(run: Run, exc: Exception) -> RunRecord:
-        return RunRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
+    def failed(run: Run, exc: Exception) -> PaperRecord:
+        return PaperRecord(run.seed, run.policy, 0.0, error=f"{type(exc).__name__}: {exc}")
 
     run_each(runs, run_one, workers, failed, on_done)
 
@@ -293,13 +295,13 @@ L = TypeVar("L")
 def run_labelled(
     items: Sequence[tuple[L, Run]],
     workers: int,
-    on_done: Callable[[L, RunRecord, int, int], None] | None = None,
-) -> list[tuple[L, RunRecord]]:
+    on_done: Callable[[L, PaperRecord, int, int], None] | None = None,
+) -> list[tuple[L, PaperRecord]]:
     """``run_many`` over labelled runs: each finished run with its label, in the order
     they finish; ``on_done(label, record, done, total)`` as each one does."""
-    out: list[tuple[L, RunRecord]] = []
+    out: list[tuple[L, PaperRecord]] = []
 
-    def done(i: int, rec: RunRecord) -> None:
+    def done(i: int, rec: PaperRecord) -> None:
         out.append((items[i][0], rec))
         if on_done:
             on_done(items[i][0], rec, len(out), len(items))
@@ -309,14 +311,14 @@ def run_labelled(
 
 
 def run_all(
-    cfg: PaperConfig, on_done: Callable[[RunRecord, int, int], None] | None = None
-) -> list[RunRecord]:
+    cfg: PaperConfig, on_done: Callable[[PaperRecord, int, int], None] | None = None
+) -> list[PaperRecord]:
     """Run the plan (``run_many``); ``on_done(record, done, total)`` is called in this
     process as each run finishes."""
     runs = plan(cfg)
-    records: list[RunRecord] = []
+    records: list[PaperRecord] = []
 
-    def done(_: int, rec: RunRecord) -> None:
+    def done(_: int, rec: PaperRecord) -> None:
         records.append(rec)
         if on_done:
             on_done(rec, len(records), len(runs))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coda.experiment.fit import figure_table
-from coda.experiment.paper import RunRecord
+from coda.experiment.paper import PaperRecord
 from coda.experiment.published import MONTH
 from coda.experiment.stats import mean_ci, tolerance
 from coda.workload.generate.paper import REQUEST_BANDS
@@ -75,7 +75,7 @@ def _clip(v: float | None, unit: str) -> float | None:
     return min(max(v, 0.0), 1.0) if unit == "share" else max(v, 0.0)
 
 
-def aggregate(records: Sequence[RunRecord], policy: str) -> dict[str, Any]:
+def aggregate(records: Sequence[PaperRecord], policy: str) -> dict[str, Any]:
     """Means over the policy's successful seeds, their 95% CIs and the per-seed values."""
     runs = sorted((r for r in records if r.policy == policy and r.ok), key=lambda r: r.seed)
     out: dict[str, Any] = {}
@@ -270,7 +270,7 @@ def published() -> dict[str, dict[str, dict[str, Any]]]:
 
 def results(
     setting: dict[str, Any],
-    records: Sequence[RunRecord],
+    records: Sequence[PaperRecord],
     policies: Sequence[str],
     workload_marginals: dict[str, Any] | None,
     wall_s: float,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.experiment.paper import ESTIMATES, MAX_SEEDS, POLICY_OPTIONS, Run, RunRecord, run_many
+from coda.experiment.paper import ESTIMATES, MAX_SEEDS, POLICY_OPTIONS, PaperRecord, Run, run_many
 from coda.study.config import MAX_LOAD, PAPER_CLUSTER, RunConfig
 from coda.workload.cluster import load_node_list, parse_cluster_spec
 from coda.workload.generate import PaperParams, generate, write_csv
@@ -273,7 +273,7 @@ def demand_per_gpu(table: JobTable) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class Workload:
+class GeneratedWorkload:
     """One generated (share, seed) workload as a server of `cores` cores sees it."""
 
     cpu_share: float
@@ -319,13 +319,13 @@ class Workload:
 WorkloadKey = tuple[float, int, int]  # (cpu share, seed, cores per server)
 
 
-def write_workloads(cfg: RegimesConfig) -> dict[WorkloadKey, Workload]:
+def write_workloads(cfg: RegimesConfig) -> dict[WorkloadKey, GeneratedWorkload]:
     """Generate every (share, seed) workload into the out dir (before the pool, so that no
     two workers write one file), one file per core cap that changes it; then check that
     every load can be reached (an OptionError naming --loads otherwise)."""
     cfg.out.mkdir(parents=True, exist_ok=True)
     caps = sorted({cores_per_server(r) for r in cfg.cores_per_gpu})
-    out: dict[WorkloadKey, Workload] = {}
+    out: dict[WorkloadKey, GeneratedWorkload] = {}
     written: set[Path] = set()
     for share in cfg.cpu_shares:
         params = params_for(cfg.dnn_jobs, share)
@@ -343,7 +343,7 @@ def write_workloads(cfg: RegimesConfig) -> dict[WorkloadKey, Workload]:
                     write_csv(table, path)
                     written.add(path)
                 cpu_k, dnn_k = demand_per_gpu(table)
-                out[(share, seed, c)] = Workload(
+                out[(share, seed, c)] = GeneratedWorkload(
                     share,
                     seed,
                     c,
@@ -370,7 +370,7 @@ def window_hours(table: JobTable, load: float) -> float:
     return (w1 - w0) / 3600.0
 
 
-def check_loads(cfg: RegimesConfig, workloads: dict[WorkloadKey, Workload]) -> None:
+def check_loads(cfg: RegimesConfig, workloads: dict[WorkloadKey, GeneratedWorkload]) -> None:
     # scale_to_load needs load < the ceiling; say so once, before hours of runs.
     top = max(cfg.loads)
     worst = min(workloads.values(), key=lambda w: w.max_load)
@@ -402,14 +402,14 @@ class CellRecord:
     cluster: str
     policy: str
     seed: int
-    record: RunRecord
+    record: PaperRecord
 
     @property
     def ok(self) -> bool:
         return self.record.ok
 
 
-def plan(cfg: RegimesConfig, workloads: dict[WorkloadKey, Workload]) -> list[CellRun]:
+def plan(cfg: RegimesConfig, workloads: dict[WorkloadKey, GeneratedWorkload]) -> list[CellRun]:
     """Every run, the costliest first (most jobs, highest load) so that the pool's last
     runs are short ones."""
     runs = []
@@ -439,7 +439,7 @@ def plan(cfg: RegimesConfig, workloads: dict[WorkloadKey, Workload]) -> list[Cel
 
 def run_all(
     cfg: RegimesConfig,
-    workloads: dict[WorkloadKey, Workload],
+    workloads: dict[WorkloadKey, GeneratedWorkload],
     on_done: Callable[[CellRecord, int, int], None] | None = None,
 ) -> list[CellRecord]:
     """Run the plan inline (workers 1) or in a spawn process pool, each run through the
@@ -448,7 +448,7 @@ def run_all(
     runs = plan(cfg, workloads)
     records: list[CellRecord] = []
 
-    def done(i: int, rec: RunRecord) -> None:
+    def done(i: int, rec: PaperRecord) -> None:
         run = runs[i]
         records.append(CellRecord(run.cell, run.cluster, run.policy, run.seed, rec))
         if on_done:
@@ -472,7 +472,7 @@ def run_all(
 
 
 def setting(
-    cfg: RegimesConfig, workloads: dict[WorkloadKey, Workload], command: str
+    cfg: RegimesConfig, workloads: dict[WorkloadKey, GeneratedWorkload], command: str
 ) -> dict[str, Any]:
     """results.json's `setting`: every choice of the grid, and the command that reruns it."""
     cpu, gpu = openb_core_ratio()

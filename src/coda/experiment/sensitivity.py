@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coda.experiment.paper import PaperConfig, Run, RunRecord, run_labelled, write_workloads
+from coda.experiment.paper import PaperConfig, PaperRecord, Run, run_labelled, write_workloads
 from coda.experiment.paper_results import BUSY_MIN, GAIN_MIN_PCT
 from coda.experiment.published import paper_value
 from coda.experiment.stats import mean_ci
@@ -119,15 +119,15 @@ def _plan(pc: PaperConfig) -> list[Run]:
 def run_readings(
     cfg: SensitivityConfig,
     runs: Sequence[ReadingRun],
-    on_done: Callable[[ReadingRun, RunRecord, int, int], None] | None = None,
-) -> list[tuple[ReadingRun, RunRecord]]:
+    on_done: Callable[[ReadingRun, PaperRecord, int, int], None] | None = None,
+) -> list[tuple[ReadingRun, PaperRecord]]:
     """Run the prepared runs (prepare_runs) in cfg.workers processes."""
     return run_labelled([(r, r.run) for r in runs], cfg.workers, on_done)
 
 
 def summarise(
     cfg: SensitivityConfig,
-    done: Sequence[tuple[ReadingRun, RunRecord]],
+    done: Sequence[tuple[ReadingRun, PaperRecord]],
     marginals: dict[str, Any],
 ) -> dict[str, Any]:
     """results.json: per reading, each policy's means and CODA's targets."""

@@ -10,20 +10,20 @@ from pathlib import Path
 
 import numpy as np
 
-from coda.experiment.paper import RunRecord
+from coda.experiment.paper import PaperRecord
 from coda.report.plots import line_styles, mark_no_data, palette, plt, save_figure
 
 HOUR_S = 3600.0
 PLOT_FILES = ("gpu_over_time.png", "queue_cdf.png", "user_p99.png", "core_delta.png")
 
 
-def _first(records: Sequence[RunRecord], policy: str) -> RunRecord | None:
+def _first(records: Sequence[PaperRecord], policy: str) -> PaperRecord | None:
     """The policy's lowest-seed successful run (the first seed unless it failed)."""
     ok = sorted((r for r in records if r.policy == policy and r.ok), key=lambda r: r.seed)
     return ok[0] if ok else None
 
 
-def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
+def plot_over_time(records: Sequence[PaperRecord], policies: Sequence[str], path: Path) -> Path:
     keys = ("gpu_util_allocated", "gpu_util_busy", "gpu_util_effective")
     fig, axes = plt.subplots(len(keys), 1, figsize=(10, 8), sharex=True)
     colours, styles = palette(len(policies)), line_styles(len(policies))
@@ -48,7 +48,7 @@ def plot_over_time(records: Sequence[RunRecord], policies: Sequence[str], path: 
     return save_figure(fig, path)
 
 
-def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
+def plot_queue_cdf(records: Sequence[PaperRecord], policies: Sequence[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     colours, styles = palette(len(policies)), line_styles(len(policies))
     for ax, kind in zip(axes, ("dnn", "cpu"), strict=True):
@@ -73,7 +73,7 @@ def plot_queue_cdf(records: Sequence[RunRecord], policies: Sequence[str], path: 
     return save_figure(fig, path)
 
 
-def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: Path) -> Path:
+def plot_user_p99(records: Sequence[PaperRecord], policies: Sequence[str], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12, 4))
     got = {
         p: r.metrics.get("user_queue_p99_s") or {} for p in policies if (r := _first(records, p))
@@ -96,7 +96,7 @@ def plot_user_p99(records: Sequence[RunRecord], policies: Sequence[str], path: P
     return save_figure(fig, path)
 
 
-def plot_core_delta(records: Sequence[RunRecord], path: Path, policy: str = "coda") -> Path:
+def plot_core_delta(records: Sequence[PaperRecord], path: Path, policy: str = "coda") -> Path:
     fig, ax = plt.subplots(figsize=(8, 4))
     hist: dict[int, int] = {}
     for r in records:  # summed over every seed of the policy
@@ -116,7 +116,7 @@ def plot_core_delta(records: Sequence[RunRecord], path: Path, policy: str = "cod
     return save_figure(fig, path)
 
 
-def write_plots(records: Sequence[RunRecord], policies: Sequence[str], out: Path) -> list[str]:
+def write_plots(records: Sequence[PaperRecord], policies: Sequence[str], out: Path) -> list[str]:
     """Every figure into out; returns the file names (relative to out)."""
     plot_over_time(records, policies, out / PLOT_FILES[0])
     plot_queue_cdf(records, policies, out / PLOT_FILES[1])

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.experiment.fit import FIT_SEEDS
-from coda.experiment.paper import PRESET_JOBS, RunRecord
+from coda.experiment.paper import PRESET_JOBS, PaperRecord
 from coda.experiment.paper_results import METRICS, TARGET_POLICY
 from coda.report.fit_report import figure_table_markdown
 from coda.writing import write_text
@@ -252,7 +252,7 @@ def report_markdown(res: dict[str, Any], plots: Sequence[str]) -> str:
 def write_outputs(
     out: Path,
     res: dict[str, Any],
-    records: Sequence[RunRecord],
+    records: Sequence[PaperRecord],
     policies: Sequence[str],
 ) -> list[Path]:
     """results.json, the plots and report.md into out."""

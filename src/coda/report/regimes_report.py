@@ -25,8 +25,8 @@ from coda.experiment.regimes import (
     TARGET,
     Cell,
     CellRecord,
+    GeneratedWorkload,
     RegimesConfig,
-    Workload,
     WorkloadKey,
     cluster_spec,
 )
@@ -95,7 +95,10 @@ def gain_block(records: Sequence[CellRecord], baseline: str) -> dict[str, Any]:
 
 
 def cell_block(
-    cell: Cell, records: Sequence[CellRecord], workloads: dict[WorkloadKey, Workload], seeds: int
+    cell: Cell,
+    records: Sequence[CellRecord],
+    workloads: dict[WorkloadKey, GeneratedWorkload],
+    seeds: int,
 ) -> dict[str, Any]:
     mine = [r for r in records if r.cell == cell]
     clusters: dict[str, Any] = {}
@@ -131,7 +134,7 @@ def results(
     cfg: RegimesConfig,
     setting: dict[str, Any],
     records: Sequence[CellRecord],
-    workloads: dict[WorkloadKey, Workload],
+    workloads: dict[WorkloadKey, GeneratedWorkload],
     wall_s: float,
 ) -> dict[str, Any]:
     """What results.json holds."""

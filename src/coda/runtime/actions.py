@@ -13,8 +13,8 @@ from coda.policy.state import CPU, DNN, Node
 from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_books import JobBooks
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import JobProcesses, quietly, send_signal
 from coda.runtime.resctrl import ResctrlControl
 from coda.runtime.shim import alive
@@ -25,7 +25,7 @@ class ActuatedNode(Protocol):
     """What the actuator reads and books on the node it acts on (the node agent)."""
 
     node: Node | None
-    jobs: JobTable
+    jobs: NodeLedger
     store: Store
     decisions: DecisionLog
     processes: JobProcesses

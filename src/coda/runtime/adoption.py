@@ -12,8 +12,8 @@ from collections.abc import Callable
 from coda.runtime.actions import Actuator
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus, parse_cpus
 from coda.runtime.decision_log import DecisionLog
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import quietly
 from coda.runtime.row_job import job_of
 from coda.runtime.shim import alive, read_regular
@@ -29,7 +29,7 @@ class Adoption:
         books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
-        jobs: JobTable,
+        jobs: NodeLedger,
         supervisor: Supervisor,
         actuator: Actuator,
         decisions: DecisionLog,

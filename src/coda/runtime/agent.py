@@ -42,11 +42,11 @@ from coda.runtime.bus_meter import FIRST_SPAN_S, BusMeter
 from coda.runtime.cgroups import CgroupError, JobGroups, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_source import AgentHost, JobSource
-from coda.runtime.job_table import JobTable
 from coda.runtime.learned_store import LEARNED_KEY as LEARNED_KEY  # where bench/ reads it
 from coda.runtime.learned_store import LearnedStore
 from coda.runtime.managed import AgentConfig as AgentConfig
 from coda.runtime.managed import Managed as Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import JobProcesses, quietly
 from coda.runtime.resctrl import NoResctrl, ResctrlControl
 from coda.runtime.sampler import Sampler
@@ -94,7 +94,7 @@ class NodeAgent(Generic[S]):
         # The control loop every body runs: samples and ticks in, actions (with the
         # component that decided and why) out, through ``carry_out``.
         self.loop = ControlLoop(self.policy, self)
-        self.jobs = JobTable()
+        self.jobs = NodeLedger()
         self.decisions = DecisionLog(store, wall)
         self.processes = JobProcesses(cgroups)
         self.actuator = Actuator(self, cgroups, self.resctrl, self.config, self.log)

@@ -15,8 +15,8 @@ from coda.policy.state import Node
 from coda.runtime.actions import Actuator
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_books import JobBooks
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import JobProcesses
 from coda.runtime.store import Store
 
@@ -27,7 +27,7 @@ class AgentHost(Protocol):
     store: Store
     config: AgentConfig
     policy: Policy
-    jobs: JobTable
+    jobs: NodeLedger
     processes: JobProcesses
     decisions: DecisionLog
     actuator: Actuator

@@ -11,8 +11,8 @@ from coda.policy.framework import Action, Policy, SetCores
 from coda.policy.state import CPU, DNN, Node
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.job_books import JobBooks
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.progress import Progress
 
 
@@ -20,7 +20,7 @@ class SampledNode(Protocol):
     """What the sampler reads and asks of its node agent: the running jobs, their books
     (progress records, the room a job may grow into), and the agent's decision log."""
 
-    jobs: JobTable
+    jobs: NodeLedger
     node: Node | None
     decisions: DecisionLog
     log: Callable[[str], None]

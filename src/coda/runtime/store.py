@@ -43,8 +43,8 @@ from coda.runtime.jobspec import (
 )
 from coda.runtime.statedir import StateDirError, secure_file
 
-# The job record, its spec and its logs have modules of their own; their names stay
-# importable from here, as they always were.
+# The job record, its spec and its logs have modules of their own; their names are
+# importable from here too, so a caller of the store needs one import.
 __all__ = [
     "ACTIVE",
     "ENV_KEY_RE",

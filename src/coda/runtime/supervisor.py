@@ -20,8 +20,8 @@ from coda.runtime import shim
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.decision_log import DecisionLog
 from coda.runtime.devices import denied
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import AgentConfig, Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import JobProcesses
 from coda.runtime.progress import ENV_FILE, Progress, read_progress
 from coda.runtime.shim import LAUNCH_FILE, SHIM_ENV, alive, proc_start_time, read_regular
@@ -55,7 +55,7 @@ class Supervisor:
         books: BookedNode,
         store: Store,
         cgroups: CgroupDriver,
-        jobs: JobTable,
+        jobs: NodeLedger,
         processes: JobProcesses,
         decisions: DecisionLog,
         config: AgentConfig,

@@ -15,8 +15,8 @@ from coda.policy.state import Job
 from coda.runtime.actions import Actuator
 from coda.runtime.cgroups import CgroupDriver, CgroupError, format_cpus
 from coda.runtime.decision_log import DecisionLog
-from coda.runtime.job_table import JobTable
 from coda.runtime.managed import Managed
+from coda.runtime.node_ledger import NodeLedger
 from coda.runtime.processes import JobProcesses, quietly
 from coda.runtime.row_job import job_of
 from coda.runtime.shim import alive
@@ -25,7 +25,7 @@ from coda.runtime.supervisor import BookedNode, Supervisor, uid_of
 
 
 class Suspensions:
-    """Resumes, ends and re-adopts the node's suspended jobs (``JobTable.suspended``)."""
+    """Resumes, ends and re-adopts the node's suspended jobs (``NodeLedger.suspended``)."""
 
     def __init__(
         self,
@@ -33,7 +33,7 @@ class Suspensions:
         store: Store,
         cgroups: CgroupDriver,
         actuator: Actuator,
-        jobs: JobTable,
+        jobs: NodeLedger,
         processes: JobProcesses,
         decisions: DecisionLog,
         supervisor: Supervisor,

@@ -54,7 +54,7 @@ COMPACT_MIN = 4096
 
 # Python's cyclic collector costs a run some 8% (its passes walk every new object,
 # and the full ones every live one: jobs, nodes, the heap), while a run leaves
-# little cyclic garbage (5,713 objects in a 30,000-job run): it is off for the run.
+# little cyclic garbage: it is off for the run.
 
 
 class Simulator:

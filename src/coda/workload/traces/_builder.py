@@ -37,9 +37,9 @@ from coda.workload.traces._rules import (
     MAX_BAD_ROW_EXAMPLES,
     MAX_DUPLICATE_EXAMPLES,
     ZERO_DURATION,
-    JobRow,
     Outcome,
     Time,
+    TraceRow,
     check_options,
 )
 
@@ -101,12 +101,12 @@ class TraceBuilder(FieldParser):
         self.sources = sources or {}
         self.submit_column = submit_column
         self.report = TraceReport(path=self.path, format=fmt)
-        self._rows: list[JobRow] = []
+        self._rows: list[TraceRow] = []
         # Optional columns some kept row gave, one value per kept row (aligned with _rows).
         self._optional: dict[str, list[float | str]] = {}
         # Values job() was given, held by row identity until settle() keeps the row; the
         # row object is held too, so its id cannot be reused meanwhile.
-        self._pending: dict[int, tuple[JobRow, Extras]] = {}
+        self._pending: dict[int, tuple[TraceRow, Extras]] = {}
         # Earliest and latest kept arrival with their lines: the time origin and the span.
         # The sentinels lie outside limits.TIME, so the first kept job replaces both.
         self._first: Time = _NO_TIME
@@ -195,7 +195,7 @@ class TraceBuilder(FieldParser):
         user: str | None = None,
         model: str | None = None,
         cpu_bw: float | None = None,
-    ) -> JobRow | str:
+    ) -> TraceRow | str:
         """A kept job row, or the reason it is excluded under the shared rules.
 
         Rules apply in this order, so each row lands in exactly one bucket:
@@ -321,7 +321,7 @@ class TraceBuilder(FieldParser):
             if len(outcome) > 1:
                 self.report.count(self.report.adjusted, EXTRA_JOBS, len(outcome) - 1)
 
-    def _keep_extras(self, row: JobRow) -> None:
+    def _keep_extras(self, row: TraceRow) -> None:
         """Give the row just appended its optional values (or the missing ones)."""
         held = self._pending.pop(id(row), None)
         extras = held[1] if held is not None and held[0] is row else {}

@@ -33,9 +33,9 @@ from coda.workload.traces._rules import (
     MAX_DUPLICATE_EXAMPLES,
     NEVER_STARTED,
     ZERO_DURATION,
-    JobRow,
     Outcome,
     Time,
+    TraceRow,
     check_options,
 )
 
@@ -54,7 +54,7 @@ __all__ = [
     "NEVER_STARTED",
     "ZERO_DURATION",
     "FieldParser",
-    "JobRow",
+    "TraceRow",
     "Outcome",
     "Time",
     "TraceBuilder",

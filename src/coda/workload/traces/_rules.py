@@ -29,9 +29,9 @@ EXTRA_JOBS = "extra_jobs_from_instances"
 # An exact time stamp: int for integer text (the common case), Decimal otherwise.
 Time = int | Decimal
 # (id, submit, duration, gpus, cores, mem_mib, nodes, flags); submit is exact until finish().
-JobRow = tuple[str, Time, float, int, int, int, int, int]
+TraceRow = tuple[str, Time, float, int, int, int, int, int]
 # What one row became: a job, several jobs, or the name of the reason it was excluded.
-Outcome = JobRow | list[JobRow] | str
+Outcome = TraceRow | list[TraceRow] | str
 
 
 def check_options(fractional: str, censored: str) -> None:

@@ -15,10 +15,10 @@ from coda.workload.traces._common import (
     EXTRA_JOBS,
     NEVER_STARTED,
     ZERO_DURATION,
-    JobRow,
     Outcome,
     Time,
     TraceBuilder,
+    TraceRow,
     shown,
 )
 
@@ -135,7 +135,7 @@ def load(
                 fractional=plan_gpu % 100 != 0,
                 censored=running,
             )
-        jobs: list[JobRow] = []
+        jobs: list[TraceRow] = []
         for k in range(inst):
             r = b.job(f"{name}#{k}", start, duration, 0, cores, mem, 1, censored=running)
             if isinstance(r, str):

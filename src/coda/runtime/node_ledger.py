@@ -1,4 +1,4 @@
-"""The node's job table: the jobs running on it, and the CPUs and GPUs none holds."""
+"""The node's ledger: the jobs running on it, and the CPUs and GPUs none holds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from coda.policy.state import CPU
 from coda.runtime.managed import Managed
 
 
-class JobTable:
+class NodeLedger:
     """Running jobs by id, suspended ones (frozen, holding no CPUs), and the free CPUs
     and GPUs (by id) of the node."""
 
