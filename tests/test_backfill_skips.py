@@ -75,6 +75,7 @@ def _starts(wl: Any, cluster: str, policy: str, opts: PolicyOptions, cls: type) 
     return {k: out[k] for k in ("start", "end", "cores_granted", "preemptions", "shrinks")}
 
 
+@pytest.mark.slow
 def test_nothing_passed_over_would_have_started(monkeypatch: pytest.MonkeyPatch) -> None:
     # Small queues: the backfill depth never binds, so not counting the jobs passed over
     # cannot change a start either. Memory, gang jobs, both reclaims and both estimates.
@@ -155,6 +156,7 @@ def test_a_filter_must_declare_what_backfill_relies_on() -> None:
         make_policy("static-shared", PolicyOptions(filters=(OnlyEven(),)))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_job_searched_in_full_is_not_searched_in_full_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -109,6 +109,7 @@ def test_simulate_writes_outputs(runner, trace, tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_simulate_is_deterministic(runner, trace, tmp_path):
     summaries = []
     for name in ("a", "b"):
@@ -174,6 +175,7 @@ def test_nan_load_rejected(runner, trace, tmp_path):
     assert_user_error(result, "load")
 
 
+@pytest.mark.slow
 def test_compare_two_policies(runner, trace, tmp_path):
     out = tmp_path / "cmp"
     policies = ("--policies", "static-separate,static-shared")
@@ -207,6 +209,7 @@ def test_compare_rejects_repeated_policy(runner, trace, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_simulate_defaults_on_bundled_trace(runner, tmp_path):
     out = tmp_path / "default"
     result = runner.invoke(main, ["simulate", "--policy", "static-separate", "--out", str(out)])

@@ -208,6 +208,7 @@ def test_a_state_dir_variable_naming_root_is_one_line(monkeypatch):
     assert_one_line_error(CliRunner().invoke(main, ["status"]), "'--state-dir'")
 
 
+@pytest.mark.slow
 def test_an_ascii_only_terminal_gets_escapes_not_a_traceback(files, tmp_path):
     """The summary table prints '·': with PYTHONIOENCODING=ascii it is escaped."""
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
@@ -437,6 +438,7 @@ def _coda(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["summary.json", "jobs.csv", "utilisation.png"])
 def test_an_output_that_is_a_fifo_nothing_reads_is_an_error_not_a_hang(files, tmp_path, name):
     out = tmp_path / "o"

@@ -295,6 +295,7 @@ rows_st = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=20, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -360,6 +360,7 @@ def test_analyse_on_fake_records():
 # ---------------------------------------------------------------- running and files
 
 
+@pytest.mark.slow
 def test_cli_writes_every_output(runner, trace, tmp_path):
     out = tmp_path / "exp"
     result = headline(runner, trace, out, "--policies", BASELINES)
@@ -408,6 +409,7 @@ def test_cli_writes_every_output(runner, trace, tmp_path):
     assert "coda experiment headline" in md and "## Robustness" in md
 
 
+@pytest.mark.slow
 def test_reproduce_command_reruns_the_same_experiment(runner, trace, tmp_path):
     out = tmp_path / "first"
     assert headline(runner, trace, out, "--policies", BASELINES).exit_code == 0
@@ -445,6 +447,7 @@ def test_worker_processes_give_the_inline_results(trace, tmp_path):
     assert [key(r) for r in inline.records] == [key(r) for r in pooled.records]
 
 
+@pytest.mark.slow
 def test_with_coda_registered_everything_is_judged(trace, tmp_path, monkeypatch):
     # Stand-ins, so that the coda rows, decomposition, chain and plots have runs to show.
     for name in ("coda", "coda-no-colocation", "oracle"):

@@ -57,6 +57,7 @@ def one_error_line(result) -> str:
     return errors[0]
 
 
+@pytest.mark.slow
 def test_tiny_generated_run_writes_every_output(runner, tmp_path):
     out = tmp_path / "p"
     result = paper(runner, out, "--jobs", "300", "--seeds", "2", "--policies", "fifo,coda")
@@ -126,6 +127,7 @@ def test_tiny_generated_run_writes_every_output(runner, tmp_path):
         assert f"]({name})" in report
 
 
+@pytest.mark.slow
 def test_first_seed_runs_the_seeds_from_there(runner, tmp_path):
     out = tmp_path / "p"
     result = paper(
@@ -200,6 +202,7 @@ def small_trace() -> str:
     return "\n".join(rows) + "\n"
 
 
+@pytest.mark.slow
 def test_runs_on_a_csv_trace(runner, tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text(small_trace())

@@ -194,6 +194,7 @@ def _mixed_trace(seed: int, n: int = 300) -> JobTable:
 
 # Found by a search over seeds (the helper-written fuzz of the review): each left a job
 # that fits waiting after a cycle, as shares moved under DRF, before the fixes.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("policy", "estimates", "seed"),
     [

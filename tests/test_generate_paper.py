@@ -315,6 +315,7 @@ def test_marginals_of_a_trace_without_the_optional_columns():
 # ---- files and the simulator -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_written_workload_loads_back_with_identical_columns(tmp_path, seed0):
     path = write_csv(seed0, tmp_path / "paper.csv")
     loaded = load_trace(path)

@@ -39,6 +39,7 @@ print(json.dumps(sorted({m.split(".")[1] for m in sys.modules if m.count(".") >=
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", list(FORBIDDEN))
 def test_a_layer_imports_without_the_ones_after_it(layer: str) -> None:
     out = subprocess.run(

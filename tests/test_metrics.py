@@ -309,6 +309,7 @@ def test_a_stalled_client_holds_the_loop_for_the_timeout_only(
     assert time.monotonic() - t0 < 6.0
 
 
+@pytest.mark.slow
 def test_idle_connections_do_not_hold_up_a_scrape() -> None:
     """Twelve connections that say nothing delayed a scrape by 13 s when the server
     answered one at a time; each now has a thread of its own."""
@@ -541,6 +542,7 @@ def test_controller_with_a_port_in_use_says_so_in_one_line(slurm_bin: Path) -> N
     assert len(odd.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_running_controller_serves_its_metrics(slurm_bin: Path) -> None:
     sd = slurm_bin / "state"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -39,6 +39,7 @@ def scenario(tmp_path_factory):
     return cfg, arms, summarise(cfg, run_scenario(cfg, arms))
 
 
+@pytest.mark.slow
 def test_each_share_runs_three_arms_per_seed(scenario):
     cfg, arms, res = scenario
     assert len(arms) == 2 * 2 * 3 and res["errors"] == []

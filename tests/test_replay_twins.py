@@ -127,6 +127,7 @@ def test_the_replay_rows_are_the_twins_coda_replay_ran(
     assert float(m.group(1)) == pytest.approx(100 * (coda / plain - 1), abs=rounding)
 
 
+@pytest.mark.slow
 def test_every_setting_gets_a_row_and_one_per_run_is_the_replays(
     replay_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -208,6 +208,7 @@ def test_write_run_rejects_ragged_jobs(tmp_path: Path) -> None:
         write_run(r, tmp_path)
 
 
+@pytest.mark.slow
 def test_write_comparison(tmp_path: Path) -> None:
     results = [
         fake_result("static-separate", gpu_eff=0.6),

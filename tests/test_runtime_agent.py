@@ -80,6 +80,7 @@ def py(*args: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ lifecycle
+@pytest.mark.slow
 def test_job_runs_in_its_cgroup_and_is_reaped(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
@@ -162,6 +163,7 @@ def synth(tmp: Path, jid: int, *extra: str) -> list[str]:
     return py(SYNTH, "--cpuset-file", str(cg_file(tmp, jid, "cpuset", "cpuset.cpus")), *extra)
 
 
+@pytest.mark.slow
 def test_allocator_slims_to_the_optimum_and_frees_cores(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
@@ -190,6 +192,7 @@ def test_allocator_slims_to_the_optimum_and_frees_cores(env) -> None:
     assert json.loads(store.meta("learned_profiles"))["profiles"][0]["cores"] == [[2, 1]]
 
 
+@pytest.mark.slow
 def test_eliminator_throttles_a_corunner_that_slows_training(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent(tune=LOOSE_HARM)  # the hog is seconds old: a loose harm budget
@@ -223,6 +226,7 @@ def test_eliminator_throttles_a_corunner_that_slows_training(env) -> None:
     tick_until(agent, lambda: (store.job(dnn).throughput or 0) > 0.9 * ref, timeout=10)
 
 
+@pytest.mark.slow
 def test_a_silent_job_is_not_trusted(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
@@ -242,6 +246,7 @@ def test_a_silent_job_is_not_trusted(env) -> None:
     assert render(agent).count('coda_job_stalled{job="1"') == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_a_restarted_progress_count_gives_no_rate_and_stops_nothing(env, gpus: int) -> None:
     """A second Reporter in one job (e.g. one per epoch) counts from 0 again: the rate
@@ -301,6 +306,7 @@ CHECKPOINTER = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stops", [True, False])
 def test_a_job_that_checkpoints_is_told_before_it_is_taken_back(env, tmp_path, stops) -> None:
     tmp, drv, store, new_agent = env
@@ -329,6 +335,7 @@ def test_a_job_that_checkpoints_is_told_before_it_is_taken_back(env, tmp_path, s
     assert waited < 3.0 if stops else waited >= 3.0
 
 
+@pytest.mark.slow
 def test_a_job_told_to_checkpoint_can_still_be_cancelled(env, tmp_path) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent(tune=LOOSE_HARM, kill_grace_s=3.0)
@@ -387,6 +394,7 @@ def wait_gone(pid: int, start: int) -> bool:
     return not alive(pid, start)
 
 
+@pytest.mark.slow
 def test_a_suspended_job_is_frozen_and_thawed_where_it_was(env) -> None:
     tmp, drv, store, new_agent = env
     agent, hog = running_hog(env)
@@ -425,6 +433,7 @@ def test_a_suspended_job_can_be_cancelled(env) -> None:
     assert not cg_file(tmp, hog, "cpuset", "").exists()
 
 
+@pytest.mark.slow
 def test_a_suspended_job_is_found_again_by_a_restarted_agent(env) -> None:
     tmp, drv, store, new_agent = env
     agent, hog = running_hog(env)
@@ -493,6 +502,7 @@ def test_a_running_job_found_frozen_is_thawed(env) -> None:
 
 
 # ------------------------------------------------------------------ restart
+@pytest.mark.slow
 def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     tmp, drv, store, new_agent = env
     first = new_agent()
@@ -512,6 +522,7 @@ def test_crashed_agent_is_replaced_and_jobs_readopted(env) -> None:
     assert acts.count("start") == 1 and "adopt" in acts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("runs_s", "state"), [(1.6, "timeout"), (0.2, "done")])
 def test_a_job_that_ended_while_no_agent_ran_is_judged_by_its_limit(env, runs_s, state) -> None:
     """Ended while the agent was down: past its time limit it is stopped at it (as the
@@ -651,6 +662,7 @@ def test_metrics_render(env) -> None:
     assert got[("coda_agent_decisions_total", decision)] == 1
 
 
+@pytest.mark.slow
 def test_progress_file_is_where_the_job_writes(env) -> None:
     tmp, drv, store, new_agent = env
     agent = new_agent()
@@ -859,6 +871,7 @@ def check_invariants(agent: NodeAgent, tmp: Path, store: Store) -> None:
     assert active == set(agent.jobs.running), (active, set(agent.jobs.running))
 
 
+@pytest.mark.slow
 def test_random_sequences_keep_the_books(tmp_path: Path) -> None:
     drv = make_driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")

@@ -46,7 +46,7 @@ def _why_not() -> str | None:
 
 
 SKIP = _why_not()
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 CG = Path("/sys/fs/cgroup")
 SYNTH = str(Path(__file__).parent / "synthetic_job.py")
 NOBODY = 65534

@@ -44,7 +44,7 @@ def _real() -> tuple[str | None, int]:
 
 
 SKIP, VERSION = _real()
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 
 CG = Path("/sys/fs/cgroup")
 

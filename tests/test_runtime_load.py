@@ -29,7 +29,7 @@ from coda.runtime.client import socket_path
 from coda.runtime.control import request
 from coda.runtime.store import Store
 
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIP is not None, reason=SKIP or "")]
 
 NOBODY = 65534
 OTHER = 4243  # another unprivileged user (no passwd entry needed)

@@ -224,6 +224,7 @@ SPEC_KEYS = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(SPEC_KEYS, SPEC_VALUES, max_size=7) | SPEC_VALUES)
 def test_any_json_spec_is_a_spec_or_a_spec_error(data) -> None:
@@ -344,6 +345,7 @@ def test_the_service_checks_a_time_limit_like_every_spec_field(service, tmp_path
     assert Store(db).jobs() == []  # nothing queued
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "raw",
     [
@@ -455,6 +457,7 @@ def test_one_agent_per_cgroup_parent_whatever_its_state_dir(tmp_path: Path) -> N
     s2.close()
 
 
+@pytest.mark.slow
 def test_the_supervisor_gets_none_of_the_jobs_environment(tmp_path: Path) -> None:
     drv = _driver(tmp_path)
     store = Store(tmp_path / "state" / "coda.db")
@@ -867,6 +870,7 @@ def test_coda_logs_escapes_a_jobs_terminal_controls_for_a_terminal(
     assert raw.output == nasty
 
 
+@pytest.mark.slow
 def test_a_jobs_logs_are_capped_and_a_users_logs_too(tmp_path: Path) -> None:
     """The log attack: a job's stdout grew 314 MB in 3 s in root's state directory.
     Now its shim keeps at most log_bytes of each stream and says how much it dropped;

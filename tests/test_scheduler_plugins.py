@@ -302,6 +302,7 @@ def test_requeue_only_keeps_the_new_jobs_an_older_one_covers():
     assert [a.job.idx for a in RequeueOnly().reclaim(dnn_job(34), node, 8, 10.8)] == [33, 31, 29]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(reclaim_cases(), st.data())
 def test_requeue_only_frees_enough_with_no_job_to_spare(case, data):

@@ -54,6 +54,7 @@ def test_the_allocator_declares_that_its_answers_change_only_in_its_calls():
     assert not answers_on_calls(object())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kept_answers_equal_a_rescan_and_decide_alike(seed):
     rows = _rows(seed)

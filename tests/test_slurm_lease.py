@@ -218,6 +218,7 @@ def test_a_second_active_controller_is_refused_in_one_line(tmp_path: Path) -> No
     assert r.exit_code == 2 and "--standby needs --lease" in r.output
 
 
+@pytest.mark.slow
 def test_a_lease_nobody_renews_is_taken_after_its_ttl(tmp_path: Path) -> None:
     """A controller that died on another host: the next one waits out the ttl (its
     beat never moves), then takes the lease; Slurm is then asked (and missing here)."""
@@ -244,6 +245,7 @@ def test_a_lease_in_a_missing_directory_is_refused_in_one_line(tmp_path: Path) -
     assert len(lines) == 1 and "nowhere" in lines[0] and "No such file" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_a_planted_fifo_or_a_stuck_lock_never_hangs_a_controller(tmp_path: Path) -> None:
     import fcntl
 

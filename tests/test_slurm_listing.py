@@ -704,6 +704,7 @@ _PIECES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     first=st.lists(st.integers(1, 40), min_size=1, max_size=30),
@@ -761,6 +762,7 @@ def test_the_splice_reads_what_every_line_read_gives(
         assert [j.job_id for j in by_splice.changed] == [j.job_id for j in by_line.changed]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     n=st.integers(1, 600),

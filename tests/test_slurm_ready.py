@@ -3,6 +3,7 @@ a read of every job gives (coda.slurm.ready, coda.slurm.index)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def _verdicts(index: JobIndex) -> dict[int, bool | None]:
     return {jid: deps.met(j.dependency) for jid, j in index.held_special.items() if j.dependency}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(reads(), st.lists(IDS, max_size=4))
 def test_kept_by_changes_equals_built_from_every_job(

@@ -456,6 +456,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, estimates, jobs, nodes", CASES)
 def test_optimised_runs_decide_as_the_straightforward_ones(
     policy: str, estimates: str, jobs: int, nodes: int
@@ -470,6 +471,7 @@ def test_optimised_runs_decide_as_the_straightforward_ones(
         assert fast[key] == slow[key], key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimates", ["exact", "time-limits"])
 def test_the_reserves_core_bound_changes_attempts_not_starts(
     estimates: str, monkeypatch: pytest.MonkeyPatch
@@ -517,6 +519,7 @@ def _simulate(wl: Any, cluster: str, policy: str, opts: PolicyOptions) -> dict[s
     return _outcome(sim.run())
 
 
+@pytest.mark.slow
 def test_small_random_workloads_decide_alike() -> None:
     """Where parked buckets rejoin the merge mid-round (a start reclaimed more cores
     than it took; a requeued gang job's other node joined the dirty ones with GPUs)."""
@@ -546,6 +549,7 @@ def _cpu_heavy_case(seed: int) -> Any:
     return build_workload(table, PROFILES, 0, {"AlexNet": 1.0, "ResNet50": 1.0})
 
 
+@pytest.mark.slow
 def test_buckets_that_failed_alike_go_on_after_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bucket whose job was refused by what its jobs share is passed over until a node
     changes, then goes on from the job after the merge's last one, as the straightforward
@@ -706,6 +710,7 @@ COMPACT_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy, changes", COMPACT_CASES)
 def test_compacting_the_event_heap_changes_no_decision(
     policy: str, changes: dict[str, Any], monkeypatch: pytest.MonkeyPatch

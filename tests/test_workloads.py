@@ -198,6 +198,7 @@ def test_train_exits_nonzero_when_a_worker_dies(tmp_path):
     _assert_all_gone(start["worker_pids"])
 
 
+@pytest.mark.slow
 def test_train_workers_exit_when_the_main_process_is_killed(tmp_path):
     proc = _start("train", [*TINY, "--gpu", "off"], tmp_path / "p")
     start = json.loads(proc.stdout.readline())
