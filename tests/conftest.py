@@ -3,9 +3,17 @@
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from slurm_cluster import cluster
 
-__all__ = ["cluster"]
+__all__ = ["cluster", "runner"]
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A click test runner for the `coda` command line."""
+    return CliRunner()
+
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "coda"
 

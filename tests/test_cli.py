@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_errors import one_error_line
 
 from coda.cli import main
 
@@ -38,11 +38,6 @@ def trace(tmp_path) -> Path:
     return p
 
 
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
 def simulate(runner, trace, out, *extra, command="simulate"):
     args = [command, "--trace", str(trace), "--cluster", CLUSTER, "--out", str(out)]
     return runner.invoke(main, [*args, *extra])
@@ -50,18 +45,6 @@ def simulate(runner, trace, out, *extra, command="simulate"):
 
 def stable(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in VOLATILE}
-
-
-def assert_user_error(result, *needles: str) -> str:
-    """Exit != 0, no traceback, and exactly one 'Error:' line that holds every needle."""
-    assert result.exit_code != 0, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    for needle in needles:
-        assert needle in errors[0], (needle, errors[0])
-    return errors[0]
 
 
 def test_policies_lists_baselines(runner):
@@ -141,7 +124,7 @@ def test_malformed_row_is_one_clear_line(runner, trace, tmp_path):
     lines[5] = "dnn-bad,1500,1800,abc,8,16384,1,0"  # line 6 of the file
     trace.write_text("\n".join(lines) + "\n")
     result = simulate(runner, trace, tmp_path / "bad", "--load", "0.5")
-    assert_user_error(result, trace.name, ":6:", "gpus")
+    one_error_line(result, trace.name, ":6:", "gpus")
     assert not (tmp_path / "bad" / "summary.json").exists()
 
     out = tmp_path / "skipped"
@@ -154,7 +137,7 @@ def test_malformed_row_is_one_clear_line(runner, trace, tmp_path):
 
 def test_unknown_policy_lists_known(runner, trace, tmp_path):
     result = simulate(runner, trace, tmp_path / "o", "--policy", "nonesuch")
-    assert_user_error(result, "nonesuch", "static-separate", "static-shared")
+    one_error_line(result, "nonesuch", "static-separate", "static-shared")
 
 
 def test_bad_cluster_spec(runner, trace, tmp_path):
@@ -162,17 +145,17 @@ def test_bad_cluster_spec(runner, trace, tmp_path):
         main,
         ["simulate", "--trace", str(trace), "--cluster", "2x4g", "--out", str(tmp_path / "o")],
     )
-    assert_user_error(result, "2x4g")
+    one_error_line(result, "2x4g")
 
 
 def test_unreachable_load(runner, trace, tmp_path):
     result = simulate(runner, trace, tmp_path / "o", "--load", "50")
-    assert_user_error(result, "cannot be reached")
+    one_error_line(result, "cannot be reached")
 
 
 def test_nan_load_rejected(runner, trace, tmp_path):
     result = simulate(runner, trace, tmp_path / "o", "--load", "nan")
-    assert_user_error(result, "load")
+    one_error_line(result, "load")
 
 
 @pytest.mark.slow
@@ -205,7 +188,7 @@ def test_compare_rejects_repeated_policy(runner, trace, tmp_path):
     result = simulate(
         runner, trace, out, "--policies", "static-shared, static-shared", command="compare"
     )
-    assert_user_error(result, "twice")
+    one_error_line(result, "twice")
     assert not out.exists()
 
 
@@ -237,7 +220,7 @@ def test_trace_command_shows_bad_rows_when_skipping(runner, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("job_id,submit_s,duration_s,gpus,cores\na,0,10,1,4\nb,1,ten,1,4\n")
     failed = runner.invoke(main, ["trace", "--trace", str(bad)])
-    assert_user_error(failed, "bad.csv", ":3:", "duration_s")
+    one_error_line(failed, "bad.csv", ":3:", "duration_s")
     result = runner.invoke(main, ["trace", "--trace", str(bad), "--skip-bad-rows"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())

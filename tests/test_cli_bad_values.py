@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from click.testing import CliRunner
 
 from coda.cli import FiniteFloat, main
@@ -112,15 +113,10 @@ def invoke(files: dict[str, Path], tmp_path: Path, extra: list[str], command="si
 
 
 def assert_one_line_error(result, needle: str, tmp_path: Path | None = None) -> str:
-    assert result.exit_code not in (0, None), result.output
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    assert needle in errors[0], (needle, errors[0])
+    line = one_error_line(result, needle)
     if tmp_path is not None:
         assert not (tmp_path / "o" / "summary.json").exists()  # failed before simulating
-    return errors[0]
+    return line
 
 
 @pytest.mark.parametrize(("extra", "needle"), OPTION_CASES)

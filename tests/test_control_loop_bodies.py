@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes import fake_v1_driver
+from job_tables import table
 
 from coda.control import ALLOCATOR, ELIMINATOR, ControlLoop
 from coda.policy import PolicyOptions, make_policy
@@ -29,7 +30,6 @@ from coda.slurm.cgroups import SlurmJobCgroups
 from coda.slurm.client import SlurmClient
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 PERIOD = 2.0

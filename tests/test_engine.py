@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from job_tables import PROFILES, table
 
 from coda.policy import POLICIES, PolicyOptions, make_policy
 from coda.policy.framework import SetQuota
@@ -15,20 +16,7 @@ from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.jobs import JobTable
-from coda.workload.perf import build_workload, load_profile_set
-
-PROFILES = load_profile_set("coda")
-
-
-def table(rows: list[tuple]) -> JobTable:
-    """rows: (submit, duration, gpus, cores[, mem, nodes])."""
-    full = []
-    for i, r in enumerate(rows):
-        submit, duration, gpus, cores = r[:4]
-        mem = r[4] if len(r) > 4 else 0
-        nodes = r[5] if len(r) > 5 else 1
-        full.append((f"j{i}", submit, duration, gpus, cores, mem, nodes, 0))
-    return JobTable.from_rows(full).sorted_by_submit()
+from coda.workload.perf import build_workload
 
 
 def simulate(rows, cluster: str, policy="static-separate", mix=None, seed=0, **kw):

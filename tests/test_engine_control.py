@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from job_tables import table
 
 from coda.cycle import InvariantError
 from coda.policy import make_policy
@@ -18,7 +19,6 @@ from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 

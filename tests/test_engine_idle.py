@@ -5,12 +5,12 @@ events and ticks, never timed."""
 from __future__ import annotations
 
 import pytest
+from job_tables import table
 
 from coda.policy import PolicyOptions, make_policy
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 YEAR = 365 * 86400

@@ -11,6 +11,7 @@ import pytest
 from fakes import LOOSE_HARM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from job_tables import table
 
 from coda.policy import make_policy
 from coda.policy.framework import Preempt, SetCores, SetQuota
@@ -21,7 +22,6 @@ from coda.sim.constants import FINISH as _FINISH
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 from tests.test_engine_control import _Recorder, run, shared_with
 
 PROFILES = load_profile_set("coda")

@@ -9,7 +9,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from coda.cli import main
 from coda.experiment import (
@@ -56,11 +55,6 @@ def trace(tmp_path) -> Path:
     p = tmp_path / "small.csv"
     p.write_text("\n".join([HEADER, *trace_rows()]) + "\n", encoding="utf-8")
     return p
-
-
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
 
 
 def headline(runner, trace, out, *extra):

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_errors import one_error_line
 from click.testing import CliRunner
 
 from coda.cli import main
@@ -39,22 +40,8 @@ RESULTS_KEYS = (
 PNG = b"\x89PNG"
 
 
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
 def paper(runner: CliRunner, out: Path, *extra: str):
     return runner.invoke(main, ["experiment", "paper", "--workers", "1", "--out", str(out), *extra])
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code != 0, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import one_error_line
 from click.testing import CliRunner
 
 from coda.cli import main
@@ -43,23 +44,10 @@ PNG = b"\x89PNG\r\n\x1a\n"
 TINY = ("--cores-per-gpu", "3,5.6", "--cpu-shares", "0.25", "--loads", "0.2", "--jobs", "300")
 
 
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
 def regimes(runner: CliRunner, out: Path, *extra: str):
     return runner.invoke(
         main, ["experiment", "regimes", "--workers", "1", "--out", str(out), *extra]
     )
-
-
-def one_error_line(result, code: int) -> str:
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 # ---------------------------------------------------------------- clusters
@@ -185,7 +173,7 @@ def test_a_failed_run_is_recorded_and_the_others_go_on(runner, tmp_path, monkeyp
     monkeypatch.setitem(POLICIES, "static-separate", broken)
     out = tmp_path / "r"
     result = regimes(runner, out, *TINY)
-    assert "2 of 8 runs failed" in one_error_line(result, 1)
+    assert "2 of 8 runs failed" in one_error_line(result, code=1)
     assert "FAILED (RuntimeError: policy exploded)" in result.output
     res = json.loads((out / "results.json").read_text())
     assert len(res["errors"]) == 2
@@ -232,7 +220,7 @@ def test_bad_options_exit_2_with_one_line(runner, tmp_path, args, option, needle
     base.update(dict(zip(args[::2], args[1::2], strict=True)))
     flat = [x for kv in base.items() for x in kv]
     result = runner.invoke(main, ["experiment", "regimes", "--out", str(tmp_path / "r"), *flat])
-    line = one_error_line(result, 2)
+    line = one_error_line(result, code=2)
     assert option in line and needle in line, line
 
 

@@ -5,6 +5,7 @@ SIM_ALLOCATOR_START)."""
 from __future__ import annotations
 
 import pytest
+from job_tables import PROFILES, table
 
 from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator
@@ -17,7 +18,6 @@ from coda.sim.engine import Simulator
 from coda.study.config import RunConfig
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
-from tests.test_engine import PROFILES, table
 
 # A DNN job asks for every core of the node; a CPU job arrives a second later.
 ROWS = [(0, 300, 4, 16), (1, 10, 0, 8)]

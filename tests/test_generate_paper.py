@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import one_error_line
 from click.testing import CliRunner
 
 from coda.cli import main
@@ -334,14 +335,6 @@ def test_the_workload_uses_the_models_and_bandwidths_the_trace_names(tmp_path):
 
 
 # ---- the command -----------------------------------------------------------------------
-
-
-def one_error_line(result, needle: str) -> None:
-    assert result.exit_code not in (0, None), result.output
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
-    assert len(errors) == 1, result.output
-    assert needle in errors[0], (needle, errors[0])
 
 
 def test_cli_generate_writes_a_trace_that_coda_trace_describes(tmp_path):

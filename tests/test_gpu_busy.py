@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+from job_tables import table
 
 from coda.policy import make_policy
 from coda.sim.engine import Simulator
@@ -15,7 +16,6 @@ from coda.workload.cluster import parse_cluster_spec
 from coda.workload.generate import PaperParams, generate
 from coda.workload.perf import build_workload, load_profile_set
 from coda.workload.profile_set import ProfileSet
-from tests.test_engine import table
 
 CODA = load_profile_set("coda")
 

@@ -179,11 +179,12 @@ def test_bad_configs_are_refused(field: str) -> None:
 
 
 def test_in_the_simulator_a_start_takes_only_what_the_bucket_allows() -> None:
+    from job_tables import table
+
     from coda.policy import make_policy
     from coda.sim.engine import Simulator
     from coda.workload.cluster import parse_cluster_spec
     from coda.workload.perf import build_workload, load_profile_set
-    from tests.test_engine import table
 
     def run(dnn_at: float):
         rows = [(0, 20000, 0, 6), (dnn_at, 3000, 1, 4)]
@@ -208,11 +209,12 @@ def test_in_the_simulator_a_start_takes_only_what_the_bucket_allows() -> None:
 
 @pytest.mark.parametrize("dnn_at", [10.0, 7300.0])
 def test_in_the_simulator_a_job_that_does_not_checkpoint_keeps_its_cores(dnn_at) -> None:
+    from job_tables import table
+
     from coda.policy import make_policy
     from coda.sim.engine import Simulator
     from coda.workload.cluster import parse_cluster_spec
     from coda.workload.perf import build_workload, load_profile_set
-    from tests.test_engine import table
 
     rows = [(0, 20000, 0, 6), (dnn_at, 3000, 1, 4)]
     wl = build_workload(table(rows), load_profile_set("coda"), 0, {"AlexNet": 1.0},
@@ -234,8 +236,9 @@ def test_in_the_simulator_a_job_that_does_not_checkpoint_keeps_its_cores(dnn_at)
 
 
 def test_the_checkpoint_share_draws_after_everything_else() -> None:
+    from job_tables import table
+
     from coda.workload.perf import build_workload, load_profile_set
-    from tests.test_engine import table
 
     rows = [(i, 100, i % 2, 4) for i in range(400)]
     profiles = load_profile_set("coda")
@@ -292,11 +295,12 @@ def test_a_job_found_running_has_earned_from_its_start() -> None:
 
 
 def test_a_periodic_scheduler_waits_for_its_pass_not_forever() -> None:
+    from job_tables import table
+
     from coda.policy import make_policy
     from coda.sim.engine import Simulator
     from coda.workload.cluster import parse_cluster_spec
     from coda.workload.perf import build_workload, load_profile_set
-    from tests.test_engine import table
 
     rows = [(0.3, 20000, 0, 8), (10, 3000, 1, 4)]
     wl = build_workload(table(rows), load_profile_set("coda"), 0, {"AlexNet": 1.0})

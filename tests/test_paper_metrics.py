@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from job_tables import table
 
 from coda.policy import make_policy
 from coda.policy.state import DNN, Job
@@ -18,7 +19,6 @@ from coda.sim.paper_metrics import group_percentile, paper_metrics
 from coda.sim.result import SimResult
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 

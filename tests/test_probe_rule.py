@@ -5,13 +5,13 @@ an allocator probe or any later growth. Checked with the real CODA policy."""
 from __future__ import annotations
 
 import pytest
+from job_tables import table
 
 from coda.policy import make_policy
 from coda.policy.framework import SetCores
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 # AlexNet on one GPU peaks at 6 cores: a job that asked for 2 wants to probe up.

@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from job_tables import table
 
 from coda.cycle import InvariantError
 from coda.policy import make_policy
@@ -17,7 +18,6 @@ from coda.policy.state import Job
 from coda.sim.engine import Simulator
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload, load_profile_set
-from tests.test_engine import table
 
 PROFILES = load_profile_set("coda")
 CLUSTER = "3x4g32c,1x2g16c,1x0g32c"

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from job_tables import PROFILES, table
 
 from coda.cli import main
 from coda.policy import PolicyOptions, make_policy
@@ -16,7 +17,6 @@ from coda.study.config import RunConfig, SimulationOptions
 from coda.workload.cluster import parse_cluster_spec
 from coda.workload.perf import build_workload
 from tests.fakes import LOOSE_HARM
-from tests.test_engine import PROFILES, table
 
 
 def simulate(rows, cluster: str, policy="static-separate", mix=None, seed=0, start_delay_s=0.0,
