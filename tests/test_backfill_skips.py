@@ -164,7 +164,7 @@ def test_a_job_searched_in_full_is_not_searched_in_full_again(
     # failed it by what is its own (a reservation, its memory) is retried only where room
     # appears, as any old job is; the reference searches it in full at every cycle until
     # its bucket fails alike. Same starts; fewer full searches.
-    from coda.cycle.queue import Bucket
+    from coda.cycle.buckets import Bucket
     from coda.cycle.starts import Starter
 
     full_searches = {"now": 0, "reference": 0}
@@ -195,7 +195,7 @@ def test_a_job_searched_in_full_is_not_searched_in_full_again(
 
 
 def test_a_bucket_keeps_where_its_full_searches_reached() -> None:
-    from coda.cycle.queue import Bucket
+    from coda.cycle.buckets import Bucket
 
     jobs = [Job(i, f"j{i}", float(i), 0, 1, 0, 1, 10.0) for i in range(4)]
     bucket = Bucket()

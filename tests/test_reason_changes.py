@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coda.cycle import Reason, Scheduler
-from coda.cycle.queue import Bucket
+from coda.cycle.buckets import Bucket
 from coda.policy import POLICIES, make_policy
 from coda.policy.state import Job
 from coda.sim.engine import Simulator
@@ -136,7 +136,7 @@ def test_jobs_that_showed_their_own_reason_follow_their_bucket_again() -> None:
     it then shows the bucket's, and is named among the changes."""
     from coda.cycle import reasons as R
     from coda.cycle.clock import Clock
-    from coda.cycle.queued import Queue
+    from coda.cycle.queue import Queue
 
     clock = Clock()
     queue = Queue(make_policy("coda"), clock)

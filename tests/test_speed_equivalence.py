@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 import coda.sim.engine as engine
 from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
+from coda.cycle.buckets import Bucket, Parking
 from coda.cycle.index import PoolIndex
-from coda.cycle.queue import Bucket, Parking
 from coda.cycle.reasons import Reason
 from coda.cycle.scheduler import Scheduler
 from coda.cycle.search import SORT_DIRTY_UP_TO, NodeSearch

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coda.cycle import Reason
-from coda.cycle.queue import Bucket
-from coda.cycle.queued import ReasonChanges
+from coda.cycle.buckets import Bucket
+from coda.cycle.queue import ReasonChanges
 from coda.policy.state import Job
 from coda.slurm.wait_marks import SharedReason, WaitMarks
 

@@ -16,10 +16,10 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from coda.cycle import reasons as R
+from coda.cycle.buckets import Bucket, Entry, Parked, Parking, Room
 from coda.cycle.clock import Clock
 from coda.cycle.nodes import NodeBook
-from coda.cycle.queue import Bucket, Entry, Parked, Parking, Room
-from coda.cycle.queued import Queue
+from coda.cycle.queue import Queue
 from coda.cycle.reasons import Reason, Reasons
 from coda.cycle.reservations import Hold
 from coda.cycle.search import NodeSearch

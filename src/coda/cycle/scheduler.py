@@ -1,7 +1,7 @@
 """The scheduling cycle: one runner for the simulator, the node agent and Slurm.
 
 Pure: no I/O, no clock (``now`` is passed in). It holds its parts: the queue (each of
-the policy's arrays as FIFO buckets, ``queued.py``), the node ledger (an index of
+the policy's arrays as FIFO buckets, ``queue.py``), the node ledger (an index of
 nodes and which gained room since the last cycle, ``nodes.py``), each array's backfill
 reservation (``reservations.py``), what bookings move under fair share
 (``shares.py``), the node search (``search.py``), the attempt that starts a job
@@ -31,14 +31,14 @@ from typing import Any
 
 from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
+from coda.cycle.buckets import Bucket
 from coda.cycle.clock import Clock
 from coda.cycle.decisions import Decision, Executor, Returned
 from coda.cycle.every_job import EveryJobReservations
 from coda.cycle.index import PoolIndex
 from coda.cycle.invariant import InvariantError
 from coda.cycle.nodes import NodeBook
-from coda.cycle.queue import Bucket
-from coda.cycle.queued import Queue, ReasonChanges
+from coda.cycle.queue import Queue, ReasonChanges
 from coda.cycle.reasons import Reason, Reasons
 from coda.cycle.reservations import Hold, Reservations
 from coda.cycle.search import NodeSearch

@@ -18,7 +18,7 @@ from typing import Any
 from coda.cycle import reasons as R
 from coda.cycle.clock import Clock
 from coda.cycle.nodes import NodeBook
-from coda.cycle.queued import Queue
+from coda.cycle.queue import Queue
 from coda.cycle.reasons import Reason, Reasons
 from coda.cycle.reservations import Hold, Reservations
 from coda.cycle.tenants import rank

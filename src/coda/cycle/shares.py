@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coda.cycle.queued import Queue
+from coda.cycle.queue import Queue
 from coda.cycle.reservations import Reservations
 from coda.policy.framework import Policy
 from coda.policy.state import Job, Node

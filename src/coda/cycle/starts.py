@@ -12,7 +12,7 @@ from coda.cycle.clock import Clock
 from coda.cycle.decisions import Decision, Executor, Reclaimed, Start
 from coda.cycle.invariant import InvariantError
 from coda.cycle.nodes import NodeBook
-from coda.cycle.queued import Queue
+from coda.cycle.queue import Queue
 from coda.cycle.reasons import Reason
 from coda.cycle.reservations import Hold, Reservations
 from coda.cycle.search import NodeSearch

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from coda.cycle import Reason, Scheduler
-from coda.cycle.queue import Bucket
+from coda.cycle.buckets import Bucket
 from coda.policy.state import Job
 from coda.slurm.client import SlurmJob
 
