@@ -20,7 +20,7 @@ from coda.policy.allocator import (
     LearnedProfiles,
     free_room,
 )
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import JobControl, SetCores
 from coda.policy.state import Job, Node
 
@@ -111,7 +111,7 @@ class Driver:
 
 
 def search_once(cfg: AllocatorConfig, c_opt: float, request: int, seed: int, noise: float):
-    alloc = AdaptiveAllocator(ThroughputBook(), cfg)
+    alloc = AdaptiveAllocator(ThroughputHistory(), cfg)
     d = Driver(alloc, c_opt, request, seed=seed, noise=noise)
     d.converge()
     return d.job.cores_pn, alloc.stats()
@@ -157,7 +157,7 @@ def test_converges_exactly_in_90pct_and_within_one_always_probes_le_2log2_plus_3
 @pytest.mark.parametrize(("cfg", "noise"), [(NOISY, 0.10), (AllocatorConfig(), 0.03)])
 def test_no_core_changes_after_convergence(cfg: AllocatorConfig, noise: float) -> None:
     for seed in range(20):
-        alloc = AdaptiveAllocator(ThroughputBook(), cfg)
+        alloc = AdaptiveAllocator(ThroughputHistory(), cfg)
         d = Driver(alloc, 3, 8, seed=seed, noise=noise)
         d.converge()
         before = d.set_cores
@@ -168,7 +168,7 @@ def test_no_core_changes_after_convergence(cfg: AllocatorConfig, noise: float) -
 
 
 def test_reference_is_measured_at_the_chosen_level() -> None:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     alloc = AdaptiveAllocator(book)
     d = Driver(alloc, 4, 8, noise=0.02)
     d.converge()
@@ -179,7 +179,7 @@ def test_reference_is_measured_at_the_chosen_level() -> None:
 
 def test_learned_shapes_start_at_the_learned_count_and_skip_probing() -> None:
     cfg = AllocatorConfig(verify_every=4)
-    alloc = AdaptiveAllocator(ThroughputBook(), cfg)
+    alloc = AdaptiveAllocator(ThroughputHistory(), cfg)
     probes = []
     for i in range(12):
         before = alloc.stats()["probes"]
@@ -209,7 +209,7 @@ def test_verification_corrects_a_wrong_learned_value(learned: int) -> None:
     lp = LearnedProfiles()
     for _ in range(3):
         lp.record(("ResNet50", 1, 1), learned)
-    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(verify_every=1), lp)
+    alloc = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(verify_every=1), lp)
     d = Driver(alloc, 3, 8, noise=0.03)
     assert d.job.cores_pn == learned and alloc.state(d.job) == "measuring"
     d.run(4)
@@ -220,7 +220,7 @@ def test_verification_corrects_a_wrong_learned_value(learned: int) -> None:
 
 
 def test_cores_changed_behind_its_back_restart_the_search() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 3, 8, noise=0.03)
     d.converge()
     d.job.cores_pn = 10  # someone else resized the job
@@ -286,7 +286,7 @@ def test_learned_profiles_round_trip_and_median() -> None:
     assert d["schema"] == "coda-learned-profiles/1"
     back = LearnedProfiles.from_dict(d)
     assert back.to_dict() == lp.to_dict() and back.shapes() == lp.shapes()
-    alloc = AdaptiveAllocator(ThroughputBook(), learned=back)
+    alloc = AdaptiveAllocator(ThroughputHistory(), learned=back)
     job = Job(0, "a", 0.0, 2, 16, 0, 1, 1.0, model="AlexNet")
     assert alloc.cores_per_node(job) == 4
 
@@ -344,7 +344,7 @@ def test_malformed_learned_profiles_raise_value_error(bad) -> None:
 
 
 def test_persistent_drop_retunes_to_the_new_optimum() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 3, 8, noise=0.03)
     d.converge()
     assert d.job.cores_pn == 3
@@ -364,7 +364,7 @@ def test_persistent_drop_retunes_to_the_new_optimum() -> None:
 
 
 def test_rise_retunes_downward() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 6, 8, noise=0.03)
     d.converge()
     assert d.job.cores_pn == 6
@@ -377,7 +377,7 @@ def test_rise_retunes_downward() -> None:
 
 
 def test_drop_with_a_cpu_job_on_the_node_does_not_retune() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 3, 8, noise=0.03)
     d.converge()
     cpu = Job(1, "cpu", 0.0, 0, 4, 0, 1, 1.0)
@@ -392,7 +392,7 @@ def test_drop_with_a_cpu_job_on_the_node_does_not_retune() -> None:
 
 
 def test_cooldown_delays_a_retune() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(cooldown_windows=20))
+    alloc = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(cooldown_windows=20))
     d = Driver(alloc, 3, 8, noise=0.03)
     d.converge()
     d.c_opt = 6
@@ -403,7 +403,7 @@ def test_cooldown_delays_a_retune() -> None:
 
 
 def test_resize_retunes_from_the_current_cores() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 3, 8, noise=0.03)
     d.converge()
     # The job gets a second GPU: it now needs 6 cores.
@@ -417,7 +417,7 @@ def test_resize_retunes_from_the_current_cores() -> None:
 
 
 def test_no_free_cores_means_no_growth_beyond_what_it_holds() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 6, 2, noise=0.03)
     d.nodes[0].free_cores = 0  # someone took the rest of the node
     d.converge()
@@ -429,7 +429,7 @@ def test_no_free_cores_means_no_growth_beyond_what_it_holds() -> None:
 def test_cores_cpu_jobs_hold_are_no_room_to_grow() -> None:
     # Same node, but the 6 missing cores are a CPU job's: they are reclaimed for a
     # DNN job's start only, so the allocator never probes into them.
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 6, 2, noise=0.03)
     d.nodes[0].free_cores = 0
     d.nodes[0].cpu_job_cores = 6
@@ -448,7 +448,7 @@ def test_free_room_counts_free_cores_only() -> None:
 
 
 def test_cores_taken_by_a_neighbour_hold_the_job_until_they_come_back() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 6, 8, noise=0.03, greedy_neighbour=True)
     d.nodes[0].free_cores = 0
     d.converge()
@@ -467,7 +467,7 @@ def test_refused_growth_does_not_loop_and_recovers_when_allowed() -> None:
     """A driver that refuses every growth (its free cores go to others first): the
     job converges at what it holds; asks to climb back are rare (doubling back-off);
     once growth is allowed again it climbs back to the answer."""
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 6, 8, noise=0.03, refuse_growth=True)
     d.converge()
     converged_asks = d.grow_asks
@@ -483,11 +483,11 @@ def test_refused_growth_does_not_loop_and_recovers_when_allowed() -> None:
 
 
 def test_growth_is_capped_by_max_cores_and_the_emptiest_node() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(max_cores=5))
+    alloc = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(max_cores=5))
     d = Driver(alloc, 12, 4, noise=0.03, nodes=2)
     d.converge()
     assert d.job.cores_pn == 5 and d.refused == 0
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 12, 4, noise=0.03, nodes=2)
     d.nodes[1].free_cores = 3  # the second node has room for 3 more
     d.converge()
@@ -495,7 +495,7 @@ def test_growth_is_capped_by_max_cores_and_the_emptiest_node() -> None:
 
 
 def test_multi_node_jobs_converge_per_node() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook())
+    alloc = AdaptiveAllocator(ThroughputHistory())
     d = Driver(alloc, 5, 8, noise=0.03, gpus=2, nodes=2)
     d.converge()
     assert d.job.cores_pn == 5
@@ -507,7 +507,7 @@ def test_group_key_contract() -> None:
     lp = LearnedProfiles()
     lp.record(("ResNet50", 1, 1), 3)
     lp.record(("VGG16", 2, 1), 2)
-    alloc = AdaptiveAllocator(ThroughputBook(), learned=lp)
+    alloc = AdaptiveAllocator(ThroughputHistory(), learned=lp)
     control: JobControl = alloc  # the type checker holds it to the Protocol
     assert callable(control.waiting_for_room) and callable(alloc.cores_per_node)
     jobs = [
@@ -529,7 +529,7 @@ def test_group_key_contract() -> None:
 
 
 def test_cpu_jobs_are_ignored() -> None:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     alloc = AdaptiveAllocator(book)
     cpu = Job(0, "c", 0.0, 0, 4, 0, 1, 1.0)
     cpu.placement, cpu.cores_pn = [Node(0, "n", 0, 8, 0, 10.0)], 4
@@ -539,7 +539,7 @@ def test_cpu_jobs_are_ignored() -> None:
 
 
 def test_search_off_keeps_the_request_and_sets_a_reference() -> None:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     alloc = AdaptiveAllocator(book, AllocatorConfig(search=False))
     d = Driver(alloc, 3, 8, noise=0.03)
     assert alloc.wants_samples(d.job)
@@ -551,7 +551,7 @@ def test_search_off_keeps_the_request_and_sets_a_reference() -> None:
 
 
 def test_samples_go_to_the_book_and_are_cleared_on_core_changes() -> None:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     alloc = AdaptiveAllocator(book)
     d = Driver(alloc, 2, 8, noise=0.03)
     for _ in range(50):
@@ -566,7 +566,7 @@ def test_samples_go_to_the_book_and_are_cleared_on_core_changes() -> None:
 
 
 def test_settle_windows_are_discarded() -> None:
-    alloc = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(settle_windows=1))
+    alloc = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(settle_windows=1))
     d = Driver(alloc, 2, 8, noise=0.03)
     d.converge()
     assert d.job.cores_pn == 2
@@ -591,9 +591,9 @@ def test_two_allocators_driving_one_job_keep_their_own_searches() -> None:
     """A job's track lives on the job (``Job.control_state``) for the first allocator
     to start it; a second allocator driving the same job keeps its own, apart, and
     each search goes on as it would alone. Finishing clears what each one held."""
-    alone = AdaptiveAllocator(ThroughputBook(), MID)
-    first = AdaptiveAllocator(ThroughputBook(), MID)
-    second = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(start="request"))
+    alone = AdaptiveAllocator(ThroughputHistory(), MID)
+    first = AdaptiveAllocator(ThroughputHistory(), MID)
+    second = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(start="request"))
     d_alone = Driver(alone, 2, 8, seed=3, noise=0.05)
     d = Driver(first, 2, 8, seed=3, noise=0.05)
     assert d.job.control_state is not None
@@ -614,7 +614,7 @@ def test_two_allocators_driving_one_job_keep_their_own_searches() -> None:
 
 
 def test_a_reference_taken_beside_a_cpu_job_is_not_solo_until_known() -> None:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     alloc = AdaptiveAllocator(book)
     d = Driver(alloc, 4, 8, noise=0.02)
     d.converge()
@@ -631,7 +631,7 @@ def test_a_reference_taken_beside_a_cpu_job_is_not_solo_until_known() -> None:
     # Its own solo speed at 4 cores is known: that is the reference, not the slow one.
     assert book.reference_solo(d.job) and book.reference(d.job) == alone
     # At a count it was never measured alone at, the reference waits for a probe.
-    fresh = ThroughputBook()
+    fresh = ThroughputHistory()
     other = AdaptiveAllocator(fresh)
     e = Driver(other, 4, 8, noise=0.02)
     e.nodes[0].jobs[Job(1, "cpu", 0.0, 0, 4, 0, 1, 1.0)] = None

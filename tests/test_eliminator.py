@@ -3,7 +3,7 @@
 The rig plays the driver: each period it computes every training job's
 throughput from a simple contention model (reference / slowdown(CPU-job
 bandwidth share actually used, which scales with their quotas)), records it in
-the ThroughputBook, ticks the eliminator, and applies the SetQuota it returns.
+the ThroughputHistory, ticks the eliminator, and applies the SetQuota it returns.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import NodeControl, SetQuota
 from coda.policy.state import CPU, Job, Node
 
@@ -48,7 +48,7 @@ class Rig:
         # The loop's mechanics are tested on a node that does not report its bandwidth
         # (no MBM): then the paper's bandwidth gate does not apply. Bandwidth tests opt in.
         self.node = Node(0, "g0", 4, 64, 0, BW if reports_bw else 0.0)
-        self.book = ThroughputBook()
+        self.book = ThroughputHistory()
         self.elim = ContentionEliminator(self.book, self.cfg)
         self.slowdown = slowdown or linear(0.2)
         self.extra = 1.0  # slowdown that no CPU job causes (e.g. a PCIe-heavy neighbour)
@@ -126,7 +126,7 @@ def first_change(rig: Rig) -> int:
 
 # ------------------------------------------------------------------ detection
 def test_is_a_node_control():
-    elim = ContentionEliminator(ThroughputBook())
+    elim = ContentionEliminator(ThroughputHistory())
     control: NodeControl = elim  # the type checker holds it to the Protocol
     assert control.period_s == 10.0 and not control.watching(Node(0, "n", 1, 8, 0, 10.0))
 
@@ -513,7 +513,7 @@ def test_stale_quota_is_adopted_and_restored():
 
 
 def test_gang_cpu_job_is_restored_only_when_no_node_holds_it():
-    book = ThroughputBook()
+    book = ThroughputHistory()
     elim = ContentionEliminator(book)
     a, b = Node(0, "a", 4, 64, 0, 0.0), Node(1, "b", 4, 64, 0, 0.0)  # no MBM: no gate
     cpu = Job(9, "gang", 0.0, 0, 8, 0, 2, 1e9)

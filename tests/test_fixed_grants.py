@@ -11,7 +11,7 @@ from coda.policy import PolicyOptions, make_policy
 from coda.policy.allocator import AdaptiveAllocator
 from coda.policy.allocator_config import AllocatorConfig
 from coda.policy.core_search import free_room
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import SetCores
 from coda.policy.state import Job, Node
 from coda.sim.engine import Simulator
@@ -95,8 +95,8 @@ def _dnn(idx: int) -> tuple[Job, Node]:
 
 
 def test_the_request_start_places_every_job_with_its_request_and_learns_nothing() -> None:
-    learned = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(start="learned"))
-    request = AdaptiveAllocator(ThroughputBook(), AllocatorConfig(start="request"))
+    learned = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(start="learned"))
+    request = AdaptiveAllocator(ThroughputHistory(), AllocatorConfig(start="request"))
     key = ("VGG16", 1, 1)
     for _ in range(3):
         learned.learned.record(key, 2)

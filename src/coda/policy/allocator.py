@@ -35,7 +35,7 @@ from typing import Any
 
 from coda.policy.allocator_config import START_POINTS, AllocatorConfig
 from coda.policy.core_search import CoreSearch, free_room
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import Action
 from coda.policy.learned_profiles import SCHEMA, LearnedProfiles, Shape
 from coda.policy.search_track import Track, pooled_peak
@@ -62,7 +62,7 @@ class AdaptiveAllocator(CoreSearch):
 
     def __init__(
         self,
-        book: ThroughputBook,
+        book: ThroughputHistory,
         config: AllocatorConfig | None = None,
         learned: LearnedProfiles | None = None,
     ) -> None:

@@ -23,7 +23,7 @@ from coda.policy.allocator import AdaptiveAllocator, AllocatorConfig
 from coda.policy.baselines import GpuSizeArrays, KindArrays
 from coda.policy.eliminator import ContentionEliminator, EliminatorConfig
 from coda.policy.fairshare import DominantShares
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import (
     CHECKPOINT_S,
     Arrays,
@@ -62,7 +62,7 @@ def _coda(
     description: str,
     options: PolicyOptions,
 ) -> Policy:
-    book = ThroughputBook()
+    book = ThroughputHistory()
     # The policy's checkpoint interval: what a requeue is assumed to lose at most.
     harm = HarmBudget(checkpoint_s=CHECKPOINT_S) if harm_bound and colocation else None
     # 16/8 windows: the allocator's tests show >= 98% exact answers at 5% sample noise.

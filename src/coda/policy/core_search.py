@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 from coda.policy.allocator_config import AllocatorConfig
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import Action, SetCores
 from coda.policy.search_track import Track, pooled_noise, pooled_peak
 from coda.policy.state import Job, Node
@@ -32,7 +32,7 @@ class CoreSearch:
     """The search half of AdaptiveAllocator (a base class, so no extra call layer):
     starts a search and steps it on each window until it converges."""
 
-    book: ThroughputBook
+    book: ThroughputHistory
     config: AllocatorConfig
     _n: dict[str, float]
 

@@ -41,7 +41,7 @@ their CPU quota. The loop follows Heracles, PARTIES and Crane (docs/reference.md
   while throttled goes back to full quota (``dry_release``), whoever's job it is and
   whatever counters the node has.
 
-Pure decision code: samples come from the ThroughputBook, time from the caller.
+Pure decision code: samples come from the ThroughputHistory, time from the caller.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coda.policy.feedback import ThroughputBook
+from coda.policy.feedback import ThroughputHistory
 from coda.policy.framework import Action, SetQuota
 from coda.policy.harm_budget import HarmBudget
 from coda.policy.state import CPU, DNN, Job, Node
@@ -190,7 +190,7 @@ class ContentionEliminator:
 
     def __init__(
         self,
-        book: ThroughputBook,
+        book: ThroughputHistory,
         config: EliminatorConfig | None = None,
         harm: HarmBudget | None = None,
     ) -> None:

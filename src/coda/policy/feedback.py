@@ -8,7 +8,7 @@ from collections import deque
 from coda.policy.state import Job
 
 
-class ThroughputBook:
+class ThroughputHistory:
     """Recent throughput samples per running DNN job, and each job's reference.
 
     The reference is the throughput the allocator measured when the job's core

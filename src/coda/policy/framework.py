@@ -261,7 +261,9 @@ class LearnsProfiles(Protocol):
     generation: int
 
 
-class ReferenceBook(Protocol):
+class ReferenceThroughputs(Protocol):
+    """Each job's reference throughput, where one was measured."""
+
     def reference(self, job: Job) -> float | None: ...
 
 
@@ -270,7 +272,7 @@ class ExplainsSearch(Protocol):
     its last step (``explain``), and the job's reference throughput (``book``)."""
 
     @property
-    def book(self) -> ReferenceBook: ...
+    def book(self) -> ReferenceThroughputs: ...
 
     def state(self, job: Job) -> str: ...
 
