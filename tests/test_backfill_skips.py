@@ -1,7 +1,7 @@
 """Backfill passes over attempts that would fail (cycle/backfill.py): a bucket refused
 alike waits until a node changes, a job needing no less than a failed one of its bucket
 is not tried. These tests check that nothing passed over would have started, against a
-scheduler that tries every job, and the cases a review found."""
+scheduler that tries every job, and the edge cases of each rule."""
 
 from __future__ import annotations
 

@@ -343,7 +343,7 @@ def test_run_config_accepts_its_defaults_and_native_time():
     )
 
 
-# ------------------------------------------------------------ review: values that got through
+# -------------------------------------------- outputs, loads and horizons refused before simulating
 def test_an_out_that_is_not_a_directory_fails_before_simulating(files, tmp_path):
     result = invoke(files, tmp_path, ["--out", "/dev/null"])
     assert result.exit_code == 2
@@ -368,7 +368,7 @@ def test_a_horizon_before_the_window_is_an_error_not_zero_utilisation(tmp_path):
     assert_one_line_error(result, "ends before the measurement window", tmp_path)
 
 
-# ------------------------------------------------------------ coda submit --time (issue 12)
+# ------------------------------------------------------------ coda submit --time
 @pytest.mark.parametrize(
     "value",
     ["", "0", "00:00", "abc", "1h", "1.5", "-5", "+5", " 5", "1:60", "60:60:00", "1-24",
@@ -525,8 +525,8 @@ def test_a_cluster_that_is_a_directory_or_fifo_is_said_to_be_one(files, tmp_path
 
 
 def test_a_cluster_spec_is_read_as_one_beside_a_directory_of_its_name(files, tmp_path, monkeypatch):
-    """--out named after the cluster made its spec unusable on the next run (found by
-    review): a spec that parses is a spec, whatever exists by its name."""
+    """An --out named after the cluster must not make its spec unusable on the next run:
+    a spec that parses is a spec, whatever exists by its name."""
     monkeypatch.chdir(tmp_path)
     Path(CLUSTER).mkdir()
     args = ["simulate", "--trace", str(files["trace"]), "--native-time", "--out", CLUSTER]

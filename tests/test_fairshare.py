@@ -192,8 +192,8 @@ def _mixed_trace(seed: int, n: int = 300) -> JobTable:
     return table
 
 
-# Found by a search over seeds (the helper-written fuzz of the review): each left a job
-# that fits waiting after a cycle, as shares moved under DRF, before the fixes.
+# Seeds a search over seeds found: each can leave a job that fits waiting after a cycle,
+# as shares move under DRF.
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("policy", "estimates", "seed"),

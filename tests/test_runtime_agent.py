@@ -717,7 +717,7 @@ def test_tune_policy_overrides_and_validates() -> None:
         tune_policy(make_policy("static-separate"), {"eliminator.window": "3"})
 
 
-# ------------------------------------------------------------------ review regressions
+# ----------------------------------------- shims, cancels, restarts and the books when a step fails
 
 
 def test_a_shim_that_cannot_join_fails_the_job_not_the_agent(env) -> None:

@@ -118,7 +118,7 @@ def test_agent_refuses_a_second_instance(tmp_path: Path) -> None:
     assert not AgentLock.held(tmp_path)
 
 
-# ------------------------------------------------------------------ review regressions
+# ----------------------------------------------- agent start-up errors and a killed job's exit code
 def test_agent_start_errors_are_clear_and_release_everything(tmp_path: Path, monkeypatch) -> None:
     import shutil
     import signal

@@ -612,7 +612,7 @@ def test_a_corrupt_slurm_agent_database_is_one_line(tmp_path: Path) -> None:
     assert one_line_error(code, out) and "not a usable" in out, out
 
 
-# ------------------------------------------------------------ review: the attacks that worked
+# ----------------------------------- slow clients, planted sockets, shared state dirs, damaged rows
 def test_a_trickling_client_is_cut_off_at_one_deadline(service, monkeypatch) -> None:
     import socket
 

@@ -830,7 +830,7 @@ def test_a_restarted_agent_knows_the_report_was_made(env: Env) -> None:
     assert len(env.slurm.updates) == 1  # settled=1 already in the mark
 
 
-# ------------------------------------------------------------------ found in review
+# -------------------------------------- grants, cpusets and quota groups across stalls and restarts
 def test_a_stalled_job_gets_its_grant_back(env: Env) -> None:
     env.job(5, comment="coda:placed,req=4,grant=2,nodes=n1")  # granted fewer than asked
     env.job(6, cpus="2-3", name="other")

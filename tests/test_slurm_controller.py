@@ -787,7 +787,7 @@ def test_multi_node_placement_writes_per_node_cores(tmp_path: Path) -> None:
     assert (mark["req"], mark["grant"], mark["nodes"]) == ("4", "4", "+".join(nodes))
 
 
-# ------------------------------------------------------------------ found in review
+# ---------------------- what Slurm really reports: busy GPUs, failed writes, partitions, down nodes
 def test_busy_gpus_are_seen_as_slurm_really_reports_them(tmp_path: Path) -> None:
     fake = FakeSlurm(gres_used_needs_detail=True)
     fake.node("g1", 16, gpus=1)

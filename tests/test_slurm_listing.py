@@ -497,8 +497,7 @@ def _answering(text: str) -> Callable[[Sequence[str]], str]:
 
 def test_a_line_kept_at_its_last_state_and_an_id_listed_twice_never_hide_a_job_gone() -> None:
     """A kept line is in none of the counts the update by changes relies on: with an id
-    listed twice they balanced, and job 5, gone, was never reported gone (found by the
-    review of the change that kept such lines)."""
+    listed twice they could balance, and job 5, gone, must still be reported gone."""
     listing = JobListing(_answering(""))
     for text, gone in [
         ([_line(4, "held"), _line(4, "placed"), _line(5, "held")], []),

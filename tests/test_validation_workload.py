@@ -465,7 +465,7 @@ def test_decimal_is_not_truncated_by_the_int64_path(tmp_path):
     assert list(load_trace(p).jobs.submit) == [0.0, 2.5]
 
 
-# ------------------------------------------------------------ review: inputs that got through
+# ---------------- inputs that must not get through: job counts, file kinds, quotes, dates, profiles
 def test_a_few_pai_rows_cannot_make_millions_of_jobs(tmp_path: Path, monkeypatch) -> None:
     from coda.workload import limits
 

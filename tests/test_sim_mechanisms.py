@@ -1,6 +1,7 @@
-"""Regression tests from a review of the engine's CODA mechanisms (preemption,
-reclaim, sampling, ticks, episodes): each of the first five reproduced a bug
-(now fixed); the others pin behaviour that was checked and found correct."""
+"""The simulator's CODA mechanisms one at a time: a gang job's samples, preemption and
+checkpoints, reclaim and the reserve, retries when core counts drop, ticks, throttles
+restored, a preempted job restarted; then all of them at once, where the books must
+stay balanced."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.test_engine_control import _Recorder, run, shared_with
 PROFILES = load_profile_set("coda")
 
 
-# ------------------------------------------------------------------ bugs
+# ------------------------------------------------------------------ one mechanism each
 
 
 class _NoSearch(_Recorder):
@@ -163,7 +164,7 @@ def test_ticks_never_run_twice_at_one_instant():
     assert len(control.calls) == len(set(control.calls))
 
 
-# ------------------------------------------------------- verified correct
+# ------------------------------- throttles restored, preemptions restarted, and all of them at once
 
 
 class _ThrottleMixedRestoreAlone:
