@@ -213,7 +213,7 @@ def test_a_preempted_and_restarted_job_finishes_once_at_the_right_time():
     assert res.jobs["end"][0] == pytest.approx(140)
     assert res.summary["cpu_queue_delay_s"]["mean"] == pytest.approx(10 + 10)
     assert res.summary["max_work_error"] < 1e-9
-    assert not [e for e in sim.kernel.heap if e[2] == _FINISH and e[3].running]
+    assert not [e for e in sim.kernel.events_ahead() if e[2] == _FINISH and e[3].running]
 
 
 class _RandomControl:
@@ -273,9 +273,8 @@ def _check_books(sim: Simulator, jobs: list[Job]) -> None:
     for j in running:
         assert j.start >= 0 and j.remaining > -1e-6 * max(1.0, j.work)
         if j.speed > 0:
-            live = [
-                e for e in sim.kernel.heap if e[2] == _FINISH and e[3] is j and e[4] == j.version
-            ]
+            ahead = sim.kernel.events_ahead()
+            live = [e for e in ahead if e[2] == _FINISH and e[3] is j and e[4] == j.version]
             assert len(live) == 1
             assert live[0][0] == pytest.approx(j.last_update + j.remaining / j.speed)
     for j in sim.speed.episodes:

@@ -31,6 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import coda.sim.engine as engine
+import coda.sim.kernel as kernel
 from coda.cycle import reasons as R
 from coda.cycle.backfill import Backfill
 from coda.cycle.buckets import Bucket, Parking
@@ -699,8 +700,8 @@ def test_a_bucket_parked_at_first_starts_once_a_reclaim_frees_more_than_it_took(
     assert start["C2"] == start["D"] > 100.0 and counts["rejoined"] == 1
 
 
-# Retired finish events leave the heap for a sorted list of wake-up times (engine
-# ``_compact``): compacting after every few events or never gives the same run.
+# Retired finish events leave the heap for a sorted array of wake-up times (the kernel's
+# ``compact``): compacting after every few events or never gives the same run.
 COMPACT_CASES = [
     ("coda", {}),
     ("coda", {"reclaim": "requeue", "start_delay_s": 3.0}),
@@ -723,17 +724,16 @@ def test_compacting_the_event_heap_changes_no_decision(
     moved: list[int] = []
     compact = EventKernel.compact
 
-    def counted(self: EventKernel, ri: int) -> np.ndarray:
-        before = len(self.heap)
-        out = compact(self, ri)
-        moved.append(before - len(self.heap))
-        return out
+    def counted(self: EventKernel) -> None:
+        before = len(self)
+        compact(self)
+        moved.append(before - len(self))
 
-    monkeypatch.setattr(engine, "COMPACT_MIN", 8)
+    monkeypatch.setattr(kernel, "COMPACT_MIN", 8)
     monkeypatch.setattr(EventKernel, "compact", counted)
     often = _outcome(run_policy(prepared, policy))
     assert sum(moved) > 1000, moved  # retired events did move out, many times
-    monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
+    monkeypatch.setattr(kernel, "COMPACT_MIN", 1 << 60)
     moved.clear()
     never = _outcome(run_policy(prepared, policy))
     assert not moved
@@ -756,15 +756,15 @@ def test_a_retired_finish_events_instant_still_wakes_the_cycle(
 
     compact = EventKernel.compact
 
-    def dropping(self: EventKernel, ri: int) -> np.ndarray:
-        compact(self, ri)
-        self.retired = np.empty(0)
-        return self.retired
+    def dropping(self: EventKernel) -> None:
+        compact(self)
+        self._retired = np.empty(0)  # the instants forgotten
+        self._next_retired = math.inf
 
-    for seed in (29, 30, 34):  # found by search: cases where those instants matter
-        monkeypatch.setattr(engine, "COMPACT_MIN", 1 << 60)
+    for seed in (29, 30, 34):  # cases a search found where those instants matter
+        monkeypatch.setattr(kernel, "COMPACT_MIN", 1 << 60)
         never = simulate(seed)
-        monkeypatch.setattr(engine, "COMPACT_MIN", 8)
+        monkeypatch.setattr(kernel, "COMPACT_MIN", 8)
         assert simulate(seed) == never, seed
         monkeypatch.setattr(EventKernel, "compact", dropping)
         assert simulate(seed) != never, seed  # the case does test the instants

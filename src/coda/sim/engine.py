@@ -21,7 +21,6 @@ retired from the heap in bulk (``EventKernel.compact``).
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable
@@ -45,12 +44,6 @@ from coda.sim.result import SimResult
 from coda.workload.cluster import ClusterSpec
 from coda.workload.perf import Workload
 from coda.workload.tenants import users_of
-
-# The heap is compacted once it holds this many events and twice as many as after
-# the last compaction. Each compaction walks the heap and sorts in the retired times
-# still ahead (several per live event): a constant share of the pushes since the last.
-COMPACT_MIN = 4096
-
 
 # Python's cyclic collector costs a run some 8% (its passes walk every new object,
 # and the full ones every live one: jobs, nodes, the heap), while a run leaves
@@ -202,7 +195,7 @@ class Simulator:
         """Move the clock to t, the meters integrating up to it."""
         if t > self.kernel.now:
             self.meters.advance(t)
-            self.kernel.now = t
+            self.kernel.move_to(t)
 
     def _run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -210,7 +203,6 @@ class Simulator:
         n = self.n
         submit = self.submit
         kernel = self.kernel
-        heap = kernel.heap
         executor = self.executor
         controls = self.controls
         armed = controls.armed
@@ -218,15 +210,9 @@ class Simulator:
         harm = self.policy.harm
         report_every = max(1, n // 200)
         sched = self.sched
-        retired = kernel.retired
-        ri = 0  # retired[:ri] are past
-        nr = float(retired[0]) if len(retired) else math.inf  # retired[ri], or none left
-        compact_at = COMPACT_MIN
         while True:
             t_arr = submit[next_i] if next_i < n else math.inf
-            t_evt = heap[0][0] if heap else math.inf
-            if nr < t_evt:
-                t_evt = nr
+            t_evt = kernel.next_time()
             t = t_arr if t_arr <= t_evt else t_evt
             if t == math.inf or t > self.horizon:
                 break
@@ -236,8 +222,11 @@ class Simulator:
                 next_i += 1
                 if self.progress is not None and next_i % report_every == 0:
                     self.progress(next_i, n)
-            while heap and heap[0][0] <= t:
-                _, _, kind, obj, version = heapq.heappop(heap)
+            while True:
+                event = kernel.pop(t)
+                if event is None:
+                    break
+                _, _, kind, obj, version = event
                 if kind == FINISH:
                     assert obj is not None  # a finish event names its job
                     if obj.version == version and obj.running:
@@ -269,14 +258,7 @@ class Simulator:
                     if controls.watched and not armed[kind]:
                         armed[kind] = True
                         kernel.push(t + period, kind, None, 0)
-            while nr <= t:
-                ri += 1  # a retired finish event's instant: a wake-up, like its pop
-                nr = float(retired[ri]) if ri < len(retired) else math.inf
-            if len(heap) > compact_at:
-                retired = kernel.compact(ri)
-                ri = 0
-                nr = float(retired[0]) if len(retired) else math.inf
-                compact_at = max(COMPACT_MIN, 2 * len(heap))
+            kernel.passed(t)
             if sched.pending():
                 period = self.cycle_period
                 if period > 0.0 and not self._cycle_due:
