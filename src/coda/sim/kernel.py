@@ -105,8 +105,8 @@ class EventKernel:
                 gone.append(e[0])
             else:
                 live.append(e)
-        heap[:] = live
-        heapq.heapify(heap)
+        heapq.heapify(live)
+        self._heap = live
         rest = np.concatenate((self._retired[self._ri :], np.array(gone, dtype=np.float64)))
         rest.sort(kind="stable")  # a sorted run and the new times: Timsort merges them
         self._retired = rest
